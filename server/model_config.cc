@@ -1,0 +1,115 @@
+#include "server/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "server/yaml_fields.h"
+
+namespace autouvm::server {
+namespace {
+
+absl::Status FieldError(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+}  // namespace
+
+absl::Status ValidateModelConfig(const ModelConfig& c) {
+  if (c.name.empty()) return FieldError("name", "must not be empty");
+  if (c.architecture != "llama") return FieldError("architecture", "only 'llama' is supported");
+  if (c.vocab_size < 2) return FieldError("vocab_size", "must be at least 2");
+  if (c.dim < 1) return FieldError("dim", "must be positive");
+  if (c.n_layers < 1) return FieldError("n_layers", "must be positive");
+  if (c.n_heads < 1) return FieldError("n_heads", "must be positive");
+  if (c.dim % c.n_heads != 0) return FieldError("n_heads", "must divide dim");
+  if (c.head_dim != c.dim / c.n_heads) return FieldError("head_dim", "must equal dim / n_heads");
+  if (c.head_dim % 2 != 0) return FieldError("head_dim", "must be even (rotary embedding)");
+  if (c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads != 0) {
+    return FieldError("n_kv_heads", "must be positive and divide n_heads");
+  }
+  if (c.ffn_dim < 1) return FieldError("ffn_dim", "must be positive");
+  if (c.max_seq < 2) return FieldError("max_seq", "must be at least 2");
+  if (c.dtype != "fp32" && c.dtype != "bf16" && c.dtype != "fp16") {
+    return FieldError("dtype", "must be fp32, bf16 or fp16");
+  }
+  if (c.bos_id < -1 || c.bos_id >= c.vocab_size) return FieldError("bos_id", "outside the vocabulary");
+  if (c.eos_id < -1 || c.eos_id >= c.vocab_size) return FieldError("eos_id", "outside the vocabulary");
+  if (c.tokenizer != "byte" && c.tokenizer != "sentencepiece") {
+    return FieldError("tokenizer", "must be byte or sentencepiece");
+  }
+  if (c.tokenizer == "byte" && c.vocab_size < kByteVocabMin) {
+    return FieldError("vocab_size", absl::StrCat("the byte tokenizer needs at least ", kByteVocabMin));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
+  }
+  ModelConfig c;
+  constexpr int64_t kBig = int64_t{1} << 40;
+  YamlFields f(root, "");
+  f.String("name", &c.name);
+  f.String("architecture", &c.architecture);
+  f.Int("vocab_size", &c.vocab_size, 2, kBig);
+  f.Int("dim", &c.dim, 1, kBig);
+  f.Int("n_layers", &c.n_layers, 1, 100000);
+  f.Int("n_heads", &c.n_heads, 1, 100000);
+  f.Int("n_kv_heads", &c.n_kv_heads, 1, 100000);
+  f.Int("head_dim", &c.head_dim, 1, kBig);
+  f.Int("ffn_dim", &c.ffn_dim, 1, kBig);
+  f.Int("max_seq", &c.max_seq, 2, kBig);
+  f.Double("rope_theta", &c.rope_theta, 1.0, 1e12);
+  f.Double("norm_eps", &c.norm_eps, 0.0, 1.0);
+  f.String("dtype", &c.dtype);
+  f.Int("bos_id", &c.bos_id, -1, kBig);
+  f.Int("eos_id", &c.eos_id, -1, kBig);
+  f.String("tokenizer", &c.tokenizer);
+  if (absl::Status s = f.Finish(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  }
+  if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
+  if (absl::Status s = ValidateModelConfig(c); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseModelConfig(ss.str(), path);
+}
+
+std::string ModelConfigToYaml(const ModelConfig& c) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << c.name;
+  out << YAML::Key << "architecture" << YAML::Value << c.architecture;
+  out << YAML::Key << "vocab_size" << YAML::Value << c.vocab_size;
+  out << YAML::Key << "dim" << YAML::Value << c.dim;
+  out << YAML::Key << "n_layers" << YAML::Value << c.n_layers;
+  out << YAML::Key << "n_heads" << YAML::Value << c.n_heads;
+  out << YAML::Key << "n_kv_heads" << YAML::Value << c.n_kv_heads;
+  out << YAML::Key << "head_dim" << YAML::Value << c.head_dim;
+  out << YAML::Key << "ffn_dim" << YAML::Value << c.ffn_dim;
+  out << YAML::Key << "max_seq" << YAML::Value << c.max_seq;
+  out << YAML::Key << "rope_theta" << YAML::Value << c.rope_theta;
+  out << YAML::Key << "norm_eps" << YAML::Value << c.norm_eps;
+  out << YAML::Key << "dtype" << YAML::Value << c.dtype;
+  out << YAML::Key << "bos_id" << YAML::Value << c.bos_id;
+  out << YAML::Key << "eos_id" << YAML::Value << c.eos_id;
+  out << YAML::Key << "tokenizer" << YAML::Value << c.tokenizer;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace autouvm::server

@@ -1,0 +1,47 @@
+// The model repository contract: what <repo>/<name>/model.yaml says about a model.
+// docs/model-contract.md describes the file and the TorchScript signature it goes with.
+//
+// Plain value types and pure functions; safe to use from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace autouvm::server {
+
+struct ModelConfig {
+  std::string name;
+  std::string architecture = "llama";
+  int64_t vocab_size = 0;
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;  // dim / n_heads
+  int64_t ffn_dim = 0;
+  int64_t max_seq = 0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  int64_t bos_id = -1;         // -1: none
+  int64_t eos_id = -1;
+  std::string tokenizer = "byte";  // byte | sentencepiece (tokenizer.model beside model.yaml)
+};
+
+// Checks every field's range and the relations between them; the error names the field.
+absl::Status ValidateModelConfig(const ModelConfig& config);
+
+// Parses model.yaml text; `origin` (a path) prefixes error messages.
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const std::string& origin);
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
+
+std::string ModelConfigToYaml(const ModelConfig& config);
+
+// Byte-level tokenizer ids: 0..255 are bytes, then these.
+inline constexpr int64_t kByteBosId = 256;
+inline constexpr int64_t kByteEosId = 257;
+inline constexpr int64_t kByteVocabMin = 258;
+
+}  // namespace autouvm::server

@@ -1,0 +1,167 @@
+#include "server/model_runner.h"
+
+#include <torch/script.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace autouvm::server {
+namespace {
+
+c10::ScalarType DtypeOf(const std::string& name) {
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kHalf;
+  return torch::kFloat;
+}
+
+// libtorch reports failures as c10::Error, and the TorchScript interpreter as std::runtime_error.
+absl::Status TorchError(const std::string& what, const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return absl::InternalError(absl::StrCat(what, ": ", c10_error->what_without_backtrace()));
+  }
+  return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+}
+
+torch::Tensor ToLongTensor(absl::Span<const int32_t> ids) {
+  auto t = torch::empty({static_cast<int64_t>(ids.size())}, torch::kLong);
+  auto* p = t.data_ptr<int64_t>();
+  for (size_t i = 0; i < ids.size(); ++i) p[i] = ids[i];
+  return t;
+}
+
+std::vector<float> ToVector(const torch::Tensor& t) {
+  auto c = t.to(torch::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+}  // namespace
+
+struct ModelRunner::Impl {
+  torch::jit::Module module;
+  torch::Tensor k_cache;  // [n_layers, max_batch, n_kv_heads, max_seq, head_dim]
+  torch::Tensor v_cache;
+
+  // Runs forward over tokens [B, T] for `slots` starting at `start_pos`; returns logits [B, T, V].
+  torch::Tensor Forward(const torch::Tensor& tokens, const torch::Tensor& slots, const torch::Tensor& start_pos) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::jit::IValue> inputs{tokens, slots, start_pos, k_cache, v_cache};
+    return module.forward(inputs).toTensor();
+  }
+};
+
+ModelRunner::ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max_batch)
+    : impl_(std::move(impl)), config_(std::move(config)), max_batch_(max_batch) {}
+
+ModelRunner::~ModelRunner() = default;
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::string& entry_dir,
+                                                                  const ModelConfig& config, int max_batch) {
+  if (max_batch < 1) return absl::InvalidArgumentError("max_batch: must be at least 1");
+  const std::string path = (std::filesystem::path(entry_dir) / "model.pt").string();
+  if (!std::filesystem::exists(path)) return absl::NotFoundError(absl::StrCat(path, ": missing"));
+  auto impl = std::make_unique<Impl>();
+  try {
+    impl->module = torch::jit::load(path, torch::kCPU);
+    impl->module.eval();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a loadable TorchScript model: ", TorchError("load", e).message()));
+  }
+  if (!impl->module.find_method("forward")) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": has no forward method"));
+  }
+  int64_t params = 0, bytes = 0;
+  for (const auto& p : impl->module.parameters()) {
+    params += p.numel();
+    bytes += p.numel() * p.element_size();
+  }
+  auto dtype = DtypeOf(config.dtype);
+  // Note [fp16 on CPU]: libtorch's CPU kernels have no fp16 matmul, so fp16 models compute in fp32 there.
+  if (dtype == torch::kHalf) {
+    impl->module.to(torch::kFloat);
+    dtype = torch::kFloat;
+  }
+  impl->k_cache = torch::zeros({config.n_layers, max_batch, config.n_kv_heads, config.max_seq, config.head_dim}, dtype);
+  impl->v_cache = torch::zeros_like(impl->k_cache);
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(impl), config, max_batch));
+  runner->parameter_count_ = params;
+  runner->parameter_bytes_ = bytes;
+  runner->compute_dtype_ = dtype == torch::kFloat ? "fp32" : config.dtype;
+  runner->kv_cache_bytes_ = 2 * runner->impl_->k_cache.numel() * runner->impl_->k_cache.element_size();
+  // One tiny step proves the module matches the contract before any request depends on it.
+  const int32_t probe[1] = {0};
+  auto logits = runner->ForwardAll(0, probe, 0);
+  if (!logits.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": does not follow the model contract: ", logits.status().message()));
+  }
+  if (static_cast<int64_t>(logits->size()) != config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": forward returned ", logits->size(),
+                                                   " logits per position, model.yaml says vocab_size ", config.vocab_size));
+  }
+  return runner;
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::ForwardAll(int32_t slot, absl::Span<const int32_t> tokens,
+                                                           int64_t start_pos) {
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens");
+  if (slot < 0 || slot >= max_batch_) return absl::OutOfRangeError(absl::StrCat("slot ", slot, " out of range"));
+  if (start_pos < 0 || start_pos + static_cast<int64_t>(tokens.size()) > config_.max_seq) {
+    return absl::OutOfRangeError("positions beyond max_seq");
+  }
+  try {
+    auto t = ToLongTensor(tokens).unsqueeze(0);
+    auto logits = impl_->Forward(t, torch::tensor({int64_t{slot}}), torch::tensor({start_pos}));
+    return ToVector(logits[0]);
+  } catch (const std::exception& e) {
+    return TorchError("forward", e);
+  }
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::Prefill(int32_t slot, absl::Span<const int32_t> tokens,
+                                                        int64_t start_pos) {
+  auto all = ForwardAll(slot, tokens, start_pos);
+  if (!all.ok()) return all.status();
+  const size_t v = static_cast<size_t>(config_.vocab_size);
+  return std::vector<float>(all->end() - v, all->end());
+}
+
+absl::Status ModelRunner::Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) {
+  if (rows.empty()) return absl::InvalidArgumentError("no rows");
+  const int64_t n = static_cast<int64_t>(rows.size());
+  auto tokens = torch::empty({n, 1}, torch::kLong);
+  auto slots = torch::empty({n}, torch::kLong);
+  auto pos = torch::empty({n}, torch::kLong);
+  int64_t* tp = tokens.data_ptr<int64_t>();
+  int64_t* sp = slots.data_ptr<int64_t>();
+  int64_t* pp = pos.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& r = rows[i];
+    if (r.slot < 0 || r.slot >= max_batch_ || r.pos < 0 || r.pos >= config_.max_seq) {
+      return absl::OutOfRangeError(absl::StrCat("decode row ", i, ": slot or position out of range"));
+    }
+    tp[i] = r.token;
+    sp[i] = r.slot;
+    pp[i] = r.pos;
+  }
+  try {
+    *logits = ToVector(impl_->Forward(tokens, slots, pos));
+  } catch (const std::exception& e) {
+    return TorchError("decode step", e);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int32_t> tokens) {
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens");
+  if (!impl_->module.find_method("full")) return absl::UnimplementedError("the model has no `full` method");
+  try {
+    torch::NoGradGuard no_grad;
+    auto t = ToLongTensor(tokens).unsqueeze(0);
+    return ToVector(impl_->module.get_method("full")({t}).toTensor()[0]);
+  } catch (const std::exception& e) {
+    return TorchError("full forward", e);
+  }
+}
+
+}  // namespace autouvm::server

@@ -1,0 +1,64 @@
+// Runs a model repository entry's TorchScript module: prefill and batched decode steps against a KV
+// cache preallocated for max_batch slots × max_seq positions, updated in place by the model.
+//
+//   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8));
+//   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
+//   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
+//
+// libtorch stays inside model_runner.cc. Not thread-safe: one scheduler thread drives a runner.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/model_config.h"
+
+namespace autouvm::server {
+
+class ModelRunner {
+ public:
+  struct DecodeRow {
+    int32_t slot;
+    int32_t token;
+    int64_t pos;  // position the token takes in the slot's sequence
+  };
+
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir,
+                                                             const ModelConfig& config, int max_batch);
+  ~ModelRunner();
+
+  // Writes `tokens` into `slot` at positions start_pos.. and returns the logits of the last one.
+  absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos = 0);
+  // One decode step for several slots at once; `logits` gets rows.size() × vocab_size floats.
+  absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits);
+  // Cached forward returning every position's logits (T × vocab), for verification.
+  absl::StatusOr<std::vector<float>> ForwardAll(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos);
+  // The model's `full` method: no cache, causal attention over `tokens`; T × vocab logits.
+  absl::StatusOr<std::vector<float>> FullForward(absl::Span<const int32_t> tokens);
+
+  const ModelConfig& config() const { return config_; }
+  int max_batch() const { return max_batch_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  int64_t parameter_bytes() const { return parameter_bytes_; }
+  int64_t kv_cache_bytes() const { return kv_cache_bytes_; }
+  // The dtype the model computes in here (fp16 models compute in fp32 on the CPU backend).
+  const std::string& compute_dtype() const { return compute_dtype_; }
+
+ private:
+  struct Impl;
+  ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max_batch);
+
+  std::unique_ptr<Impl> impl_;
+  ModelConfig config_;
+  int max_batch_;
+  int64_t parameter_count_ = 0;
+  int64_t parameter_bytes_ = 0;
+  int64_t kv_cache_bytes_ = 0;
+  std::string compute_dtype_;
+};
+
+}  // namespace autouvm::server

@@ -1,0 +1,34 @@
+// A thin std-only wrapper over Debian's libsentencepiece.
+//
+// Note [sentencepiece and Abseil]: sentencepiece's public header defines `absl::string_view` as
+// std::string_view, while Debian's Abseil has its own absl::string_view class: the two cannot be seen by
+// one translation unit. sentencepiece_model.cc is the only file that includes sentencepiece, and this
+// header uses std types only. Immutable after Load; safe to use from several threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace autouvm::server {
+
+class SentencePieceModel {
+ public:
+  // nullptr and `*error` set when the file cannot be loaded.
+  static std::unique_ptr<SentencePieceModel> Load(const std::string& path, std::string* error);
+  ~SentencePieceModel();
+
+  bool Encode(const std::string& text, std::vector<int>* ids, std::string* error) const;
+  std::string Decode(const std::vector<int>& ids) const;  // "" if an id is outside the vocabulary
+  int size() const;
+
+ private:
+  struct Impl;
+  explicit SentencePieceModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Trains a small model from a text file (tests, examples). Returns "" or the error.
+std::string TrainSentencePieceModel(const std::string& text_file, const std::string& model_prefix, int vocab_size);
+
+}  // namespace autouvm::server

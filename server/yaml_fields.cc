@@ -1,0 +1,143 @@
+#include "server/yaml_fields.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace autouvm::server {
+
+YamlFields::YamlFields(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {
+  if (node_ && !node_.IsNull() && !node_.IsMap()) {
+    status_ = absl::InvalidArgumentError(
+        absl::StrCat(path_.empty() ? "document" : path_, ": expected a mapping of keys to values"));
+  }
+}
+
+std::string YamlFields::PathOf(const std::string& key) const {
+  return path_.empty() ? key : absl::StrCat(path_, ".", key);
+}
+
+void YamlFields::Fail(const std::string& key, const std::string& what) {
+  if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat(PathOf(key), ": ", what));
+}
+
+YAML::Node YamlFields::Take(const std::string& key) {
+  known_.insert(key);
+  if (!status_.ok() || !node_ || !node_.IsMap()) return YAML::Node();
+  YAML::Node child = node_[key];
+  if (!child || child.IsNull()) return YAML::Node();
+  return child;
+}
+
+void YamlFields::String(const std::string& key, std::string* out) {
+  YAML::Node n = Take(key);
+  if (!n) return;
+  if (!n.IsScalar()) return Fail(key, "expected a string");
+  *out = n.Scalar();
+}
+
+void YamlFields::Int(const std::string& key, int64_t* out, int64_t min, int64_t max) {
+  YAML::Node n = Take(key);
+  if (!n) return;
+  int64_t v = 0;
+  if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v)) return Fail(key, "expected an integer");
+  if (v < min || v > max) {
+    return Fail(key, absl::StrCat("value ", v, " is outside [", min, ", ", max, "]"));
+  }
+  *out = v;
+}
+
+void YamlFields::Double(const std::string& key, double* out, double min, double max) {
+  YAML::Node n = Take(key);
+  if (!n) return;
+  double v = 0;
+  if (!n.IsScalar() || !absl::SimpleAtod(n.Scalar(), &v) || !std::isfinite(v)) {
+    return Fail(key, "expected a number");
+  }
+  if (v < min || v > max) {
+    return Fail(key, absl::StrCat("value ", v, " is outside [", min, ", ", max, "]"));
+  }
+  *out = v;
+}
+
+void YamlFields::Bool(const std::string& key, bool* out) {
+  YAML::Node n = Take(key);
+  if (!n) return;
+  const std::string& s = n.IsScalar() ? n.Scalar() : std::string();
+  if (s == "true" || s == "yes" || s == "on") {
+    *out = true;
+  } else if (s == "false" || s == "no" || s == "off") {
+    *out = false;
+  } else {
+    Fail(key, "expected true or false");
+  }
+}
+
+void YamlFields::StringList(const std::string& key, std::vector<std::string>* out) {
+  YAML::Node n = Take(key);
+  if (!n) return;
+  if (!n.IsSequence()) return Fail(key, "expected a list of strings");
+  out->clear();
+  for (const auto& item : n) {
+    if (!item.IsScalar()) return Fail(key, "expected a list of strings");
+    out->push_back(item.Scalar());
+  }
+}
+
+void YamlFields::DurationMs(const std::string& key, int64_t* out_ms, int64_t min_ms, int64_t max_ms) {
+  YAML::Node n = Take(key);
+  if (!n) return;
+  int64_t ms = 0;
+  if (!n.IsScalar() || !ParseDurationMs(n.Scalar(), &ms).ok()) {
+    return Fail(key, "expected a duration such as 30s, 500ms or 2m");
+  }
+  if (ms < min_ms || ms > max_ms) {
+    return Fail(key, absl::StrCat("duration ", ms, "ms is outside [", min_ms, "ms, ", max_ms, "ms]"));
+  }
+  *out_ms = ms;
+}
+
+YAML::Node YamlFields::Map(const std::string& key) {
+  YAML::Node n = Take(key);
+  if (n && !n.IsMap()) {
+    Fail(key, "expected a mapping of keys to values");
+    return YAML::Node();
+  }
+  return n;
+}
+
+absl::Status YamlFields::Finish() {
+  if (!status_.ok()) return status_;
+  if (node_ && node_.IsMap()) {
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.as<std::string>();
+      if (!known_.count(key)) return absl::InvalidArgumentError(absl::StrCat(PathOf(key), ": unknown key"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms) {
+  absl::string_view s = text;
+  double scale = 1000.0;
+  if (absl::ConsumeSuffix(&s, "ms")) {
+    scale = 1.0;
+  } else if (absl::ConsumeSuffix(&s, "s")) {
+    scale = 1000.0;
+  } else if (absl::ConsumeSuffix(&s, "m")) {
+    scale = 60000.0;
+  } else if (absl::ConsumeSuffix(&s, "h")) {
+    scale = 3600000.0;
+  }
+  double v = 0;
+  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v) || v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("not a duration: '", text, "'"));
+  }
+  *out_ms = static_cast<int64_t>(std::llround(v * scale));
+  return absl::OkStatus();
+}
+
+}  // namespace autouvm::server

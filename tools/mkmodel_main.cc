@@ -1,0 +1,39 @@
+// autouvm-mkmodel: writes a Llama-architecture TorchScript model with seeded random weights as a model
+// repository entry (<repo>/<name>/model.pt + model.yaml). See docs/model-contract.md.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "server/llama_builder.h"
+
+int main(int argc, char** argv) {
+  using autouvm::server::ModelConfig;
+  ModelConfig c = autouvm::server::DefaultTinyModelConfig("tiny-llama");
+  std::string repo = "models";
+  uint64_t seed = 0;
+  CLI::App app{"Write a Llama-architecture TorchScript model with random weights into a model repository"};
+  app.add_option("--repo", repo, "model repository directory")->capture_default_str();
+  app.add_option("--name", c.name, "model name (the entry's directory)")->capture_default_str();
+  app.add_option("--vocab-size", c.vocab_size)->capture_default_str();
+  app.add_option("--dim", c.dim, "hidden size")->capture_default_str();
+  app.add_option("--layers", c.n_layers)->capture_default_str();
+  app.add_option("--heads", c.n_heads)->capture_default_str();
+  app.add_option("--kv-heads", c.n_kv_heads, "key/value heads (grouped-query attention)")->capture_default_str();
+  app.add_option("--ffn-dim", c.ffn_dim, "SwiGLU hidden size")->capture_default_str();
+  app.add_option("--max-seq", c.max_seq, "maximum sequence length (KV cache positions)")->capture_default_str();
+  app.add_option("--rope-theta", c.rope_theta)->capture_default_str();
+  app.add_option("--norm-eps", c.norm_eps)->capture_default_str();
+  app.add_option("--dtype", c.dtype)->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--bos-id", c.bos_id, "-1 for none")->capture_default_str();
+  app.add_option("--eos-id", c.eos_id, "-1 for none")->capture_default_str();
+  app.add_option("--tokenizer", c.tokenizer)->check(CLI::IsMember({"byte", "sentencepiece"}))->capture_default_str();
+  app.add_option("--seed", seed, "weight initialisation seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
+  if (auto s = autouvm::server::WriteLlamaModel(c, seed, repo); !s.ok()) {
+    std::cerr << "autouvm-mkmodel: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << repo << "/" << c.name << "/model.pt and model.yaml\n";
+  return 0;
+}
