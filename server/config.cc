@@ -1,1 +1,119 @@
+#include "server/config.h"
 
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "server/yaml_fields.h"
+
+namespace autouvm::server {
+namespace {
+
+constexpr int64_t kMaxInt = int64_t{1} << 31;
+
+absl::Status CheckAddress(const std::string& key, const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": '", address, "' is not host:port (port 0-65535)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, ModelSettings* s) {
+  YamlFields f(node, path);
+  f.Int("max_batch", &s->max_batch, 1, 4096);
+  f.Int("max_queue", &s->max_queue, 0, 1 << 20);
+  f.Int("default_max_tokens", &s->default_max_tokens, 1, kMaxInt);
+  f.Int("max_tokens_limit", &s->max_tokens_limit, 1, kMaxInt);
+  RETURN_IF_ERROR(f.Finish());
+  if (s->default_max_tokens > s->max_tokens_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".default_max_tokens: larger than max_tokens_limit (", s->max_tokens_limit, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, const std::string& origin) {
+  auto wrap = [&](const absl::Status& s) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  };
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
+  }
+  ServerConfig c;
+  YamlFields top(root, "");
+  YAML::Node server = top.Map("server");
+  YAML::Node repository = top.Map("repository");
+  top.String("state_dir", &c.state_dir);
+  YAML::Node runtime = top.Map("runtime");
+  YAML::Node defaults = top.Map("model_defaults");
+  YAML::Node models = top.Map("models");
+  YAML::Node limits = top.Map("limits");
+  if (auto s = top.Finish(); !s.ok()) return wrap(s);
+
+  YamlFields fs(server, "server");
+  fs.String("listen", &c.listen);
+  fs.String("metrics_listen", &c.metrics_listen);
+  fs.DurationMs("drain_timeout", &c.drain_timeout_ms, 0, 3600 * 1000);
+  if (auto s = fs.Finish(); !s.ok()) return wrap(s);
+  if (auto s = CheckAddress("server.listen", c.listen); !s.ok()) return wrap(s);
+  if (!c.metrics_listen.empty()) {
+    if (auto s = CheckAddress("server.metrics_listen", c.metrics_listen); !s.ok()) return wrap(s);
+  }
+
+  YamlFields fr(repository, "repository");
+  fr.String("path", &c.model_repository);
+  fr.String("generate_default_model", &c.generate_default_model);
+  if (auto s = fr.Finish(); !s.ok()) return wrap(s);
+  if (c.model_repository.empty()) return wrap(absl::InvalidArgumentError("repository.path: must not be empty"));
+  if (c.state_dir.empty()) return wrap(absl::InvalidArgumentError("state_dir: must not be empty"));
+
+  YamlFields ft(runtime, "runtime");
+  ft.String("backend", &c.backend);
+  ft.Int("intra_op_threads", &c.intra_op_threads, 0, 1024);
+  if (auto s = ft.Finish(); !s.ok()) return wrap(s);
+  if (c.backend != "cpu") {
+    return wrap(absl::InvalidArgumentError(
+        absl::StrCat("runtime.backend: '", c.backend, "' is not available in this build (cpu)")));
+  }
+
+  if (auto s = ReadModelSettings(defaults, "model_defaults", &c.model_defaults); !s.ok()) return wrap(s);
+  if (models) {
+    for (const auto& kv : models) {
+      const std::string name = kv.first.as<std::string>();
+      ModelSettings settings = c.model_defaults;
+      if (auto s = ReadModelSettings(kv.second, absl::StrCat("models.", name), &settings); !s.ok()) return wrap(s);
+      c.models[name] = settings;
+    }
+  }
+
+  YamlFields fl(limits, "limits");
+  fl.Int("max_prompt_bytes", &c.limits.max_prompt_bytes, 1, kMaxInt);
+  fl.Int("max_stop_strings", &c.limits.max_stop_strings, 0, 1024);
+  fl.Int("max_stop_string_bytes", &c.limits.max_stop_string_bytes, 1, 1 << 16);
+  fl.Int("max_stop_token_ids", &c.limits.max_stop_token_ids, 0, 1 << 16);
+  fl.Int("max_receive_message_bytes", &c.limits.max_receive_message_bytes, 1024, kMaxInt);
+  if (auto s = fl.Finish(); !s.ok()) return wrap(s);
+  return c;
+}
+
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
+  if (path.empty()) return ParseServerConfig(EmbeddedDefaultConfig(), "embedded default config");
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the config file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseServerConfig(ss.str(), path);
+}
+
+}  // namespace autouvm::server

@@ -1,0 +1,57 @@
+// The daemon's configuration: a YAML file (config/autouvmd.yaml is the embedded default, compiled in),
+// then command-line flags on top. An invalid file is an error that names the key (`server.listen: ...`).
+//
+// Plain values and pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace autouvm::server {
+
+struct ModelSettings {
+  int64_t max_batch = 8;            // requests decoded together (KV-cache slots)
+  int64_t max_queue = 64;           // requests waiting for a slot; more get RESOURCE_EXHAUSTED
+  int64_t default_max_tokens = 128; // when a request leaves max_tokens unset
+  int64_t max_tokens_limit = 4096;  // largest max_tokens a request may ask for
+};
+
+struct Limits {
+  int64_t max_prompt_bytes = 1 << 20;
+  int64_t max_stop_strings = 16;
+  int64_t max_stop_string_bytes = 256;
+  int64_t max_stop_token_ids = 64;
+  int64_t max_receive_message_bytes = 4 << 20;
+};
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9400";
+  int64_t drain_timeout_ms = 30000;
+  std::string model_repository = "models";
+  // Written into the repository on start when missing ("" disables): the embedded tiny default model.
+  std::string generate_default_model = "tiny-llama";
+  std::string state_dir = "state";
+  std::string backend = "cpu";
+  int64_t intra_op_threads = 0;  // 0: libtorch's default
+  ModelSettings model_defaults;
+  std::map<std::string, ModelSettings> models;  // per-model settings, on top of model_defaults
+  Limits limits;
+
+  const ModelSettings& SettingsFor(const std::string& model) const {
+    auto it = models.find(model);
+    return it == models.end() ? model_defaults : it->second;
+  }
+};
+
+// The text of config/autouvmd.yaml, compiled in.
+const char* EmbeddedDefaultConfig();
+
+// Parses a config file's text over the built-in defaults; `origin` names the file in messages.
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, const std::string& origin);
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path);  // "" → the embedded default
+
+}  // namespace autouvm::server

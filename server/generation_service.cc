@@ -1,1 +1,244 @@
+#include "server/generation_service.h"
 
+#include <deque>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "server/request_validation.h"
+
+namespace autouvm::server {
+namespace {
+
+using autouvm::v1::GenerateRequest;
+using autouvm::v1::GenerateResponse;
+using autouvm::v1::GenerateStreamResponse;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+autouvm::v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return autouvm::v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return autouvm::v1::FINISH_REASON_LENGTH;
+    case FinishReason::kCancelled:
+      return autouvm::v1::FINISH_REASON_CANCELLED;
+  }
+  return autouvm::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+std::string MakeRequestId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrCat("req-", absl::Hex(rng(), absl::kZeroPad16));
+}
+
+void FillSummary(const GenerationParams& params, const std::string& model, const GenerationResult& result,
+                 GenerateResponse* out) {
+  out->set_request_id(params.request_id);
+  out->set_model(model);
+  out->set_finish_reason(ToProto(result.reason));
+  out->mutable_usage()->set_prompt_tokens(result.prompt_tokens);
+  out->mutable_usage()->set_completion_tokens(result.completion_tokens);
+  auto* t = out->mutable_timings();
+  t->set_queue_ms(result.queue_ms);
+  t->set_time_to_first_token_ms(result.time_to_first_token_ms);
+  t->set_per_token_ms(result.per_token_ms);
+  t->set_total_ms(result.total_ms);
+}
+
+// Admission and cancellation shared by both call shapes. A call owns one of these; the scheduler holds
+// a pointer to the call (as its GenerationSink) until OnFinish.
+class Call {
+ public:
+  Call(ModelManager* models, const ServerConfig* config, ServingGate* gate) : models_(models), config_(config), gate_(gate) {}
+  ~Call() {
+    if (entered_) gate_->Exit();
+  }
+
+  absl::Status Admit(grpc::CallbackServerContext* context, const GenerateRequest& request, GenerationSink* sink) {
+    if (!gate_->TryEnter()) return absl::UnavailableError("the server is draining and accepts no new requests");
+    entered_ = true;
+    if (request.model().empty()) return absl::InvalidArgumentError("model: must be set");
+    ModelView view = models_->Find(request.model());
+    if (view.model == nullptr) return absl::NotFoundError(absl::StrCat("model '", request.model(), "' is not served"));
+    if (view.state == ModelState::kLoading) return absl::UnavailableError(absl::StrCat("model '", request.model(), "' is still loading"));
+    if (view.state == ModelState::kFailed) {
+      return absl::FailedPreconditionError(absl::StrCat("model '", request.model(), "' failed to load: ", view.error));
+    }
+    const ServedModel& m = *view.model;
+    thread_local std::mt19937_64 seeds(std::random_device{}());
+    auto params = BuildGenerationParams(request, m.config, *m.tokenizer, m.settings, config_->limits, seeds());
+    if (!params.ok()) return params.status();
+    if (params->request_id.empty()) params->request_id = MakeRequestId();
+    params->deadline = absl::FromChrono(context->deadline());
+    params_ = *params;  // kept for the summary
+    model_ = m.name;
+    auto handle = m.scheduler->Submit(std::move(*params), sink);
+    if (!handle.ok()) return handle.status();
+    absl::MutexLock lock(&mu_);
+    handle_ = *handle;
+    if (cancelled_) handle_->Cancel();
+    return absl::OkStatus();
+  }
+
+  void Cancel() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    if (handle_) handle_->Cancel();
+  }
+
+  const GenerationParams& params() const { return params_; }
+  const std::string& model() const { return model_; }
+
+ private:
+  ModelManager* models_;
+  const ServerConfig* config_;
+  ServingGate* gate_;
+  bool entered_ = false;
+  GenerationParams params_;
+  std::string model_;
+  absl::Mutex mu_;
+  std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamResponse>, public GenerationSink {
+ public:
+  StreamReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate) : call_(models, config, gate) {}
+
+  void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
+    if (absl::Status s = call_.Admit(context, request, this); !s.ok()) Finish(ToGrpc(s));
+  }
+
+  void OnToken(int32_t token, const std::string& text) override {
+    GenerateStreamResponse msg;
+    msg.mutable_chunk()->add_token_ids(token);
+    msg.mutable_chunk()->set_text(text);
+    Enqueue(std::move(msg));
+  }
+
+  void OnFinish(const std::string& tail, const GenerationResult& result) override {
+    if (!tail.empty()) {
+      GenerateStreamResponse msg;
+      msg.mutable_chunk()->set_text(tail);
+      Enqueue(std::move(msg));
+    }
+    if (result.status.ok()) {
+      GenerateStreamResponse msg;
+      FillSummary(call_.params(), call_.model(), result, msg.mutable_final());
+      Enqueue(std::move(msg));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      status_ = ToGrpc(result.status);
+    }
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) call_.Cancel();  // the client is gone; the scheduler still calls OnFinish
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+    }
+    Pump();
+  }
+
+  void OnCancel() override { call_.Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  void Enqueue(GenerateStreamResponse msg) {
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.push_back(std::move(msg));
+    }
+    Pump();
+  }
+
+  // Starts the next write, or finishes the call once everything is written. One write at a time.
+  void Pump() {
+    mu_.Lock();
+    if (writing_ || finish_sent_) {
+      mu_.Unlock();
+      return;
+    }
+    if (!pending_.empty()) {
+      current_ = std::move(pending_.front());
+      pending_.pop_front();
+      writing_ = true;
+      mu_.Unlock();
+      StartWrite(&current_);
+      return;
+    }
+    if (finished_) {
+      finish_sent_ = true;
+      grpc::Status status = status_;
+      mu_.Unlock();
+      Finish(status);
+      return;
+    }
+    mu_.Unlock();
+  }
+
+  Call call_;
+  absl::Mutex mu_;
+  std::deque<GenerateStreamResponse> pending_ ABSL_GUARDED_BY(mu_);
+  GenerateStreamResponse current_;  // being written; touched only by the writer
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_sent_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSink {
+ public:
+  UnaryReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate, GenerateResponse* response)
+      : call_(models, config, gate), response_(response) {}
+
+  void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
+    if (absl::Status s = call_.Admit(context, request, this); !s.ok()) Finish(ToGrpc(s));
+  }
+
+  // Called from the scheduler thread only, before OnFinish; gRPC reads response_ after Finish.
+  void OnToken(int32_t token, const std::string& text) override {
+    response_->add_token_ids(token);
+    response_->mutable_text()->append(text);
+  }
+
+  void OnFinish(const std::string& tail, const GenerationResult& result) override {
+    response_->mutable_text()->append(tail);
+    FillSummary(call_.params(), call_.model(), result, response_);
+    Finish(ToGrpc(result.status));
+  }
+
+  void OnCancel() override { call_.Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  Call call_;
+  GenerateResponse* response_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStream(
+    grpc::CallbackServerContext* context, const GenerateRequest* request) {
+  auto* reactor = new StreamReactor(models_, config_, gate_);
+  reactor->Start(context, *request);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
+                                                      const GenerateRequest* request, GenerateResponse* response) {
+  auto* reactor = new UnaryReactor(models_, config_, gate_, response);
+  reactor->Start(context, *request);
+  return reactor;
+}
+
+}  // namespace autouvm::server

@@ -1,1 +1,93 @@
+// autouvmd: the inference daemon. `autouvmd` alone runs the embedded default config (config/autouvmd.yaml);
+// `--config FILE` reads a file instead, and flags override either. SIGTERM or SIGINT drains and exits 0.
+#include <CLI/CLI.hpp>
 
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "server/config.h"
+#include "server/daemon.h"
+#include "server/yaml_fields.h"
+
+namespace {
+
+// Writes the bound port to `path` atomically, so that a reader never sees a partial file.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << port << "\n";
+    if (!out.good()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Block the shutdown signals before any thread starts, so that only sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  CLI::App app{"autouvmd: serves LLMs larger than the GPU from CUDA unified memory"};
+  std::string config_path, listen, metrics_listen, repository, state_dir, drain_timeout, port_file;
+  int64_t threads = -1;
+  bool print_config = false;
+  app.add_option("--config", config_path, "YAML config file (default: the embedded config/autouvmd.yaml)");
+  app.add_option("--listen", listen, "gRPC address host:port (port 0: pick a free one); overrides server.listen");
+  app.add_option("--metrics-listen", metrics_listen, "overrides server.metrics_listen");
+  app.add_option("--model-repository", repository, "overrides repository.path");
+  app.add_option("--state-dir", state_dir, "overrides state_dir");
+  app.add_option("--drain-timeout", drain_timeout, "overrides server.drain_timeout (e.g. 30s)");
+  app.add_option("--threads", threads, "overrides runtime.intra_op_threads");
+  app.add_option("--port-file", port_file, "write the bound gRPC port to this file once listening");
+  app.add_flag("--print-default-config", print_config, "print the embedded default config and exit");
+  CLI11_PARSE(app, argc, argv);
+  if (print_config) {
+    std::cout << autouvm::server::EmbeddedDefaultConfig();
+    return 0;
+  }
+
+  auto config = autouvm::server::LoadServerConfig(config_path);
+  if (!config.ok()) {
+    std::cerr << "autouvmd: invalid configuration: " << config.status().message() << "\n";
+    return 2;
+  }
+  if (!listen.empty()) config->listen = listen;
+  if (app.count("--metrics-listen")) config->metrics_listen = metrics_listen;
+  if (!repository.empty()) config->model_repository = repository;
+  if (!state_dir.empty()) config->state_dir = state_dir;
+  if (threads >= 0) config->intra_op_threads = threads;
+  if (!drain_timeout.empty()) {
+    if (!autouvm::server::ParseDurationMs(drain_timeout, &config->drain_timeout_ms).ok()) {
+      std::cerr << "autouvmd: invalid configuration: --drain-timeout: expected a duration such as 30s\n";
+      return 2;
+    }
+  }
+
+  auto daemon = autouvm::server::Daemon::Start(*config);
+  if (!daemon.ok()) {
+    std::cerr << "autouvmd: cannot start: " << daemon.status().message() << "\n";
+    return 1;
+  }
+  if (!port_file.empty() && !WritePortFile(port_file, (*daemon)->port())) {
+    std::cerr << "autouvmd: cannot write --port-file " << port_file << "\n";
+    return 1;
+  }
+  std::cerr << "autouvmd: try  autouvm-cli --addr 127.0.0.1:" << (*daemon)->port()
+            << " generate --model " << (config->generate_default_model.empty() ? "NAME" : config->generate_default_model)
+            << " --prompt 'Hello'\n";
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "autouvmd: received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "\n";
+  (*daemon)->Drain();
+  return 0;
+}

@@ -1,1 +1,110 @@
+#include "server/model_manager.h"
 
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "server/llama_builder.h"
+
+namespace autouvm::server {
+
+namespace fs = std::filesystem;
+
+ModelManager::ModelManager(const ServerConfig& config, const runtime::Clock* clock) : config_(config), clock_(clock) {}
+
+ModelManager::~ModelManager() { Shutdown(absl::ZeroDuration()); }
+
+absl::Status ModelManager::LoadAll() {
+  const fs::path repo(config_.model_repository);
+  std::error_code ec;
+  fs::create_directories(repo, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("repository.path: cannot create ", repo.string(), ": ", ec.message()));
+  if (!config_.generate_default_model.empty() && !fs::exists(repo / config_.generate_default_model / "model.yaml")) {
+    std::cerr << "autouvmd: generating the default model " << (repo / config_.generate_default_model).string() << "\n";
+    RETURN_IF_ERROR(WriteLlamaModel(DefaultTinyModelConfig(config_.generate_default_model), 0, repo.string()));
+  }
+  std::vector<ServedModel*> to_load;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& entry : fs::directory_iterator(repo, ec)) {
+      if (!entry.is_directory() || !fs::exists(entry.path() / "model.yaml")) continue;
+      auto m = std::make_unique<ServedModel>();
+      m->name = entry.path().filename().string();
+      m->dir = entry.path().string();
+      m->settings = config_.SettingsFor(m->name);
+      to_load.push_back(m.get());
+      states_[m->name] = ModelState::kLoading;
+      models_[m->name] = std::move(m);
+    }
+    if (ec) return absl::FailedPreconditionError(absl::StrCat("repository.path: cannot list ", repo.string(), ": ", ec.message()));
+  }
+  for (ServedModel* m : to_load) {
+    absl::Status s = LoadOne(m);
+    absl::MutexLock lock(&mu_);
+    if (s.ok()) {
+      states_[m->name] = ModelState::kReady;
+      std::cerr << "autouvmd: model " << m->name << " ready (" << m->runner->parameter_count() << " parameters, "
+                << m->config.dtype << ", max_batch " << m->settings.max_batch << ")\n";
+    } else {
+      states_[m->name] = ModelState::kFailed;
+      errors_[m->name] = std::string(s.message());
+      std::cerr << "autouvmd: model " << m->name << " failed to load: " << s.message() << "\n";
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  loaded_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::LoadOne(ServedModel* m) {
+  ASSIGN_OR_RETURN(m->config, LoadModelConfig((fs::path(m->dir) / "model.yaml").string()));
+  if (m->config.name != m->name) {
+    return absl::InvalidArgumentError(absl::StrCat(m->dir, "/model.yaml: name '", m->config.name,
+                                                   "' differs from the directory name '", m->name, "'"));
+  }
+  ASSIGN_OR_RETURN(m->tokenizer, CreateTokenizer(m->config, m->dir));
+  ASSIGN_OR_RETURN(m->runner, ModelRunner::Create(m->dir, m->config, static_cast<int>(m->settings.max_batch)));
+  SchedulerOptions options;
+  options.max_batch = static_cast<int>(m->settings.max_batch);
+  options.max_queue = static_cast<int>(m->settings.max_queue);
+  m->scheduler = std::make_unique<Scheduler>(m->runner.get(), m->tokenizer.get(), options, clock_);
+  return absl::OkStatus();
+}
+
+bool ModelManager::loaded() const {
+  absl::MutexLock lock(&mu_);
+  return loaded_;
+}
+
+ModelView ModelManager::Find(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return {nullptr, ModelState::kFailed, ""};
+  auto err = errors_.find(name);
+  return {it->second.get(), states_.at(name), err == errors_.end() ? "" : err->second};
+}
+
+std::vector<ModelView> ModelManager::List() const {
+  std::vector<std::string> names;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& kv : models_) names.push_back(kv.first);
+  }
+  std::vector<ModelView> out;
+  for (const auto& n : names) out.push_back(Find(n));
+  return out;
+}
+
+void ModelManager::Shutdown(absl::Duration grace) {
+  std::vector<Scheduler*> schedulers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& kv : models_) {
+      if (states_[kv.first] == ModelState::kReady) schedulers.push_back(kv.second->scheduler.get());
+    }
+  }
+  for (Scheduler* s : schedulers) s->Shutdown(grace);
+}
+
+}  // namespace autouvm::server

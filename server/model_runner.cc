@@ -1,5 +1,6 @@
 #include "server/model_runner.h"
 
+#include <ATen/Parallel.h>
 #include <torch/script.h>
 
 #include <filesystem>
@@ -163,5 +164,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int
     return TorchError("full forward", e);
   }
 }
+
+void SetIntraOpThreads(int threads) { at::set_num_threads(threads); }
 
 }  // namespace autouvm::server

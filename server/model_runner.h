@@ -61,4 +61,7 @@ class ModelRunner {
   std::string compute_dtype_;
 };
 
+// Sets libtorch's intra-op thread pool size for the process (call once, before models run).
+void SetIntraOpThreads(int threads);
+
 }  // namespace autouvm::server

@@ -1,0 +1,53 @@
+// Daemon: assembles autouvmd — model manager, gRPC server (Generation, Admin, grpc.health.v1, reflection)
+// — starts serving at once with health NOT_SERVING, loads the models in the background, then turns
+// health SERVING. Drain() is the SIGTERM path: NOT_SERVING, new calls get UNAVAILABLE, calls in flight
+// get up to server.drain_timeout to finish, then the server stops.
+//
+// Thread-safety: Start and Drain are called from the main thread; port() from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "runtime/clock.h"
+#include "server/config.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace autouvm::server {
+
+class ModelManager;
+class ServingGate;
+class GenerationService;
+class AdminService;
+
+class Daemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const ServerConfig& config);
+  ~Daemon();
+
+  int port() const { return port_; }
+  // Blocks until every model has been tried.
+  void WaitLoaded();
+  // Returns once the server has stopped; true if every in-flight call finished within the drain timeout.
+  bool Drain();
+
+ private:
+  explicit Daemon(const ServerConfig& config);
+
+  ServerConfig config_;
+  runtime::RealClock clock_;
+  std::unique_ptr<ModelManager> models_;
+  std::unique_ptr<ServingGate> gate_;
+  std::unique_ptr<GenerationService> generation_;
+  std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread loader_;
+  int port_ = 0;
+};
+
+}  // namespace autouvm::server

@@ -1,0 +1,71 @@
+// ModelManager: the models the daemon serves. It scans the model repository (writing the embedded tiny
+// default model first if configured and missing), loads each entry into a ServedModel — tokenizer,
+// ModelRunner, Scheduler — and keeps the ones that fail to load listed with their error, so one bad
+// model never stops the others.
+//
+// Thread-safety: LoadAll runs once, on any thread; Find, List and Shutdown may be called concurrently
+// with it and with each other. A ServedModel's scheduler and tokenizer are immutable once it is READY.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/clock.h"
+#include "server/config.h"
+#include "server/model_config.h"
+#include "server/model_runner.h"
+#include "server/scheduler.h"
+#include "server/tokenizer.h"
+
+namespace autouvm::server {
+
+enum class ModelState { kLoading, kReady, kFailed };
+
+struct ServedModel {
+  std::string name;
+  std::string dir;
+  ModelSettings settings;
+  // Set before the state becomes kReady, then never changed.
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+struct ModelView {
+  const ServedModel* model;  // runner/scheduler/tokenizer usable only when state == kReady
+  ModelState state;
+  std::string error;
+};
+
+class ModelManager {
+ public:
+  ModelManager(const ServerConfig& config, const runtime::Clock* clock);
+  ~ModelManager();
+
+  // Loads every entry of the repository; returns an error only if the repository itself is unusable.
+  absl::Status LoadAll();
+  bool loaded() const;
+  // nullopt-like: model == nullptr when the name is unknown.
+  ModelView Find(const std::string& name) const;
+  std::vector<ModelView> List() const;
+  // Stops every scheduler (see Scheduler::Shutdown).
+  void Shutdown(absl::Duration grace);
+
+ private:
+  absl::Status LoadOne(ServedModel* model);
+
+  const ServerConfig config_;
+  const runtime::Clock* clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<ServedModel>> models_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ModelState> states_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> errors_ ABSL_GUARDED_BY(mu_);
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace autouvm::server
