@@ -45,6 +45,8 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_queued_requests(stats.queued);
   out->set_requests_total(stats.requests_total);
   out->set_tokens_generated_total(stats.tokens_generated_total);
+  out->set_decode_steps_total(stats.decode_steps_total);
+  out->set_decode_rows_total(stats.batched_rows_total);
 }
 
 grpc::ServerUnaryReactor* AdminService::ListModels(grpc::CallbackServerContext* context,

@@ -8,6 +8,12 @@
 #include "absl/strings/strip.h"
 
 namespace autouvm::server {
+namespace {
+
+// A key that is missing, or present with no value (`key:` or `key: ~`), keeps its default.
+bool Absent(const YAML::Node& n) { return !n.IsDefined() || n.IsNull(); }
+
+}  // namespace
 
 YamlFields::YamlFields(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {
   if (node_ && !node_.IsNull() && !node_.IsMap()) {
@@ -27,21 +33,23 @@ void YamlFields::Fail(const std::string& key, const std::string& what) {
 YAML::Node YamlFields::Take(const std::string& key) {
   known_.insert(key);
   if (!status_.ok() || !node_ || !node_.IsMap()) return YAML::Node();
-  YAML::Node child = node_[key];
+  // Const lookup: yaml-cpp's non-const operator[] would insert the key into the document.
+  const YAML::Node& map = node_;
+  YAML::Node child = map[key];
   if (!child || child.IsNull()) return YAML::Node();
   return child;
 }
 
 void YamlFields::String(const std::string& key, std::string* out) {
   YAML::Node n = Take(key);
-  if (!n) return;
+  if (Absent(n)) return;
   if (!n.IsScalar()) return Fail(key, "expected a string");
   *out = n.Scalar();
 }
 
 void YamlFields::Int(const std::string& key, int64_t* out, int64_t min, int64_t max) {
   YAML::Node n = Take(key);
-  if (!n) return;
+  if (Absent(n)) return;
   int64_t v = 0;
   if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v)) return Fail(key, "expected an integer");
   if (v < min || v > max) {
@@ -52,7 +60,7 @@ void YamlFields::Int(const std::string& key, int64_t* out, int64_t min, int64_t 
 
 void YamlFields::Double(const std::string& key, double* out, double min, double max) {
   YAML::Node n = Take(key);
-  if (!n) return;
+  if (Absent(n)) return;
   double v = 0;
   if (!n.IsScalar() || !absl::SimpleAtod(n.Scalar(), &v) || !std::isfinite(v)) {
     return Fail(key, "expected a number");
@@ -65,7 +73,7 @@ void YamlFields::Double(const std::string& key, double* out, double min, double 
 
 void YamlFields::Bool(const std::string& key, bool* out) {
   YAML::Node n = Take(key);
-  if (!n) return;
+  if (Absent(n)) return;
   const std::string& s = n.IsScalar() ? n.Scalar() : std::string();
   if (s == "true" || s == "yes" || s == "on") {
     *out = true;
@@ -78,7 +86,7 @@ void YamlFields::Bool(const std::string& key, bool* out) {
 
 void YamlFields::StringList(const std::string& key, std::vector<std::string>* out) {
   YAML::Node n = Take(key);
-  if (!n) return;
+  if (Absent(n)) return;
   if (!n.IsSequence()) return Fail(key, "expected a list of strings");
   out->clear();
   for (const auto& item : n) {
@@ -89,7 +97,7 @@ void YamlFields::StringList(const std::string& key, std::vector<std::string>* ou
 
 void YamlFields::DurationMs(const std::string& key, int64_t* out_ms, int64_t min_ms, int64_t max_ms) {
   YAML::Node n = Take(key);
-  if (!n) return;
+  if (Absent(n)) return;
   int64_t ms = 0;
   if (!n.IsScalar() || !ParseDurationMs(n.Scalar(), &ms).ok()) {
     return Fail(key, "expected a duration such as 30s, 500ms or 2m");
@@ -102,7 +110,7 @@ void YamlFields::DurationMs(const std::string& key, int64_t* out_ms, int64_t min
 
 YAML::Node YamlFields::Map(const std::string& key) {
   YAML::Node n = Take(key);
-  if (n && !n.IsMap()) {
+  if (!Absent(n) && !n.IsMap()) {
     Fail(key, "expected a mapping of keys to values");
     return YAML::Node();
   }

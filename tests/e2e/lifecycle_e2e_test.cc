@@ -1,0 +1,165 @@
+// End-to-end: the daemon's life — health before and after loading, a full queue, a model that fails to
+// load while others serve, SIGTERM draining, and start-up errors.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "server/llama_builder.h"
+#include "tests/e2e/daemon_process.h"
+
+namespace autouvm::testing {
+namespace {
+
+using autouvm::v1::GenerateRequest;
+using autouvm::v1::GenerateStreamResponse;
+using grpc::health::v1::HealthCheckResponse;
+
+GenerateRequest LongRequest(uint32_t max_tokens) {
+  GenerateRequest r;
+  r.set_model("tiny-llama");
+  r.set_text("a long one");
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0);
+  return r;
+}
+
+HealthCheckResponse::ServingStatus Health(DaemonProcess& d) {
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  HealthCheckResponse resp;
+  EXPECT_TRUE(d.health()->Check(&ctx, req, &resp).ok());
+  return resp.status();
+}
+
+grpc::Status Unary(DaemonProcess& d, const GenerateRequest& req) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  autouvm::v1::GenerateResponse resp;
+  return d.generation()->Generate(&ctx, req, &resp);
+}
+
+TEST(LifecycleE2E, HealthIsNotServingUntilTheModelsAreLoaded) {
+  DaemonProcess d({.generate_default_model = false});
+  // The entry's model.yaml is a FIFO: loading blocks on it until the test writes the file's text.
+  const server::ModelConfig c = server::DefaultTinyModelConfig("tiny-llama");
+  ASSERT_TRUE(server::WriteLlamaModel(c, 3, d.repository()).ok());
+  const std::string yaml = d.repository() + "/tiny-llama/model.yaml";
+  std::ifstream in(yaml);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(yaml);
+  ASSERT_EQ(mkfifo(yaml.c_str(), 0644), 0);
+
+  ASSERT_TRUE(d.Start()) << d.Log();
+  EXPECT_EQ(Health(d), HealthCheckResponse::NOT_SERVING);
+  grpc::Status s = Unary(d, LongRequest(2));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("loading"), std::string::npos) << s.error_message();
+
+  std::ofstream(yaml) << text;  // unblocks the loader
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  EXPECT_TRUE(Unary(d, LongRequest(2)).ok());
+}
+
+TEST(LifecycleE2E, FullQueueIsResourceExhausted) {
+  DaemonProcess d({.config_yaml = "models: {tiny-llama: {max_batch: 1, max_queue: 1}}"});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING));
+  // A occupies the only slot, B waits in the only queue place, C is turned away.
+  grpc::ClientContext ctx_a, ctx_b;
+  auto a = d.generation()->GenerateStream(&ctx_a, LongRequest(450));
+  GenerateStreamResponse msg;
+  ASSERT_TRUE(a->Read(&msg));
+  auto b = d.generation()->GenerateStream(&ctx_b, LongRequest(450));
+  for (int i = 0; i < 3000; ++i) {
+    grpc::ClientContext ctx;
+    autouvm::v1::GetModelStatusRequest req;
+    req.set_model("tiny-llama");
+    autouvm::v1::ModelStatus st;
+    ASSERT_TRUE(d.admin()->GetModelStatus(&ctx, req, &st).ok());
+    if (st.queued_requests() == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  grpc::Status c = Unary(d, LongRequest(2));
+  EXPECT_EQ(c.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << c.error_message();
+  EXPECT_NE(c.error_message().find("queue"), std::string::npos);
+  ctx_a.TryCancel();
+  ctx_b.TryCancel();
+  while (a->Read(&msg)) {
+  }
+  while (b->Read(&msg)) {
+  }
+  EXPECT_EQ(a->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(b->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST(LifecycleE2E, SigtermDrainsTheRequestInFlightThenExitsZero) {
+  DaemonProcess d({.extra_args = {"--drain-timeout", "60s"}});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING));
+  grpc::ClientContext ctx;
+  auto stream = d.generation()->GenerateStream(&ctx, LongRequest(300));
+  GenerateStreamResponse msg;
+  ASSERT_TRUE(stream->Read(&msg));  // generating
+
+  d.Signal(SIGTERM);
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::NOT_SERVING)) << d.Log();
+  grpc::Status late = Unary(d, LongRequest(2));
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE) << late.error_message();
+
+  int tokens = 1;
+  bool final_seen = false;
+  while (stream->Read(&msg)) {
+    tokens += msg.has_chunk() ? msg.chunk().token_ids_size() : 0;
+    if (msg.has_final()) {
+      final_seen = true;
+      EXPECT_EQ(msg.final().finish_reason(), autouvm::v1::FINISH_REASON_LENGTH);
+    }
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_TRUE(final_seen);
+  EXPECT_EQ(tokens, 300);
+  EXPECT_EQ(d.Wait(), 0) << d.Log();
+}
+
+TEST(LifecycleE2E, ABrokenModelFailsAloneAndTheOthersServe) {
+  DaemonProcess d;
+  std::filesystem::create_directories(d.repository() + "/broken");
+  // Everything right but n_heads, which does not divide dim.
+  std::ofstream(d.repository() + "/broken/model.yaml")
+      << "name: broken\nvocab_size: 320\ndim: 64\nn_layers: 1\nn_heads: 5\nn_kv_heads: 1\nffn_dim: 8\n"
+         "max_seq: 16\nbos_id: 256\neos_id: 257\n";
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  grpc::ClientContext ctx;
+  autouvm::v1::ListModelsResponse list;
+  ASSERT_TRUE(d.admin()->ListModels(&ctx, {}, &list).ok());
+  ASSERT_EQ(list.models_size(), 2);
+  for (const auto& m : list.models()) {
+    if (m.name() == "broken") {
+      EXPECT_EQ(m.state(), autouvm::v1::MODEL_STATE_FAILED);
+      EXPECT_NE(m.error().find("n_heads"), std::string::npos) << m.error();
+    } else {
+      EXPECT_EQ(m.state(), autouvm::v1::MODEL_STATE_READY);
+    }
+  }
+  GenerateRequest req = LongRequest(2);
+  req.set_model("broken");
+  grpc::Status s = Unary(d, req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(Unary(d, LongRequest(2)).ok());
+}
+
+TEST(LifecycleE2E, InvalidConfigStopsStartupNamingTheKey) {
+  DaemonProcess d({.config_yaml = "server:\n  drain_timeout: soon\n"});
+  EXPECT_FALSE(d.Start());
+  EXPECT_EQ(d.Wait(), 2);
+  EXPECT_NE(d.Log().find("server.drain_timeout"), std::string::npos) << d.Log();
+}
+
+}  // namespace
+}  // namespace autouvm::testing

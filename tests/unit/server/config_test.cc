@@ -1,0 +1,179 @@
+// ParseServerConfig / LoadServerConfig: the embedded default, strict keys and types, per-model settings.
+#include "server/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "tests/testing/temp_dir.h"
+
+namespace autouvm::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kOrigin[] = "test.yaml";
+
+// Parses `yaml` and expects INVALID_ARGUMENT whose message names `key` (a dotted path) as the culprit.
+void ExpectInvalid(const std::string& yaml, const std::string& key) {
+  SCOPED_TRACE(yaml);
+  auto c = ParseServerConfig(yaml, kOrigin);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(c.status().message());
+  EXPECT_THAT(message, HasSubstr(key + ":"));
+  EXPECT_THAT(message, HasSubstr(kOrigin));
+}
+
+TEST(ServerConfigTest, EmbeddedDefaultParses) {
+  auto c = ParseServerConfig(EmbeddedDefaultConfig(), "embedded");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "127.0.0.1:50051");
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9400");
+  EXPECT_EQ(c->drain_timeout_ms, 30000);
+  EXPECT_EQ(c->backend, "cpu");
+  EXPECT_EQ(c->model_defaults.max_batch, 8);
+  EXPECT_EQ(c->model_defaults.max_tokens_limit, 4096);
+  EXPECT_TRUE(c->models.empty());
+  EXPECT_EQ(c->limits.max_stop_strings, 16);
+}
+
+TEST(ServerConfigTest, LoadWithEmptyPathIsTheEmbeddedDefault) {
+  auto c = LoadServerConfig("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "127.0.0.1:50051");
+}
+
+TEST(ServerConfigTest, EmptyDocumentGivesBuiltInDefaults) {
+  auto c = ParseServerConfig("", kOrigin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "127.0.0.1:50051");
+  EXPECT_EQ(c->model_defaults.default_max_tokens, 128);
+}
+
+TEST(ServerConfigTest, FileValuesReplaceDefaultsKeyByKey) {
+  auto c = ParseServerConfig("server:\n  listen: 0.0.0.0:0\nlimits:\n  max_stop_strings: 3\n", kOrigin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "0.0.0.0:0");
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9400");  // untouched
+  EXPECT_EQ(c->limits.max_stop_strings, 3);
+  EXPECT_EQ(c->limits.max_stop_string_bytes, 256);
+}
+
+TEST(ServerConfigTest, UnknownTopLevelKeyIsNamed) { ExpectInvalid("serverr:\n  listen: 127.0.0.1:1\n", "serverr"); }
+
+TEST(ServerConfigTest, UnknownNestedKeyIsNamedByDottedPath) {
+  ExpectInvalid("server:\n  lisen: 127.0.0.1:1\n", "server.lisen");
+  ExpectInvalid("limits: {max_prompt_byte: 10}\n", "limits.max_prompt_byte");
+  ExpectInvalid("models:\n  m1:\n    max_bach: 2\n", "models.m1.max_bach");
+}
+
+TEST(ServerConfigTest, BadDurationIsNamed) { ExpectInvalid("server:\n  drain_timeout: soon\n", "server.drain_timeout"); }
+
+TEST(ServerConfigTest, ZeroMaxBatchIsNamed) { ExpectInvalid("model_defaults:\n  max_batch: 0\n", "model_defaults.max_batch"); }
+
+TEST(ServerConfigTest, NonIntegerMaxBatchIsNamed) {
+  ExpectInvalid("model_defaults:\n  max_batch: many\n", "model_defaults.max_batch");
+}
+
+TEST(ServerConfigTest, ListenWithoutPortIsNamed) { ExpectInvalid("server:\n  listen: nohost\n", "server.listen"); }
+
+TEST(ServerConfigTest, ListenWithBadPortIsNamed) {
+  ExpectInvalid("server:\n  listen: 127.0.0.1:70000\n", "server.listen");
+  ExpectInvalid("server:\n  listen: ':80'\n", "server.listen");
+  ExpectInvalid("server:\n  metrics_listen: localhost:http\n", "server.metrics_listen");
+}
+
+TEST(ServerConfigTest, EmptyMetricsListenDisablesMetrics) {
+  auto c = ParseServerConfig("server:\n  metrics_listen: ''\n", kOrigin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_listen, "");
+}
+
+TEST(ServerConfigTest, UnavailableBackendIsNamed) { ExpectInvalid("runtime:\n  backend: tpu\n", "runtime.backend"); }
+
+TEST(ServerConfigTest, NegativeLimitIsNamed) { ExpectInvalid("limits:\n  max_stop_strings: -1\n", "limits.max_stop_strings"); }
+
+TEST(ServerConfigTest, DefaultMaxTokensAboveLimitIsNamed) {
+  ExpectInvalid("model_defaults:\n  default_max_tokens: 500\n  max_tokens_limit: 100\n",
+                "model_defaults.default_max_tokens");
+  // Also when a per-model limit drops below the inherited default.
+  ExpectInvalid("models:\n  m1:\n    max_tokens_limit: 64\n", "models.m1.default_max_tokens");
+}
+
+TEST(ServerConfigTest, SectionThatIsNotAMappingIsNamed) { ExpectInvalid("server: 5\n", "server"); }
+
+TEST(ServerConfigTest, EmptyRepositoryPathIsNamed) { ExpectInvalid("repository:\n  path: ''\n", "repository.path"); }
+
+TEST(ServerConfigTest, PerModelSettingsOverrideAndInheritDefaults) {
+  // `models` comes first in the file: inheritance must not depend on key order.
+  auto c = ParseServerConfig(
+      "models: {m1: {max_batch: 3}, m2: {max_queue: 0}}\n"
+      "model_defaults:\n  max_batch: 5\n  max_queue: 10\n  default_max_tokens: 20\n  max_tokens_limit: 40\n",
+      kOrigin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ModelSettings& m1 = c->SettingsFor("m1");
+  EXPECT_EQ(m1.max_batch, 3);
+  EXPECT_EQ(m1.max_queue, 10);
+  EXPECT_EQ(m1.default_max_tokens, 20);
+  EXPECT_EQ(m1.max_tokens_limit, 40);
+  const ModelSettings& m2 = c->SettingsFor("m2");
+  EXPECT_EQ(m2.max_batch, 5);
+  EXPECT_EQ(m2.max_queue, 0);
+  const ModelSettings& other = c->SettingsFor("unlisted");
+  EXPECT_EQ(other.max_batch, 5);
+  EXPECT_EQ(other.max_queue, 10);
+}
+
+TEST(ServerConfigTest, DurationsTakeSuffixesOrBareSeconds) {
+  const std::pair<const char*, int64_t> cases[] = {
+      {"500ms", 500}, {"2m", 120000}, {"30", 30000}, {"45s", 45000}, {"1.5s", 1500}, {"0", 0}, {"1h", 3600000}};
+  for (const auto& [text, ms] : cases) {
+    auto c = ParseServerConfig(std::string("server:\n  drain_timeout: ") + text + "\n", kOrigin);
+    ASSERT_TRUE(c.ok()) << text << ": " << c.status();
+    EXPECT_EQ(c->drain_timeout_ms, ms) << text;
+  }
+}
+
+TEST(ServerConfigTest, DurationOutOfRangeIsNamed) {
+  ExpectInvalid("server:\n  drain_timeout: 2h\n", "server.drain_timeout");  // at most 1h
+  ExpectInvalid("server:\n  drain_timeout: -5s\n", "server.drain_timeout");
+}
+
+TEST(ServerConfigTest, InvalidYamlNamesTheOrigin) {
+  auto c = ParseServerConfig("server: [unclosed\n  listen: x\n", "my-config.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("my-config.yaml"));
+}
+
+TEST(ServerConfigTest, LoadMissingFileIsNotFound) {
+  testing::TempDir dir;
+  const std::string path = dir.Sub("absent.yaml");
+  auto c = LoadServerConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(path));
+}
+
+TEST(ServerConfigTest, LoadReadsFileAndNamesItInErrors) {
+  testing::TempDir dir;
+  const std::string good = dir.Sub("good.yaml");
+  std::ofstream(good) << "server:\n  listen: 127.0.0.1:0\n";
+  auto c = LoadServerConfig(good);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "127.0.0.1:0");
+
+  const std::string bad = dir.Sub("bad.yaml");
+  std::ofstream(bad) << "server:\n  lisen: 127.0.0.1:0\n";
+  auto b = LoadServerConfig(bad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr(bad));
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("server.lisen"));
+}
+
+}  // namespace
+}  // namespace autouvm::server
