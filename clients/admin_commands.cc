@@ -1,0 +1,151 @@
+// The `models` and `status` subcommands over autouvm.v1.Admin.
+#include "clients/admin_commands.h"
+
+#include <grpcpp/client_context.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "autouvm/v1/admin.grpc.pb.h"
+#include "clients/interrupt_watcher.h"
+#include "clients/json_output.h"
+#include "clients/status_names.h"
+
+namespace autouvm::cli {
+namespace {
+
+using autouvm::v1::ModelStatus;
+
+std::string StateName(autouvm::v1::ModelState state) {
+  std::string name = autouvm::v1::ModelState_Name(state);
+  constexpr std::string_view kPrefix = "MODEL_STATE_";
+  if (name.starts_with(kPrefix)) name.erase(0, kPrefix.size());
+  return name.empty() ? std::to_string(static_cast<int>(state)) : name;
+}
+
+// 15191712 -> "15.2M"; 0 (not known yet, e.g. while loading) -> "-".
+std::string HumanCount(int64_t n) {
+  if (n <= 0) return "-";
+  if (n >= 1'000'000'000) return absl::StrFormat("%.2fB", n / 1e9);
+  if (n >= 1'000'000) return absl::StrFormat("%.1fM", n / 1e6);
+  if (n >= 1'000) return absl::StrFormat("%.1fK", n / 1e3);
+  return absl::StrCat(n);
+}
+
+// Left-aligned columns two spaces apart; the last column is not padded.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+  std::cout.flush();
+}
+
+void PrintModels(const autouvm::v1::ListModelsResponse& response) {
+  std::vector<std::vector<std::string>> rows = {{"NAME", "STATE", "DTYPE", "PARAMS", "MAX_SEQ", "ACTIVE/QUEUED"}};
+  for (const ModelStatus& model : response.models()) {
+    const auto& info = model.info();
+    rows.push_back({model.name(), StateName(model.state()), info.dtype().empty() ? "-" : info.dtype(),
+                    HumanCount(info.parameters()), info.max_seq() > 0 ? absl::StrCat(info.max_seq()) : "-",
+                    absl::StrCat(model.active_requests(), "/", model.queued_requests())});
+  }
+  PrintTable(rows);
+}
+
+void PrintStatus(const ModelStatus& status) {
+  auto line = [](std::string_view key, const auto& value) { std::cout << key << ": " << value << "\n"; };
+  line("name", status.name());
+  line("state", StateName(status.state()));
+  if (!status.error().empty()) line("error", status.error());
+  line("backend", status.backend());
+  if (status.has_info()) {
+    const auto& info = status.info();
+    line("architecture", info.architecture());
+    line("dtype", info.dtype());
+    line("parameters", info.parameters());
+    line("parameter_bytes", info.parameter_bytes());
+    line("vocab_size", info.vocab_size());
+    line("dim", info.dim());
+    line("n_layers", info.n_layers());
+    line("n_heads", info.n_heads());
+    line("n_kv_heads", info.n_kv_heads());
+    line("ffn_dim", info.ffn_dim());
+    line("max_seq", info.max_seq());
+    line("tokenizer", info.tokenizer());
+    line("bos_id", info.bos_id());
+    line("eos_id", info.eos_id());
+  }
+  line("max_batch", status.max_batch());
+  line("max_queue", status.max_queue());
+  line("active_requests", status.active_requests());
+  line("queued_requests", status.queued_requests());
+  line("requests_total", status.requests_total());
+  line("tokens_generated_total", status.tokens_generated_total());
+  line("kv_cache_bytes", status.kv_cache_bytes());
+  line("decode_steps_total", status.decode_steps_total());
+  line("decode_rows_total", status.decode_rows_total());
+  std::cout.flush();
+}
+
+// Makes one Admin call with the deadline and Ctrl-C handling every command gets.
+template <typename Request, typename Response, typename Method>
+int CallAdmin(const ConnectionFlags& connection, Method method, const Request& request, Response* response) {
+  auto stub = autouvm::v1::Admin::NewStub(MakeChannel(connection));
+  grpc::ClientContext context;
+  ApplyDeadline(connection, &context);
+  InterruptWatcher watcher(&context);
+  const grpc::Status status = ((*stub).*method)(&context, request, response);
+  if (watcher.Stop()) return ReportInterrupted();
+  return status.ok() ? kExitOk : ReportRpcError(status);
+}
+
+}  // namespace
+
+CLI::App* AddModelsCommand(CLI::App* app, ModelsFlags* flags) {
+  CLI::App* cmd = app->add_subcommand("models", "List the served models and their state");
+  cmd->add_flag("--json", flags->json, "Print the ListModelsResponse as one JSON line");
+  return cmd;
+}
+
+CLI::App* AddStatusCommand(CLI::App* app, StatusFlags* flags) {
+  CLI::App* cmd = app->add_subcommand("status", "Show one model's status");
+  cmd->add_option("model", flags->model, "Model name")->required();
+  cmd->add_flag("--json", flags->json, "Print the ModelStatus as one JSON line");
+  return cmd;
+}
+
+int RunModels(const ModelsFlags& flags, const ConnectionFlags& connection) {
+  autouvm::v1::ListModelsResponse response;
+  const int exit_code =
+      CallAdmin(connection, &autouvm::v1::Admin::Stub::ListModels, autouvm::v1::ListModelsRequest(), &response);
+  if (exit_code != kExitOk) return exit_code;
+  flags.json ? PrintJsonLine(response) : PrintModels(response);
+  return kExitOk;
+}
+
+int RunStatus(const StatusFlags& flags, const ConnectionFlags& connection) {
+  autouvm::v1::GetModelStatusRequest request;
+  request.set_model(flags.model);
+  ModelStatus response;
+  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::GetModelStatus, request, &response);
+  if (exit_code != kExitOk) return exit_code;
+  flags.json ? PrintJsonLine(response) : PrintStatus(response);
+  return kExitOk;
+}
+
+}  // namespace autouvm::cli

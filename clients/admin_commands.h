@@ -1,0 +1,34 @@
+// `autouvm-cli models` and `autouvm-cli status MODEL`: what autouvm.v1.Admin reports.
+//
+// Usage: AddModelsCommand / AddStatusCommand before parsing; RunModels / RunStatus if parsed. `models`
+// prints a table, `status` prints `key: value` lines (keys are the ModelStatus / ModelInfo field names);
+// with --json either prints the response as one JSON line. Returns the process exit status
+// (status_names.h). Thread-safety: run from main's thread only.
+#pragma once
+
+#include <string>
+
+#include "clients/connection.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace autouvm::cli {
+
+struct ModelsFlags {
+  bool json = false;
+};
+
+struct StatusFlags {
+  std::string model;
+  bool json = false;
+};
+
+CLI::App* AddModelsCommand(CLI::App* app, ModelsFlags* flags);
+CLI::App* AddStatusCommand(CLI::App* app, StatusFlags* flags);
+
+int RunModels(const ModelsFlags& flags, const ConnectionFlags& connection);
+int RunStatus(const StatusFlags& flags, const ConnectionFlags& connection);
+
+}  // namespace autouvm::cli

@@ -1,0 +1,66 @@
+// autouvm-cli: a command-line client for autouvmd, over gRPC only.
+//
+//   autouvm-cli [--addr HOST:PORT] [--timeout SECONDS] <generate|models|status|health> [options]
+//
+// Exit status: 0 success, 1 RPC error (or `health` not SERVING), 2 bad command line, 130 Ctrl-C.
+// docs/cli.md is the reference.
+#include <CLI/CLI.hpp>
+
+#include "clients/admin_commands.h"
+#include "clients/connection.h"
+#include "clients/generate_command.h"
+#include "clients/health_command.h"
+#include "clients/interrupt_watcher.h"
+#include "clients/status_names.h"
+
+#ifndef AUTOUVM_VERSION
+#define AUTOUVM_VERSION "unknown"
+#endif
+
+namespace autouvm::cli {
+namespace {
+
+constexpr double kMaxTimeoutSeconds = 1e6;  // keeps now + timeout far from the clock's range
+
+int Main(int argc, char** argv) {
+  BlockInterrupts();  // before gRPC starts threads; see Note [Cancelling on SIGINT]
+
+  CLI::App app("Command-line client for autouvmd", "autouvm-cli");
+  app.set_version_flag("--version", AUTOUVM_VERSION);
+  app.fallthrough();  // global options may also follow the subcommand
+  app.require_subcommand(1);
+
+  ConnectionFlags connection;
+  app.add_option("--addr", connection.addr, "Server address")->capture_default_str();
+  app.add_option("--timeout", connection.timeout_s, "Per-call deadline in seconds; 0: none")->capture_default_str();
+
+  GenerateFlags generate_flags;
+  ModelsFlags models_flags;
+  StatusFlags status_flags;
+  HealthFlags health_flags;
+  const CLI::App* generate = AddGenerateCommand(&app, &generate_flags);
+  const CLI::App* models = AddModelsCommand(&app, &models_flags);
+  const CLI::App* status = AddStatusCommand(&app, &status_flags);
+  const CLI::App* health = AddHealthCommand(&app, &health_flags);
+
+  try {
+    app.parse(argc, argv);
+    if (!(connection.timeout_s >= 0 && connection.timeout_s <= kMaxTimeoutSeconds)) {  // NaN fails too
+      throw CLI::ValidationError("--timeout", "must be between 0 and 1000000 seconds");
+    }
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" with exit code 0; everything else is a usage error.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+
+  if (generate->parsed()) return RunGenerate(generate_flags, connection);
+  if (models->parsed()) return RunModels(models_flags, connection);
+  if (status->parsed()) return RunStatus(status_flags, connection);
+  if (health->parsed()) return RunHealth(health_flags, connection);
+  return kExitUsage;  // unreachable: require_subcommand(1)
+}
+
+}  // namespace
+}  // namespace autouvm::cli
+
+int main(int argc, char** argv) { return autouvm::cli::Main(argc, argv); }
