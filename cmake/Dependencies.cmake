@@ -26,12 +26,7 @@ target_compile_options(autouvm_torch INTERFACE ${_torch_flags})
 
 # Protobuf by file, not by target (see the ordering note above).
 add_library(autouvm_protobuf INTERFACE)
-# Every executable loads libprotobuf before anything else (see the note named below).
-get_filename_component(_protobuf_dir "${Protobuf_LIBRARY}" DIRECTORY)
-string(APPEND CMAKE_EXE_LINKER_FLAGS " -Wl,--no-as-needed -L${_protobuf_dir} -lprotobuf -Wl,--as-needed")
-# --no-as-needed keeps libprotobuf early in the load order even in binaries that do not call it
-# directly: see Note [sentencepiece's bundled protobuf] in server/CMakeLists.txt.
-target_link_libraries(autouvm_protobuf INTERFACE "-Wl,--push-state,--no-as-needed" ${Protobuf_LIBRARIES} "-Wl,--pop-state")
+target_link_libraries(autouvm_protobuf INTERFACE ${Protobuf_LIBRARIES})
 target_include_directories(autouvm_protobuf SYSTEM INTERFACE ${Protobuf_INCLUDE_DIRS})
 
 if(AUTOUVM_WITH_CUDA)

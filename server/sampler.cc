@@ -49,11 +49,14 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> cont
     total += probs[i];
   }
   if (config_.top_p < 1.0f) {
+    // Note [top_p boundary]: top_p arrives as a float (0.8f is 0.80000001...), the running sum is a double
+    // with rounding error of its own; a set whose probabilities add up to top_p must count as reaching it.
+    const double reach = static_cast<double>(config_.top_p) - 1e-6;
     double cumulative = 0;
     size_t cut = keep;
     for (size_t i = 0; i < keep; ++i) {
       cumulative += probs[i] / total;
-      if (cumulative >= config_.top_p) {
+      if (cumulative >= reach) {
         cut = i + 1;
         break;
       }

@@ -1,9 +1,6 @@
-// A thin std-only wrapper over Debian's libsentencepiece.
-//
-// Note [sentencepiece and Abseil]: sentencepiece's public header defines `absl::string_view` as
-// std::string_view, while Debian's Abseil has its own absl::string_view class: the two cannot be seen by
-// one translation unit. sentencepiece_model.cc is the only file that includes sentencepiece, and this
-// header uses std types only. Immutable after Load; safe to use from several threads.
+// A sentencepiece model, through the plugin that isolates Debian's libsentencepiece from the rest of the
+// process (Note [sentencepiece plugin] in sentencepiece_plugin.h). The plugin is loaded on first use.
+// Immutable after Load; safe to use from several threads.
 #pragma once
 
 #include <memory>

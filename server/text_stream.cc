@@ -75,6 +75,7 @@ std::string TextStream::EmitUpTo(size_t end) {
   if (end <= emitted_.size()) return std::string();
   std::string chunk = SanitizeUtf8(decoded_.substr(emitted_.size(), end - emitted_.size()));
   emitted_.append(decoded_, emitted_.size(), end - emitted_.size());
+  text_ += chunk;
   return chunk;
 }
 

@@ -25,8 +25,8 @@ class TextStream {
   std::string Push(int32_t id);
   std::string Flush();
   bool stopped() const { return stopped_; }
-  // All text emitted so far (Push and Flush results concatenated).
-  const std::string& text() const { return emitted_; }
+  // All text emitted so far (Push and Flush results concatenated; valid UTF-8).
+  const std::string& text() const { return text_; }
 
  private:
   std::string EmitUpTo(size_t end);
@@ -35,7 +35,8 @@ class TextStream {
   std::vector<std::string> stops_;
   std::vector<int32_t> ids_;
   std::string decoded_;
-  std::string emitted_;
+  std::string emitted_;  // the prefix of decoded_ already sent, as decoded (may hold invalid bytes)
+  std::string text_;     // what was sent, sanitized
   bool stopped_ = false;
 };
 

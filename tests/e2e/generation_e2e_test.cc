@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "server/llama_builder.h"
+#include "server/sentencepiece_model.h"
+#include "server/tokenizer.h"
 #include "tests/e2e/daemon_process.h"
 
 namespace autouvm::testing {
@@ -219,6 +221,41 @@ TEST_F(GenerationE2E, ConcurrentStreamsAreBatchedAndMatchTheirSoloRuns) {
   // 8 × 31 decode rows; run one by one that would be 248 steps. Batched, far fewer.
   EXPECT_EQ(rows, kStreams * 31.0);
   EXPECT_LT(steps, rows / 3) << "mean batch " << rows / steps;
+}
+
+TEST(SentencePieceE2E, ServesAModelWithASentencePieceTokenizer) {
+  DaemonProcess d;
+  // A model entry whose tokenizer.model is trained here; the daemon loads it through its plugin.
+  TempDir work;
+  {
+    std::ofstream corpus(work.Sub("corpus.txt"));
+    for (int i = 0; i < 50; ++i) corpus << "the daemon streams tokens to every client " << i << "\n";
+  }
+  ASSERT_EQ(server::TrainSentencePieceModel(work.Sub("corpus.txt"), work.Sub("sp"), 300), "");
+  server::ModelConfig c = server::DefaultTinyModelConfig("sp-llama");
+  c.tokenizer = "sentencepiece";
+  c.vocab_size = 300;
+  c.bos_id = 1;
+  c.eos_id = 2;
+  ASSERT_TRUE(server::WriteLlamaModel(c, 5, d.repository()).ok());
+  std::filesystem::copy_file(work.Sub("sp.model"), d.repository() + "/sp-llama/tokenizer.model");
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+
+  GenerateRequest req = Greedy("the daemon streams", 10);
+  req.set_model("sp-llama");
+  StreamResult r = Stream(d, req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << d.Log();
+  EXPECT_EQ(r.tokens.size(), 10u);
+  // The daemon encoded the prompt as this process's sentencepiece does: bos + pieces, fewer than bytes.
+  auto tok = server::CreateTokenizer(c, d.repository() + "/sp-llama");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto ids = (*tok)->Encode("the daemon streams");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_LT(ids->size(), 18u);
+  EXPECT_EQ(r.final.usage().prompt_tokens(), 1 + ids->size());
+  EXPECT_EQ(r.text, (*tok)->Decode(r.tokens));
+  for (int32_t t : r.tokens) EXPECT_LT(t, 300);
 }
 
 }  // namespace

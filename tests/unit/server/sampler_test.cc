@@ -117,10 +117,7 @@ TEST(SamplerTest, SmallTopPKeepsOnlyTheTopToken) {
   EXPECT_EQ(Draw(sampler, logits, 2000), std::vector<int32_t>(2000, 0));
 }
 
-// KNOWN BUG (fails on purpose until server/sampler.cc is fixed): sampler.cc:56 compares the double
-// cumulative probability against the float top_p without tolerance. 0.8f widens to 0.8000000119, while
-// 0.5 + 0.3 sums to 0.8000000021 (0.8 exactly in real arithmetic), so the nucleus wrongly takes in the
-// 0.15 token (~15% of draws here). Expected: {0.5, 0.3} only.
+// 0.5 + 0.3 is exactly top_p 0.8 in real arithmetic, but not in float/double: Note [top_p boundary].
 TEST(SamplerTest, TopPKeepsTheNucleus) {
   // Probabilities 0.5, 0.3, 0.15, 0.05 (in a shuffled order): with top_p 0.8 the nucleus is {0.5, 0.3}.
   const std::vector<float> logits = LogitsOf({0.15, 0.5, 0.05, 0.3});

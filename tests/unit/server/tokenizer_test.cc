@@ -47,14 +47,8 @@ TEST(ByteTokenizerTest, CreateTokenizerPicksByteForByteConfig) {
   EXPECT_EQ((*tok)->vocab_size(), 320);
 }
 
-// KNOWN BUG (the tests that call TrainAndInstall() or load a file fail until it is fixed): every
-// executable is linked with libprotobuf.so.32 (3.21) loaded first (cmake/Dependencies.cmake,
-// Note [sentencepiece's bundled protobuf] in server/CMakeLists.txt), so the protobuf-lite 3.14 copy inside
-// Debian's libsentencepiece resolves google::protobuf::internal::VerifyVersion to libprotobuf 3.21's,
-// which rejects it: SentencePieceTrainer::Train and SentencePieceProcessor::Load (sentencepiece_model.cc)
-// throw google::protobuf::FatalException ("compiled against version 3.14.0 ... installed 3.21.12").
-// Nothing catches it, so in the daemon a sentencepiece model entry terminates the process. Expected: the
-// model trains and loads as it does in a process without libprotobuf (checked by hand: it does).
+// These run sentencepiece through its plugin (Note [sentencepiece plugin] in
+// server/sentencepiece_plugin.h), in a process that also has libprotobuf 3.21 loaded, as the daemon does.
 //
 // Each test gets its own temp dir; the model is trained only by the tests that need one.
 class SentencePieceTokenizerTest : public ::testing::Test {

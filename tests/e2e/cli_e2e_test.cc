@@ -1,0 +1,114 @@
+// End-to-end: autouvm-cli against the real daemon, as a user runs it.
+#include <gtest/gtest.h>
+
+#include "tests/e2e/daemon_process.h"
+
+namespace autouvm::testing {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+class CliE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new DaemonProcess();
+    ASSERT_TRUE(daemon_->Start()) << daemon_->Log();
+    ASSERT_TRUE(daemon_->WaitForHealth(HealthCheckResponse::SERVING)) << daemon_->Log();
+  }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+
+  int Cli(std::vector<std::string> args, std::string* out, std::string* err) {
+    args.insert(args.begin(), {AUTOUVM_CLI_PATH, "--addr", daemon_->address()});
+    return RunCommand(args, out, err);
+  }
+
+  static DaemonProcess* daemon_;
+};
+
+DaemonProcess* CliE2E::daemon_ = nullptr;
+
+TEST_F(CliE2E, HealthSaysServing) {
+  std::string out, err;
+  EXPECT_EQ(Cli({"health"}, &out, &err), 0) << err;
+  EXPECT_EQ(out, "SERVING\n");
+}
+
+TEST_F(CliE2E, ModelsAndStatusDescribeTheModel) {
+  std::string out, err;
+  ASSERT_EQ(Cli({"models"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("tiny-llama"), std::string::npos) << out;
+  EXPECT_NE(out.find("READY"), std::string::npos) << out;
+  ASSERT_EQ(Cli({"status", "tiny-llama"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("state: READY"), std::string::npos) << out;
+  EXPECT_NE(out.find("max_seq: 512"), std::string::npos) << out;
+  EXPECT_NE(out.find("backend: cpu"), std::string::npos) << out;
+}
+
+TEST_F(CliE2E, GenerateStreamsTheSameTextAsTheUnaryCall) {
+  const std::vector<std::string> common = {"generate", "--model", "tiny-llama", "--prompt", "Hello there",
+                                           "--max-tokens", "16", "--temperature", "0", "--ignore-eos"};
+  std::string streamed, err;
+  ASSERT_EQ(Cli(common, &streamed, &err), 0) << err;
+  EXPECT_NE(err.find("finish_reason=LENGTH"), std::string::npos) << err;
+  EXPECT_NE(err.find("completion_tokens=16"), std::string::npos) << err;
+
+  grpc::ClientContext ctx;
+  autouvm::v1::GenerateRequest req;
+  req.set_model("tiny-llama");
+  req.set_text("Hello there");
+  req.set_max_tokens(16);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(0);
+  autouvm::v1::GenerateResponse resp;
+  ASSERT_TRUE(daemon_->generation()->Generate(&ctx, req, &resp).ok());
+  EXPECT_EQ(streamed, resp.text() + "\n");
+
+  std::vector<std::string> unary = common;
+  unary.push_back("--unary");
+  std::string unary_out;
+  ASSERT_EQ(Cli(unary, &unary_out, &err), 0) << err;
+  EXPECT_EQ(unary_out, streamed);
+}
+
+TEST_F(CliE2E, JsonStreamEndsWithTheFinalMessage) {
+  std::string out, err;
+  ASSERT_EQ(Cli({"generate", "--model", "tiny-llama", "--token-ids", "256,65,66", "--max-tokens", "3",
+                 "--temperature", "0", "--ignore-eos", "--json"},
+                &out, &err),
+            0)
+      << err;
+  int chunks = 0;
+  std::string last;
+  for (size_t start = 0, end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
+    last = out.substr(start, end - start);
+    if (last.find("\"chunk\"") != std::string::npos) ++chunks;
+  }
+  EXPECT_EQ(chunks, 3) << out;
+  EXPECT_NE(last.find("\"final\""), std::string::npos) << out;
+  EXPECT_NE(last.find("FINISH_REASON_LENGTH"), std::string::npos) << out;
+}
+
+TEST_F(CliE2E, ErrorsPrintTheCodeAndExitNonZero) {
+  std::string out, err;
+  EXPECT_EQ(Cli({"generate", "--model", "nope", "--prompt", "hi"}, &out, &err), 1);
+  EXPECT_EQ(err.rfind("error: NOT_FOUND: ", 0), 0u) << err;
+  EXPECT_EQ(Cli({"generate", "--model", "tiny-llama", "--prompt", "hi", "--top-p", "2"}, &out, &err), 1);
+  EXPECT_EQ(err.rfind("error: INVALID_ARGUMENT: sampling.top_p", 0), 0u) << err;
+  EXPECT_EQ(Cli({"--timeout", "0.3", "generate", "--model", "tiny-llama", "--prompt", "hi", "--max-tokens", "500",
+                 "--ignore-eos"},
+                &out, &err),
+            1);
+  EXPECT_EQ(err.rfind("error: DEADLINE_EXCEEDED: ", 0), 0u) << err;
+}
+
+TEST(CliE2ENoServer, UnreachableServerIsUnavailable) {
+  std::string out, err;
+  EXPECT_EQ(RunCommand({AUTOUVM_CLI_PATH, "--addr", "127.0.0.1:1", "--timeout", "2", "health"}, &out, &err), 1);
+  EXPECT_EQ(err.rfind("error: UNAVAILABLE: ", 0), 0u) << err;
+}
+
+}  // namespace
+}  // namespace autouvm::testing
