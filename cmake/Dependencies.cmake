@@ -6,8 +6,6 @@ find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(Torch REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 
 # RocksDB's own CMake config drags in gflags/Snappy configs that break outside /usr.
 find_library(ROCKSDB_LIBRARY rocksdb REQUIRED)
@@ -15,6 +13,15 @@ find_path(ROCKSDB_INCLUDE_DIR rocksdb/db.h REQUIRED)
 add_library(autouvm_rocksdb INTERFACE)
 target_link_libraries(autouvm_rocksdb INTERFACE ${ROCKSDB_LIBRARY})
 target_include_directories(autouvm_rocksdb SYSTEM INTERFACE ${ROCKSDB_INCLUDE_DIR})
+
+# sentencepiece by file too: its .pc file hard-codes /usr, which is wrong where the packages are unpacked
+# elsewhere (the GPU host's /opt/deps).
+find_library(SENTENCEPIECE_LIBRARY sentencepiece REQUIRED)
+find_library(SENTENCEPIECE_TRAIN_LIBRARY sentencepiece_train REQUIRED)
+find_path(SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h REQUIRED)
+add_library(autouvm_sentencepiece_lib INTERFACE)
+target_link_libraries(autouvm_sentencepiece_lib INTERFACE ${SENTENCEPIECE_TRAIN_LIBRARY} ${SENTENCEPIECE_LIBRARY})
+target_include_directories(autouvm_sentencepiece_lib SYSTEM INTERFACE ${SENTENCEPIECE_INCLUDE_DIR})
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 

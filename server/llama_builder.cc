@@ -19,7 +19,8 @@ namespace {
 // the layer calls unrolled, since TorchScript cannot look attributes up by computed name. Two entry
 // points share the layer code: forward (KV cache in slots, attention over the masked max_seq so that
 // every decode step has the same shapes) and full (no cache, causal attention over the given tokens),
-// which exists to check the cached path against.
+// which exists to check the cached path against. Grouped-query attention groups the query heads of each
+// key/value head in one matmul instead of copying keys and values per query head.
 constexpr const char* kLayerSource = R"JIT(
 def rms(self, x, w):
     xf = x.float()
@@ -44,14 +45,14 @@ def qkv(self, x, cos, sin):
 def finish(self, x, q, keys, vals, mask):
     B = x.size(0)
     T = x.size(1)
+    S = keys.size(2)
     rep = self.n_heads // self.n_kv_heads
-    if rep > 1:
-        keys = keys.repeat_interleave(rep, dim=1)
-        vals = vals.repeat_interleave(rep, dim=1)
-    qh = q.transpose(1, 2)
-    scores = torch.matmul(qh, keys.transpose(2, 3)).float() * self.scale + mask
-    probs = torch.softmax(scores, -1).to(qh.dtype)
-    o = torch.matmul(probs, vals).transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
+    qh = q.transpose(1, 2).reshape(B, self.n_kv_heads, rep * T, self.head_dim)
+    scores = torch.matmul(qh, keys.transpose(2, 3)).float() * self.scale
+    scores = scores.view(B, self.n_kv_heads, rep, T, S) + mask.unsqueeze(1)
+    probs = torch.softmax(scores, -1).to(qh.dtype).view(B, self.n_kv_heads, rep * T, S)
+    o = torch.matmul(probs, vals).view(B, self.n_heads, T, self.head_dim)
+    o = o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
     x = x + torch.matmul(o, self.wo.t())
     h = self.rms(x, self.mlp_norm)
     g = torch.silu(torch.matmul(h, self.w_gate.t())) * torch.matmul(h, self.w_up.t())
