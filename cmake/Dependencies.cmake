@@ -25,6 +25,13 @@ target_include_directories(autouvm_sentencepiece_lib SYSTEM INTERFACE ${SENTENCE
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 
+# Note [libstdc++ first]: libraries of the PyTorch wheel on the GPU host export copies of libstdc++
+# functions (nm shows libtorch_cpu.so defining std::filesystem ones). libstdc++ comes last on a link
+# line by default, so such copies capture our own calls into libstdc++: there, every test that touched
+# files crashed through a null function pointer, and LD_PRELOAD of the system libstdc++ cured it. Naming libstdc++ first, by its soname (plain -lstdc++ may find only a static archive there),
+# makes the system's copy win.
+string(APPEND CMAKE_EXE_LINKER_FLAGS " -Wl,--push-state,--no-as-needed,-l:libstdc++.so.6,--pop-state")
+
 # libtorch as one interface target; TORCH_CXX_FLAGS carries the C++ ABI define.
 add_library(autouvm_torch INTERFACE)
 target_link_libraries(autouvm_torch INTERFACE ${TORCH_LIBRARIES})

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "server/config.h"
 #include "server/daemon.h"
 #include "server/yaml_fields.h"
@@ -29,6 +31,9 @@ bool WritePortFile(const std::string& path, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A crash prints a symbolized stack trace to stderr before the process dies.
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
   // Block the shutdown signals before any thread starts, so that only sigwait below receives them.
   sigset_t signals;
   sigemptyset(&signals);

@@ -98,11 +98,11 @@ TEST(LifecycleE2E, FullQueueIsResourceExhausted) {
 }
 
 TEST(LifecycleE2E, SigtermDrainsTheRequestInFlightThenExitsZero) {
-  DaemonProcess d({.extra_args = {"--drain-timeout", "60s"}});
+  DaemonProcess d({.extra_args = {"--drain-timeout", "240s"}});
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING));
   grpc::ClientContext ctx;
-  auto stream = d.generation()->GenerateStream(&ctx, LongRequest(300));
+  auto stream = d.generation()->GenerateStream(&ctx, LongRequest(120));
   GenerateStreamResponse msg;
   ASSERT_TRUE(stream->Read(&msg));  // generating
 
@@ -122,7 +122,7 @@ TEST(LifecycleE2E, SigtermDrainsTheRequestInFlightThenExitsZero) {
   }
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_TRUE(final_seen);
-  EXPECT_EQ(tokens, 300);
+  EXPECT_EQ(tokens, 120);
   EXPECT_EQ(d.Wait(), 0) << d.Log();
 }
 

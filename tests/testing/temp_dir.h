@@ -2,7 +2,10 @@
 // Not thread-safe; one per test.
 #pragma once
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -10,9 +13,17 @@ namespace autouvm::testing {
 
 class TempDir {
  public:
+  // Under $TMPDIR when that is a usable directory, else /tmp; aborts with a message if neither works.
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "autouvm-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
+    std::error_code ec;
+    std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+    if (ec || !std::filesystem::is_directory(base, ec)) base = "/tmp";
+    std::string pattern = (base / "autouvm-test-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      std::fprintf(stderr, "TempDir: mkdtemp(%s) failed: %s\n", pattern.c_str(), std::strerror(errno));
+      std::abort();
+    }
+    path_ = pattern;
   }
   ~TempDir() {
     std::error_code ec;
