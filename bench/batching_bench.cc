@@ -4,7 +4,6 @@
 //
 //   build/bench/batching_bench --dim 1024 --layers 8 --tokens 64 --streams 1,2,4,8,16
 #include <CLI/CLI.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>

@@ -12,9 +12,9 @@
 #define AUTOUVM_CONCAT_INNER(a, b) a##b
 #define AUTOUVM_CONCAT(a, b) AUTOUVM_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::absl::Status autouvm_status_ = (expr);         \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status autouvm_status_ = (expr);           \
     if (!autouvm_status_.ok()) return autouvm_status_; \
   } while (0)
 

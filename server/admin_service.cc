@@ -68,7 +68,8 @@ grpc::ServerUnaryReactor* AdminService::GetModelStatus(grpc::CallbackServerConte
   }
   const ModelView view = models_->Find(request->model());
   if (view.model == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served")));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served")));
     return reactor;
   }
   Fill(view, response);

@@ -12,7 +12,8 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
  public:
   AdminService(ModelManager* models, const ServerConfig* config) : models_(models), config_(config) {}
 
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const autouvm::v1::ListModelsRequest* request,
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const autouvm::v1::ListModelsRequest* request,
                                        autouvm::v1::ListModelsResponse* response) override;
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* context,
                                            const autouvm::v1::GetModelStatusRequest* request,

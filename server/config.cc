@@ -17,8 +17,8 @@ constexpr int64_t kMaxInt = int64_t{1} << 31;
 absl::Status CheckAddress(const std::string& key, const std::string& address) {
   const size_t colon = address.rfind(':');
   int port = -1;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(key, ": '", address, "' is not host:port (port 0-65535)"));
   }
   return absl::OkStatus();

@@ -13,10 +13,10 @@
 namespace autouvm::server {
 
 struct ModelSettings {
-  int64_t max_batch = 8;            // requests decoded together (KV-cache slots)
-  int64_t max_queue = 64;           // requests waiting for a slot; more get RESOURCE_EXHAUSTED
-  int64_t default_max_tokens = 128; // when a request leaves max_tokens unset
-  int64_t max_tokens_limit = 4096;  // largest max_tokens a request may ask for
+  int64_t max_batch = 8;             // requests decoded together (KV-cache slots)
+  int64_t max_queue = 64;            // requests waiting for a slot; more get RESOURCE_EXHAUSTED
+  int64_t default_max_tokens = 128;  // when a request leaves max_tokens unset
+  int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
 };
 
 struct Limits {

@@ -22,7 +22,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   std::unique_ptr<Daemon> d(new Daemon(config));
   std::error_code ec;
   std::filesystem::create_directories(config.state_dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("state_dir: cannot create ", config.state_dir, ": ", ec.message()));
+  if (ec)
+    return absl::FailedPreconditionError(
+        absl::StrCat("state_dir: cannot create ", config.state_dir, ": ", ec.message()));
   if (config.intra_op_threads > 0) SetIntraOpThreads(static_cast<int>(config.intra_op_threads));
 
   d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_);

@@ -54,7 +54,8 @@ void FillSummary(const GenerationParams& params, const std::string& model, const
 // a pointer to the call (as its GenerationSink) until OnFinish.
 class Call {
  public:
-  Call(ModelManager* models, const ServerConfig* config, ServingGate* gate) : models_(models), config_(config), gate_(gate) {}
+  Call(ModelManager* models, const ServerConfig* config, ServingGate* gate)
+      : models_(models), config_(config), gate_(gate) {}
   ~Call() {
     if (entered_) gate_->Exit();
   }
@@ -65,7 +66,8 @@ class Call {
     if (request.model().empty()) return absl::InvalidArgumentError("model: must be set");
     ModelView view = models_->Find(request.model());
     if (view.model == nullptr) return absl::NotFoundError(absl::StrCat("model '", request.model(), "' is not served"));
-    if (view.state == ModelState::kLoading) return absl::UnavailableError(absl::StrCat("model '", request.model(), "' is still loading"));
+    if (view.state == ModelState::kLoading)
+      return absl::UnavailableError(absl::StrCat("model '", request.model(), "' is still loading"));
     if (view.state == ModelState::kFailed) {
       return absl::FailedPreconditionError(absl::StrCat("model '", request.model(), "' failed to load: ", view.error));
     }

@@ -72,8 +72,8 @@ def full(self, x, cos, sin, mask):
 std::string TopSource(int64_t n_layers) {
   std::string fwd_calls, full_calls;
   for (int64_t i = 0; i < n_layers; ++i) {
-    absl::StrAppend(&fwd_calls, "    x = self.layer", i, ".forward(x, cos, sin, mask, k_cache[", i,
-                    "], v_cache[", i, "], slots, slot_ix, pos)\n");
+    absl::StrAppend(&fwd_calls, "    x = self.layer", i, ".forward(x, cos, sin, mask, k_cache[", i, "], v_cache[", i,
+                    "], slots, slot_ix, pos)\n");
     absl::StrAppend(&full_calls, "    x = self.layer", i, ".full(x, cos, sin, mask)\n");
   }
   return absl::StrCat(R"JIT(
@@ -131,9 +131,7 @@ torch::jit::Module BuildLayer(const ModelConfig& c, c10::ScalarType dtype) {
   layer.register_attribute("n_kv_heads", c10::IntType::get(), c.n_kv_heads);
   layer.register_attribute("head_dim", c10::IntType::get(), c.head_dim);
   layer.register_attribute("scale", c10::FloatType::get(), 1.0 / std::sqrt(double(c.head_dim)));
-  auto linear = [&](int64_t out, int64_t in) {
-    return (torch::randn({out, in}) / std::sqrt(double(in))).to(dtype);
-  };
+  auto linear = [&](int64_t out, int64_t in) { return (torch::randn({out, in}) / std::sqrt(double(in))).to(dtype); };
   auto norm = [&]() { return (1.0 + 0.1 * torch::randn({c.dim})).to(dtype); };
   const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   layer.register_parameter("attn_norm", norm(), false);
@@ -160,8 +158,7 @@ torch::jit::Module BuildModel(const ModelConfig& c, uint64_t seed) {
   m.register_parameter("tok_embeddings", torch::randn({c.vocab_size, c.dim}).to(dtype), false);
   for (int64_t i = 0; i < c.n_layers; ++i) m.register_module(absl::StrCat("layer", i), BuildLayer(c, dtype));
   m.register_parameter("norm", (1.0 + 0.1 * torch::randn({c.dim})).to(dtype), false);
-  m.register_parameter("lm_head", (torch::randn({c.vocab_size, c.dim}) / std::sqrt(double(c.dim))).to(dtype),
-                       false);
+  m.register_parameter("lm_head", (torch::randn({c.vocab_size, c.dim}) / std::sqrt(double(c.dim))).to(dtype), false);
   // Rotary tables in fp32, indexed by absolute position.
   const int64_t half = c.head_dim / 2;
   auto inv_freq = torch::pow(c.rope_theta, -torch::arange(0, half, torch::kDouble) / double(half));

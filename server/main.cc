@@ -1,7 +1,6 @@
 // autouvmd: the inference daemon. `autouvmd` alone runs the embedded default config (config/autouvmd.yaml);
 // `--config FILE` reads a file instead, and flags override either. SIGTERM or SIGINT drains and exits 0.
 #include <CLI/CLI.hpp>
-
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -86,8 +85,8 @@ int main(int argc, char** argv) {
     std::cerr << "autouvmd: cannot write --port-file " << port_file << "\n";
     return 1;
   }
-  std::cerr << "autouvmd: try  autouvm-cli --addr 127.0.0.1:" << (*daemon)->port()
-            << " generate --model " << (config->generate_default_model.empty() ? "NAME" : config->generate_default_model)
+  std::cerr << "autouvmd: try  autouvm-cli --addr 127.0.0.1:" << (*daemon)->port() << " generate --model "
+            << (config->generate_default_model.empty() ? "NAME" : config->generate_default_model)
             << " --prompt 'Hello'\n";
 
   int sig = 0;

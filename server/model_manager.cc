@@ -19,7 +19,9 @@ absl::Status ModelManager::LoadAll() {
   const fs::path repo(config_.model_repository);
   std::error_code ec;
   fs::create_directories(repo, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("repository.path: cannot create ", repo.string(), ": ", ec.message()));
+  if (ec)
+    return absl::FailedPreconditionError(
+        absl::StrCat("repository.path: cannot create ", repo.string(), ": ", ec.message()));
   if (!config_.generate_default_model.empty() && !fs::exists(repo / config_.generate_default_model / "model.yaml")) {
     std::cerr << "autouvmd: generating the default model " << (repo / config_.generate_default_model).string() << "\n";
     RETURN_IF_ERROR(WriteLlamaModel(DefaultTinyModelConfig(config_.generate_default_model), 0, repo.string()));
@@ -37,7 +39,9 @@ absl::Status ModelManager::LoadAll() {
       states_[m->name] = ModelState::kLoading;
       models_[m->name] = std::move(m);
     }
-    if (ec) return absl::FailedPreconditionError(absl::StrCat("repository.path: cannot list ", repo.string(), ": ", ec.message()));
+    if (ec)
+      return absl::FailedPreconditionError(
+          absl::StrCat("repository.path: cannot list ", repo.string(), ": ", ec.message()));
   }
   for (ServedModel* m : to_load) {
     absl::Status s = LoadOne(m);

@@ -57,7 +57,7 @@ ModelRunner::ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max
 ModelRunner::~ModelRunner() = default;
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::string& entry_dir,
-                                                                  const ModelConfig& config, int max_batch) {
+                                                                 const ModelConfig& config, int max_batch) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch: must be at least 1");
   const std::string path = (std::filesystem::path(entry_dir) / "model.pt").string();
   if (!std::filesystem::exists(path)) return absl::NotFoundError(absl::StrCat(path, ": missing"));
@@ -94,11 +94,13 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
   const int32_t probe[1] = {0};
   auto logits = runner->ForwardAll(0, probe, 0);
   if (!logits.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": does not follow the model contract: ", logits.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": does not follow the model contract: ", logits.status().message()));
   }
   if (static_cast<int64_t>(logits->size()) != config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": forward returned ", logits->size(),
-                                                   " logits per position, model.yaml says vocab_size ", config.vocab_size));
+                                                   " logits per position, model.yaml says vocab_size ",
+                                                   config.vocab_size));
   }
   return runner;
 }

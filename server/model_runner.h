@@ -27,8 +27,8 @@ class ModelRunner {
     int64_t pos;  // position the token takes in the slot's sequence
   };
 
-  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir,
-                                                             const ModelConfig& config, int max_batch);
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir, const ModelConfig& config,
+                                                             int max_batch);
   ~ModelRunner();
 
   // Writes `tokens` into `slot` at positions start_pos.. and returns the logits of the last one.

@@ -85,7 +85,8 @@ absl::StatusOr<GenerationParams> BuildGenerationParams(const autouvm::v1::Genera
   }
 
   if (request.max_tokens() > settings.max_tokens_limit) {
-    return Bad("max_tokens", absl::StrCat("must be at most ", settings.max_tokens_limit, ", got ", request.max_tokens()));
+    return Bad("max_tokens",
+               absl::StrCat("must be at most ", settings.max_tokens_limit, ", got ", request.max_tokens()));
   }
   p.max_tokens = request.max_tokens() == 0 ? static_cast<int32_t>(settings.default_max_tokens)
                                            : static_cast<int32_t>(request.max_tokens());

@@ -46,8 +46,8 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationParam
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
   if (static_cast<int>(queue_.size()) >= options_.max_queue) {
-    return absl::ResourceExhaustedError(absl::StrCat("the model's queue is full (", options_.max_queue,
-                                                     " requests waiting); retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the model's queue is full (", options_.max_queue, " requests waiting); retry later"));
   }
   queue_.push_back(std::move(r));
   ++stats_.requests_total;
@@ -104,7 +104,8 @@ void Scheduler::Loop() {
     }
     if (forced) {
       for (auto& r : active_) Finish(r.get(), absl::UnavailableError("the server shut down"), FinishReason::kCancelled);
-      for (auto& r : admitted) Finish(r.get(), absl::UnavailableError("the server shut down"), FinishReason::kCancelled);
+      for (auto& r : admitted)
+        Finish(r.get(), absl::UnavailableError("the server shut down"), FinishReason::kCancelled);
       RetireFinished();
       continue;
     }

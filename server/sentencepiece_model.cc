@@ -104,8 +104,8 @@ bool SentencePieceModel::Encode(const std::string& text, std::vector<int>* ids, 
   char err[512] = "";
   size_t needed = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const int rc = impl_->api->encode(impl_->model, text.data(), text.size(), ids->data(), ids->size(), &needed, err,
-                                      sizeof(err));
+    const int rc =
+        impl_->api->encode(impl_->model, text.data(), text.size(), ids->data(), ids->size(), &needed, err, sizeof(err));
     if (rc == 0) {
       ids->resize(needed);
       return true;

@@ -76,8 +76,8 @@ int Train(const char* args, char* err, size_t err_cap) {
   }
 }
 
-constexpr AutouvmSentencePieceApi kApi = {kAutouvmSentencePieceApiVersion, Load, Release, Encode, Decode, PieceCount,
-                                          Train};
+constexpr AutouvmSentencePieceApi kApi = {
+    kAutouvmSentencePieceApiVersion, Load, Release, Encode, Decode, PieceCount, Train};
 
 }  // namespace
 

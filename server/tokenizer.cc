@@ -1,15 +1,13 @@
 #include "server/tokenizer.h"
 
-#include "server/sentencepiece_model.h"
-
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "server/sentencepiece_model.h"
 
 namespace autouvm::server {
 
-ByteTokenizer::ByteTokenizer(int64_t vocab_size, int64_t /*bos_id*/, int64_t /*eos_id*/)
-    : vocab_size_(vocab_size) {}
+ByteTokenizer::ByteTokenizer(int64_t vocab_size, int64_t /*bos_id*/, int64_t /*eos_id*/) : vocab_size_(vocab_size) {}
 
 absl::StatusOr<std::vector<int32_t>> ByteTokenizer::Encode(std::string_view text) const {
   std::vector<int32_t> ids;

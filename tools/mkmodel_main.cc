@@ -1,7 +1,6 @@
 // autouvm-mkmodel: writes a Llama-architecture TorchScript model with seeded random weights as a model
 // repository entry (<repo>/<name>/model.pt + model.yaml). See docs/model-contract.md.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 
 #include "server/llama_builder.h"

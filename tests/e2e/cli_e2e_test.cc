@@ -48,8 +48,8 @@ TEST_F(CliE2E, ModelsAndStatusDescribeTheModel) {
 }
 
 TEST_F(CliE2E, GenerateStreamsTheSameTextAsTheUnaryCall) {
-  const std::vector<std::string> common = {"generate", "--model", "tiny-llama", "--prompt", "Hello there",
-                                           "--max-tokens", "16", "--temperature", "0", "--ignore-eos"};
+  const std::vector<std::string> common = {"generate",     "--model", "tiny-llama",    "--prompt", "Hello there",
+                                           "--max-tokens", "16",      "--temperature", "0",        "--ignore-eos"};
   std::string streamed, err;
   ASSERT_EQ(Cli(common, &streamed, &err), 0) << err;
   EXPECT_NE(err.find("finish_reason=LENGTH"), std::string::npos) << err;
@@ -75,8 +75,8 @@ TEST_F(CliE2E, GenerateStreamsTheSameTextAsTheUnaryCall) {
 
 TEST_F(CliE2E, JsonStreamEndsWithTheFinalMessage) {
   std::string out, err;
-  ASSERT_EQ(Cli({"generate", "--model", "tiny-llama", "--token-ids", "256,65,66", "--max-tokens", "3",
-                 "--temperature", "0", "--ignore-eos", "--json"},
+  ASSERT_EQ(Cli({"generate", "--model", "tiny-llama", "--token-ids", "256,65,66", "--max-tokens", "3", "--temperature",
+                 "0", "--ignore-eos", "--json"},
                 &out, &err),
             0)
       << err;

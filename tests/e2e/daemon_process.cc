@@ -69,9 +69,17 @@ DaemonProcess::~DaemonProcess() {
 bool DaemonProcess::Start() {
   // Two intra-op threads: ctest runs several daemons at once, and on a many-core host libtorch's default
   // (one thread per core each) oversubscribes the machine until tests time out.
-  std::vector<std::string> argv = {AUTOUVMD_PATH, "--listen", "127.0.0.1:0", "--port-file", dir_.Sub("port"),
-                                   "--model-repository", repository(), "--state-dir", dir_.Sub("state"),
-                                   "--threads", "2"};
+  std::vector<std::string> argv = {AUTOUVMD_PATH,
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--port-file",
+                                   dir_.Sub("port"),
+                                   "--model-repository",
+                                   repository(),
+                                   "--state-dir",
+                                   dir_.Sub("state"),
+                                   "--threads",
+                                   "2"};
   std::string yaml = options_.config_yaml;
   if (!options_.generate_default_model) yaml += "\nrepository: {generate_default_model: \"\"}\n";
   if (!yaml.empty()) {
@@ -104,8 +112,8 @@ bool DaemonProcess::Start() {
 
 bool DaemonProcess::WaitForHealth(grpc::health::v1::HealthCheckResponse::ServingStatus want, double timeout_s) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                          std::chrono::duration<double>(timeout_s)));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s)));
   grpc::health::v1::HealthCheckRequest req;
   auto reader = health_->Watch(&ctx, req);
   grpc::health::v1::HealthCheckResponse resp;

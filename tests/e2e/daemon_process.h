@@ -8,13 +8,12 @@
 // Not thread-safe, except the stubs, which gRPC makes safe to share.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "autouvm/v1/admin.grpc.pb.h"
 #include "autouvm/v1/generation.grpc.pb.h"
@@ -24,7 +23,7 @@
 namespace autouvm::testing {
 
 struct DaemonOptions {
-  std::string config_yaml;            // written to a file and passed with --config ("" → embedded default)
+  std::string config_yaml;  // written to a file and passed with --config ("" → embedded default)
   std::vector<std::string> extra_args;
   bool generate_default_model = true;  // false: the test fills repository() itself before Start
 };

@@ -70,9 +70,13 @@ TEST(ServerConfigTest, UnknownNestedKeyIsNamedByDottedPath) {
   ExpectInvalid("models:\n  m1:\n    max_bach: 2\n", "models.m1.max_bach");
 }
 
-TEST(ServerConfigTest, BadDurationIsNamed) { ExpectInvalid("server:\n  drain_timeout: soon\n", "server.drain_timeout"); }
+TEST(ServerConfigTest, BadDurationIsNamed) {
+  ExpectInvalid("server:\n  drain_timeout: soon\n", "server.drain_timeout");
+}
 
-TEST(ServerConfigTest, ZeroMaxBatchIsNamed) { ExpectInvalid("model_defaults:\n  max_batch: 0\n", "model_defaults.max_batch"); }
+TEST(ServerConfigTest, ZeroMaxBatchIsNamed) {
+  ExpectInvalid("model_defaults:\n  max_batch: 0\n", "model_defaults.max_batch");
+}
 
 TEST(ServerConfigTest, NonIntegerMaxBatchIsNamed) {
   ExpectInvalid("model_defaults:\n  max_batch: many\n", "model_defaults.max_batch");
@@ -94,7 +98,9 @@ TEST(ServerConfigTest, EmptyMetricsListenDisablesMetrics) {
 
 TEST(ServerConfigTest, UnavailableBackendIsNamed) { ExpectInvalid("runtime:\n  backend: tpu\n", "runtime.backend"); }
 
-TEST(ServerConfigTest, NegativeLimitIsNamed) { ExpectInvalid("limits:\n  max_stop_strings: -1\n", "limits.max_stop_strings"); }
+TEST(ServerConfigTest, NegativeLimitIsNamed) {
+  ExpectInvalid("limits:\n  max_stop_strings: -1\n", "limits.max_stop_strings");
+}
 
 TEST(ServerConfigTest, DefaultMaxTokensAboveLimitIsNamed) {
   ExpectInvalid("model_defaults:\n  default_max_tokens: 500\n  max_tokens_limit: 100\n",
@@ -128,8 +134,8 @@ TEST(ServerConfigTest, PerModelSettingsOverrideAndInheritDefaults) {
 }
 
 TEST(ServerConfigTest, DurationsTakeSuffixesOrBareSeconds) {
-  const std::pair<const char*, int64_t> cases[] = {
-      {"500ms", 500}, {"2m", 120000}, {"30", 30000}, {"45s", 45000}, {"1.5s", 1500}, {"0", 0}, {"1h", 3600000}};
+  const std::pair<const char*, int64_t> cases[] = {{"500ms", 500}, {"2m", 120000}, {"30", 30000},  {"45s", 45000},
+                                                   {"1.5s", 1500}, {"0", 0},       {"1h", 3600000}};
   for (const auto& [text, ms] : cases) {
     auto c = ParseServerConfig(std::string("server:\n  drain_timeout: ") + text + "\n", kOrigin);
     ASSERT_TRUE(c.ok()) << text << ": " << c.status();

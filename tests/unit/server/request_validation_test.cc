@@ -21,7 +21,8 @@ using ::testing::StartsWith;
 
 class RequestValidationTest : public ::testing::Test {
  protected:
-  RequestValidationTest() : model_(DefaultTinyModelConfig("tiny")), tok_(model_.vocab_size, model_.bos_id, model_.eos_id) {
+  RequestValidationTest()
+      : model_(DefaultTinyModelConfig("tiny")), tok_(model_.vocab_size, model_.bos_id, model_.eos_id) {
     request_.set_text("hi");
   }
 

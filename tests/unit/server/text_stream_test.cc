@@ -59,7 +59,7 @@ TEST_F(TextStreamTest, SpecialTokensProduceNoText) {
 
 TEST_F(TextStreamTest, MultibyteCharacterIsHeldBackUntilComplete) {
   TextStream ts(&tok_, {});
-  EXPECT_EQ(PushAll(ts, "x\xC3\xA9"), (std::vector<std::string>{"x", "", "\xC3\xA9"}));  // é
+  EXPECT_EQ(PushAll(ts, "x\xC3\xA9"), (std::vector<std::string>{"x", "", "\xC3\xA9"}));                    // é
   EXPECT_EQ(PushAll(ts, "\xF0\x9F\x98\x80"), (std::vector<std::string>{"", "", "", "\xF0\x9F\x98\x80"}));  // 😀
   EXPECT_EQ(ts.text(), "x\xC3\xA9\xF0\x9F\x98\x80");
 }
@@ -170,9 +170,11 @@ TEST(Utf8Test, CompleteUtf8PrefixStopsBeforeIncompleteSequence) {
 }
 
 TEST(Utf8Test, CompleteUtf8PrefixTreatsInvalidBytesAsFinal) {
-  EXPECT_EQ(CompleteUtf8Prefix("a\x80"), 2u);       // lone continuation byte
-  EXPECT_EQ(CompleteUtf8Prefix("a\xC0\xAF"), 3u);   // overlong '/'
-  EXPECT_EQ(CompleteUtf8Prefix("a\xF0\x9F" "b"), 4u);  // truncated, then ASCII: cannot complete
+  EXPECT_EQ(CompleteUtf8Prefix("a\x80"), 2u);      // lone continuation byte
+  EXPECT_EQ(CompleteUtf8Prefix("a\xC0\xAF"), 3u);  // overlong '/'
+  EXPECT_EQ(CompleteUtf8Prefix("a\xF0\x9F"
+                               "b"),
+            4u);  // truncated, then ASCII: cannot complete
 }
 
 TEST(Utf8Test, CompleteUtf8PrefixLeavesOutTrailingReplacementCharacter) {
@@ -203,7 +205,7 @@ TEST(Utf8Test, SanitizeReplacesOverlongEncodings) {
 }
 
 TEST(Utf8Test, SanitizeReplacesSurrogatesAndOutOfRange) {
-  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80").substr(0, 3), kFffd);  // U+D800
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80").substr(0, 3), kFffd);      // U+D800
   EXPECT_EQ(SanitizeUtf8("\xF4\x90\x80\x80").substr(0, 3), kFffd);  // > U+10FFFF
   EXPECT_EQ(SanitizeUtf8("\xF5\x80\x80\x80").substr(0, 3), kFffd);
   EXPECT_EQ(SanitizeUtf8("\xFF"), kFffd);

@@ -34,9 +34,9 @@ TEST(ByteTokenizerTest, RoundTripsMultibyteUtf8) {
 
 TEST(ByteTokenizerTest, SpecialsDecodeToNothing) {
   const ByteTokenizer tok(320, kByteBosId, kByteEosId);
-  EXPECT_EQ(tok.Decode(std::vector<int32_t>{static_cast<int32_t>(kByteBosId), 'o', 'k',
-                                            static_cast<int32_t>(kByteEosId)}),
-            "ok");
+  EXPECT_EQ(
+      tok.Decode(std::vector<int32_t>{static_cast<int32_t>(kByteBosId), 'o', 'k', static_cast<int32_t>(kByteEosId)}),
+      "ok");
   EXPECT_EQ(tok.Decode(std::vector<int32_t>{256, 257, 300}), "");
 }
 
