@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "profiler/profile_store.h"
 #include "server/admin_service.h"
 #include "server/generation_service.h"
 #include "server/model_manager.h"
@@ -26,6 +27,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
     return absl::FailedPreconditionError(
         absl::StrCat("state_dir: cannot create ", config.state_dir, ": ", ec.message()));
   if (config.intra_op_threads > 0) SetIntraOpThreads(static_cast<int>(config.intra_op_threads));
+
+  // A profile store that cannot be opened costs the daemon its memory of past profiles, not its service.
+  const std::string store_dir = (std::filesystem::path(config.state_dir) / "profiles").string();
+  auto store = profiler::OpenRocksDbProfileStore(store_dir);
+  if (store.ok()) {
+    d->profiles_ = std::move(*store);
+  } else {
+    std::cerr << "autouvmd: " << store.status().message() << "; keeping profiles in memory only\n";
+    d->profiles_ = profiler::NewInMemoryProfileStore();
+  }
+  std::cerr << "autouvmd: profile store: " << d->profiles_->Describe() << "\n";
 
   d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_);
   d->gate_ = std::make_unique<ServingGate>();

@@ -1,7 +1,8 @@
 // Daemon: assembles autouvmd — model manager, gRPC server (Generation, Admin, grpc.health.v1, reflection)
 // — starts serving at once with health NOT_SERVING, loads the models in the background, then turns
-// health SERVING. Drain() is the SIGTERM path: NOT_SERVING, new calls get UNAVAILABLE, calls in flight
-// get up to server.drain_timeout to finish, then the server stops.
+// health SERVING. It opens the profile store (RocksDB under state_dir/profiles; in memory, with a log
+// line saying why, when that cannot be opened). Drain() is the SIGTERM path: NOT_SERVING, new calls get UNAVAILABLE,
+// calls in flight get up to server.drain_timeout to finish, then the server stops.
 //
 // Thread-safety: Start and Drain are called from the main thread; port() from any thread.
 #pragma once
@@ -16,6 +17,10 @@
 
 namespace grpc {
 class Server;
+}
+
+namespace autouvm::profiler {
+class ProfileStore;
 }
 
 namespace autouvm::server {
@@ -41,6 +46,7 @@ class Daemon {
 
   ServerConfig config_;
   runtime::RealClock clock_;
+  std::unique_ptr<profiler::ProfileStore> profiles_;
   std::unique_ptr<ModelManager> models_;
   std::unique_ptr<ServingGate> gate_;
   std::unique_ptr<GenerationService> generation_;

@@ -44,6 +44,7 @@ class DaemonProcess {
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string repository() const { return dir_.Sub("models"); }
+  std::string state_dir() const { return dir_.Sub("state"); }
   std::string Log() const;  // the daemon's stderr so far
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   autouvm::v1::Generation::Stub* generation() const { return generation_.get(); }

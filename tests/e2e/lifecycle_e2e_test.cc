@@ -154,6 +154,25 @@ TEST(LifecycleE2E, ABrokenModelFailsAloneAndTheOthersServe) {
   EXPECT_TRUE(Unary(d, LongRequest(2)).ok());
 }
 
+TEST(LifecycleE2E, KeepsItsProfileStoreInTheStateDir) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  EXPECT_TRUE(std::filesystem::exists(d.state_dir() + "/profiles/CURRENT"));
+  EXPECT_NE(d.Log().find("profile store: rocksdb " + d.state_dir() + "/profiles"), std::string::npos) << d.Log();
+}
+
+TEST(LifecycleE2E, ACorruptProfileStoreLeavesTheDaemonServing) {
+  DaemonProcess d;
+  std::filesystem::create_directories(d.state_dir() + "/profiles");
+  std::ofstream(d.state_dir() + "/profiles/CURRENT") << "MANIFEST-999999\n";
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  EXPECT_TRUE(Unary(d, LongRequest(2)).ok());
+  EXPECT_NE(d.Log().find("keeping profiles in memory only"), std::string::npos) << d.Log();
+  EXPECT_NE(d.Log().find("profile store: memory"), std::string::npos) << d.Log();
+}
+
 TEST(LifecycleE2E, InvalidConfigStopsStartupNamingTheKey) {
   DaemonProcess d({.config_yaml = "server:\n  drain_timeout: soon\n"});
   EXPECT_FALSE(d.Start());

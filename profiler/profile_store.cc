@@ -1,0 +1,132 @@
+#include "profiler/profile_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <map>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace autouvm::profiler {
+namespace {
+
+constexpr const char* kFamilyNames[] = {"profiles", "plans", "meta"};
+constexpr char kSchemaKey[] = "schema_version";
+
+absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(what, ": ", s.ToString());
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  if (s.IsInvalidArgument() || s.IsNotSupported()) return absl::FailedPreconditionError(message);
+  return absl::UnavailableError(message);
+}
+
+class RocksDbStore final : public ProfileStore {
+ public:
+  RocksDbStore(std::string dir, std::unique_ptr<rocksdb::DB> db, std::vector<rocksdb::ColumnFamilyHandle*> handles)
+      : dir_(std::move(dir)), db_(std::move(db)), handles_(std::move(handles)) {}
+
+  ~RocksDbStore() override {
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);  // before the DB closes
+  }
+
+  absl::StatusOr<std::optional<std::string>> Get(Family family, std::string_view key) const override {
+    std::string value;
+    rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), Handle(family), rocksdb::Slice(key.data(), key.size()), &value);
+    if (s.IsNotFound()) return std::nullopt;
+    if (!s.ok()) return FromRocks(s, absl::StrCat("reading ", dir_));
+    return value;
+  }
+
+  absl::Status Write(const std::vector<StoreEntry>& entries) override {
+    rocksdb::WriteBatch batch;
+    for (const auto& e : entries) batch.Put(Handle(e.family), e.key, e.value);
+    return FromRocks(db_->Write(SyncWrite(), &batch), absl::StrCat("writing ", dir_));
+  }
+
+  absl::Status Delete(Family family, std::string_view key) override {
+    return FromRocks(db_->Delete(SyncWrite(), Handle(family), rocksdb::Slice(key.data(), key.size())),
+                     absl::StrCat("deleting from ", dir_));
+  }
+
+  std::string Describe() const override { return absl::StrCat("rocksdb ", dir_); }
+
+ private:
+  static rocksdb::WriteOptions SyncWrite() {
+    rocksdb::WriteOptions o;
+    o.sync = true;  // profiles are written rarely and must survive a crash right after
+    return o;
+  }
+  // handles_[0] is the default family; ours follow in Family order.
+  rocksdb::ColumnFamilyHandle* Handle(Family f) const { return handles_[1 + static_cast<int>(f)]; }
+
+  std::string dir_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+};
+
+class InMemoryStore final : public ProfileStore {
+ public:
+  absl::StatusOr<std::optional<std::string>> Get(Family family, std::string_view key) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = data_.find({family, std::string(key)});
+    if (it == data_.end()) return std::nullopt;
+    return it->second;
+  }
+  absl::Status Write(const std::vector<StoreEntry>& entries) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : entries) data_[{e.family, e.key}] = e.value;
+    return absl::OkStatus();
+  }
+  absl::Status Delete(Family family, std::string_view key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_.erase({family, std::string(key)});
+    return absl::OkStatus();
+  }
+  std::string Describe() const override { return "memory"; }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<Family, std::string>, std::string> data_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProfileStore>> OpenRocksDbProfileStore(const std::string& dir) {
+  rocksdb::DBOptions options;
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  options.paranoid_checks = true;
+  options.max_open_files = 64;
+  options.keep_log_file_num = 2;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()}};
+  for (const char* name : kFamilyNames) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, families, &handles, &raw);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("opening the profile store ", dir));
+  auto store = std::make_unique<RocksDbStore>(dir, std::unique_ptr<rocksdb::DB>(raw), std::move(handles));
+
+  auto version = store->Get(Family::kMeta, kSchemaKey);
+  if (!version.ok()) return version.status();
+  if (!version->has_value()) {
+    absl::Status w = store->Write({{Family::kMeta, kSchemaKey, std::to_string(kProfileStoreSchemaVersion)}});
+    if (!w.ok()) return w;
+  } else {
+    int v = 0;
+    if (!absl::SimpleAtoi(**version, &v) || v != kProfileStoreSchemaVersion) {
+      return absl::FailedPreconditionError(absl::StrCat("the profile store ", dir, " has schema version '", **version,
+                                                        "', this autouvmd uses ", kProfileStoreSchemaVersion));
+    }
+  }
+  return store;
+}
+
+std::unique_ptr<ProfileStore> NewInMemoryProfileStore() { return std::make_unique<InMemoryStore>(); }
+
+}  // namespace autouvm::profiler
