@@ -23,10 +23,7 @@ namespace {
 using autouvm::v1::ModelStatus;
 
 std::string StateName(autouvm::v1::ModelState state) {
-  std::string name = autouvm::v1::ModelState_Name(state);
-  constexpr std::string_view kPrefix = "MODEL_STATE_";
-  if (name.starts_with(kPrefix)) name.erase(0, kPrefix.size());
-  return name.empty() ? std::to_string(static_cast<int>(state)) : name;
+  return EnumShortName(autouvm::v1::ModelState_Name(state), "MODEL_STATE_", static_cast<int>(state));
 }
 
 // 15191712 -> "15.2M"; 0 (not known yet, e.g. while loading) -> "-".

@@ -23,10 +23,7 @@ using autouvm::v1::GenerateResponse;
 using autouvm::v1::GenerateStreamResponse;
 
 std::string FinishReasonName(autouvm::v1::FinishReason reason) {
-  std::string name = autouvm::v1::FinishReason_Name(reason);
-  constexpr std::string_view kPrefix = "FINISH_REASON_";
-  if (name.starts_with(kPrefix)) name.erase(0, kPrefix.size());
-  return name.empty() ? std::to_string(static_cast<int>(reason)) : name;
+  return EnumShortName(autouvm::v1::FinishReason_Name(reason), "FINISH_REASON_", static_cast<int>(reason));
 }
 
 // One line of key=value pairs, e.g.

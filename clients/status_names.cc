@@ -56,4 +56,10 @@ int ReportInterrupted() {
   return kExitInterrupted;
 }
 
+std::string EnumShortName(const std::string& full_name, std::string_view prefix, int value) {
+  std::string name = full_name;
+  if (name.starts_with(prefix)) name.erase(0, prefix.size());
+  return name.empty() ? std::to_string(value) : name;
+}
+
 }  // namespace autouvm::cli

@@ -7,6 +7,7 @@
 #include <grpcpp/support/status.h>
 
 #include <string>
+#include <string_view>
 
 namespace autouvm::cli {
 
@@ -18,6 +19,10 @@ inline constexpr int kExitInterrupted = 130;  // Ctrl-C (128 + SIGINT), after ca
 
 // The canonical name of `code` ("NOT_FOUND"); "CODE_<n>" for a value outside the enum.
 std::string StatusCodeName(grpc::StatusCode code);
+
+// An enum value's proto name without its common prefix ("MODEL_STATE_READY" -> "READY"); the number when
+// the value has no name.
+std::string EnumShortName(const std::string& full_name, std::string_view prefix, int value);
 
 // Prints `error: <CODE_NAME>: <message>` to stderr and returns kExitFailure.
 int ReportRpcError(const grpc::Status& status);

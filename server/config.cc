@@ -1,8 +1,5 @@
 #include "server/config.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -44,12 +41,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   auto wrap = [&](const absl::Status& s) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
   };
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, ParseYamlDocument(yaml_text, origin));
   ServerConfig c;
   YamlFields top(root, "");
   YAML::Node server = top.Map("server");
@@ -109,11 +101,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
 
 absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
   if (path.empty()) return ParseServerConfig(EmbeddedDefaultConfig(), "embedded default config");
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the config file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseServerConfig(ss.str(), path);
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, "the config file"));
+  return ParseServerConfig(text, path);
 }
 
 }  // namespace autouvm::server

@@ -1,8 +1,5 @@
 #include "server/model_config.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
 #include "server/yaml_fields.h"
@@ -46,12 +43,7 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const std::string& origin) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, ParseYamlDocument(yaml_text, origin));
   ModelConfig c;
   constexpr int64_t kBig = int64_t{1} << 40;
   YamlFields f(root, "");
@@ -82,11 +74,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseModelConfig(ss.str(), path);
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, "the model's model.yaml"));
+  return ParseModelConfig(text, path);
 }
 
 std::string ModelConfigToYaml(const ModelConfig& c) {

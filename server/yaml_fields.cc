@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -126,6 +128,22 @@ absl::Status YamlFields::Finish() {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<YAML::Node> ParseYamlDocument(const std::string& text, const std::string& origin) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open ", what));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms) {

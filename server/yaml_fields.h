@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "yaml-cpp/yaml.h"
 
 namespace autouvm::server {
@@ -47,6 +48,11 @@ class YamlFields {
   std::set<std::string> known_;
   absl::Status status_;
 };
+
+// Parses a YAML document; a syntax error is INVALID_ARGUMENT "<origin>: not valid YAML: ...".
+absl::StatusOr<YAML::Node> ParseYamlDocument(const std::string& text, const std::string& origin);
+// The whole file as text; NOT_FOUND "<path>: cannot open <what>" when it cannot be read.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what);
 
 // Parses "30s", "250ms", "2m", "1h" or a plain number of seconds into milliseconds.
 absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms);
