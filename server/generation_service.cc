@@ -36,9 +36,9 @@ std::string MakeRequestId() {
   return absl::StrCat("req-", absl::Hex(rng(), absl::kZeroPad16));
 }
 
-void FillSummary(const GenerationParams& params, const std::string& model, const GenerationResult& result,
+void FillSummary(const std::string& request_id, const std::string& model, const GenerationResult& result,
                  GenerateResponse* out) {
-  out->set_request_id(params.request_id);
+  out->set_request_id(request_id);
   out->set_model(model);
   out->set_finish_reason(ToProto(result.reason));
   out->mutable_usage()->set_prompt_tokens(result.prompt_tokens);
@@ -77,7 +77,7 @@ class Call {
     if (!params.ok()) return params.status();
     if (params->request_id.empty()) params->request_id = MakeRequestId();
     params->deadline = absl::FromChrono(context->deadline());
-    params_ = *params;  // kept for the summary
+    request_id_ = params->request_id;  // for the final message
     model_ = m.name;
     auto handle = m.scheduler->Submit(std::move(*params), sink);
     if (!handle.ok()) return handle.status();
@@ -93,7 +93,7 @@ class Call {
     if (handle_) handle_->Cancel();
   }
 
-  const GenerationParams& params() const { return params_; }
+  const std::string& request_id() const { return request_id_; }
   const std::string& model() const { return model_; }
 
  private:
@@ -101,7 +101,7 @@ class Call {
   const ServerConfig* config_;
   ServingGate* gate_;
   bool entered_ = false;
-  GenerationParams params_;
+  std::string request_id_;
   std::string model_;
   absl::Mutex mu_;
   std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
@@ -131,7 +131,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
     }
     if (result.status.ok()) {
       GenerateStreamResponse msg;
-      FillSummary(call_.params(), call_.model(), result, msg.mutable_final());
+      FillSummary(call_.request_id(), call_.model(), result, msg.mutable_final());
       Enqueue(std::move(msg));
     }
     {
@@ -215,7 +215,7 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
 
   void OnFinish(const std::string& tail, const GenerationResult& result) override {
     response_->mutable_text()->append(tail);
-    FillSummary(call_.params(), call_.model(), result, response_);
+    FillSummary(call_.request_id(), call_.model(), result, response_);
     Finish(ToGrpc(result.status));
   }
 

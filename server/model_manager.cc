@@ -36,8 +36,7 @@ absl::Status ModelManager::LoadAll() {
       m->dir = entry.path().string();
       m->settings = config_.SettingsFor(m->name);
       to_load.push_back(m.get());
-      states_[m->name] = ModelState::kLoading;
-      models_[m->name] = std::move(m);
+      entries_[m->name].model = std::move(m);
     }
     if (ec)
       return absl::FailedPreconditionError(
@@ -46,13 +45,14 @@ absl::Status ModelManager::LoadAll() {
   for (ServedModel* m : to_load) {
     absl::Status s = LoadOne(m);
     absl::MutexLock lock(&mu_);
+    Entry& entry = entries_[m->name];
     if (s.ok()) {
-      states_[m->name] = ModelState::kReady;
+      entry.state = ModelState::kReady;
       std::cerr << "autouvmd: model " << m->name << " ready (" << m->runner->parameter_count() << " parameters, "
                 << m->config.dtype << ", max_batch " << m->settings.max_batch << ")\n";
     } else {
-      states_[m->name] = ModelState::kFailed;
-      errors_[m->name] = std::string(s.message());
+      entry.state = ModelState::kFailed;
+      entry.error = std::string(s.message());
       std::cerr << "autouvmd: model " << m->name << " failed to load: " << s.message() << "\n";
     }
   }
@@ -83,20 +83,15 @@ bool ModelManager::loaded() const {
 
 ModelView ModelManager::Find(const std::string& name) const {
   absl::MutexLock lock(&mu_);
-  auto it = models_.find(name);
-  if (it == models_.end()) return {nullptr, ModelState::kFailed, ""};
-  auto err = errors_.find(name);
-  return {it->second.get(), states_.at(name), err == errors_.end() ? "" : err->second};
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return {nullptr, ModelState::kFailed, ""};
+  return {it->second.model.get(), it->second.state, it->second.error};
 }
 
 std::vector<ModelView> ModelManager::List() const {
-  std::vector<std::string> names;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& kv : models_) names.push_back(kv.first);
-  }
+  absl::MutexLock lock(&mu_);
   std::vector<ModelView> out;
-  for (const auto& n : names) out.push_back(Find(n));
+  for (const auto& [name, entry] : entries_) out.push_back({entry.model.get(), entry.state, entry.error});
   return out;
 }
 
@@ -104,8 +99,8 @@ void ModelManager::Shutdown(absl::Duration grace) {
   std::vector<Scheduler*> schedulers;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& kv : models_) {
-      if (states_[kv.first] == ModelState::kReady) schedulers.push_back(kv.second->scheduler.get());
+    for (auto& [name, entry] : entries_) {
+      if (entry.state == ModelState::kReady) schedulers.push_back(entry.model->scheduler.get());
     }
   }
   for (Scheduler* s : schedulers) s->Shutdown(grace);

@@ -59,12 +59,16 @@ class ModelManager {
  private:
   absl::Status LoadOne(ServedModel* model);
 
+  struct Entry {
+    std::unique_ptr<ServedModel> model;
+    ModelState state = ModelState::kLoading;
+    std::string error;  // why loading failed
+  };
+
   const ServerConfig config_;
   const runtime::Clock* clock_;
   mutable absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<ServedModel>> models_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, ModelState> states_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> errors_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -71,41 +71,39 @@ SchedulerStats Scheduler::Stats() const {
   return s;
 }
 
-bool Scheduler::AdmitQueued(std::vector<std::unique_ptr<Request>>* admitted) {
-  // Waits for work unless requests are active; returns false when the loop should end.
+Scheduler::Step Scheduler::AdmitQueued(std::vector<std::unique_ptr<Request>>* admitted) {
+  // Waits for work unless requests are active.
   auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return stopping_ || (!queue_.empty() && !free_slots_.empty());
   };
   absl::MutexLock lock(&mu_);
   if (active_.empty()) mu_.Await(absl::Condition(&has_work));
-  const bool forced = stopping_ && clock_->Now() >= force_stop_at_;
-  while (!queue_.empty() && admitted->size() < free_slots_.size() && !forced) {
-    admitted->push_back(std::move(queue_.front()));
-    queue_.pop_front();
-  }
-  if (forced) {
+  if (stopping_ && clock_->Now() >= force_stop_at_) {
+    // Past the grace period: everything still queued is taken out to be finished, slot or no slot.
     while (!queue_.empty()) {
       admitted->push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
+    return active_.empty() && admitted->empty() ? Step::kStop : Step::kAbort;
+  }
+  while (!queue_.empty() && admitted->size() < free_slots_.size()) {
+    admitted->push_back(std::move(queue_.front()));
+    queue_.pop_front();
   }
   active_count_ = static_cast<int>(active_.size() + admitted->size());
-  return !(stopping_ && queue_.empty() && active_.empty() && admitted->empty());
+  const bool idle = queue_.empty() && active_.empty() && admitted->empty();
+  return stopping_ && idle ? Step::kStop : Step::kRun;
 }
 
 void Scheduler::Loop() {
   for (;;) {
     std::vector<std::unique_ptr<Request>> admitted;
-    if (!AdmitQueued(&admitted)) break;
-    bool forced;
-    {
-      absl::MutexLock lock(&mu_);
-      forced = stopping_ && clock_->Now() >= force_stop_at_;
-    }
-    if (forced) {
-      for (auto& r : active_) Finish(r.get(), absl::UnavailableError("the server shut down"), FinishReason::kCancelled);
-      for (auto& r : admitted)
-        Finish(r.get(), absl::UnavailableError("the server shut down"), FinishReason::kCancelled);
+    const Step step = AdmitQueued(&admitted);
+    if (step == Step::kStop) break;
+    if (step == Step::kAbort) {
+      const absl::Status shut = absl::UnavailableError("the server shut down");
+      for (auto& r : active_) Finish(r.get(), shut, FinishReason::kCancelled);
+      for (auto& r : admitted) Finish(r.get(), shut, FinishReason::kCancelled);
       RetireFinished();
       continue;
     }

@@ -98,8 +98,9 @@ class Scheduler {
 
  private:
   struct Request;
+  enum class Step { kRun, kAbort, kStop };  // serve the batch; finish everything (grace over); exit
   void Loop();
-  bool AdmitQueued(std::vector<std::unique_ptr<Request>>* admitted);
+  Step AdmitQueued(std::vector<std::unique_ptr<Request>>* admitted);
   void RunPrefill(Request* r);
   void RunDecodeStep();
   // Samples from `logits`, emits the token, and decides whether `r` is done.
