@@ -167,6 +167,13 @@ absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int
   }
 }
 
+void ModelRunner::NameTensors(runtime::Observer* observer) const {
+  for (const auto& p : impl_->module.named_parameters()) observer->NameTensor(p.value.storage().data(), p.name);
+  for (const auto& b : impl_->module.named_buffers()) observer->NameTensor(b.value.storage().data(), b.name);
+  observer->NameTensor(impl_->k_cache.storage().data(), "kv_cache.k");
+  observer->NameTensor(impl_->v_cache.storage().data(), "kv_cache.v");
+}
+
 void SetIntraOpThreads(int threads) { at::set_num_threads(threads); }
 
 }  // namespace autouvm::server

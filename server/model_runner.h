@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "runtime/observer.h"
 #include "server/model_config.h"
 
 namespace autouvm::server {
@@ -39,6 +40,10 @@ class ModelRunner {
   absl::StatusOr<std::vector<float>> ForwardAll(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos);
   // The model's `full` method: no cache, causal attention over `tokens`; T × vocab logits.
   absl::StatusOr<std::vector<float>> FullForward(absl::Span<const int32_t> tokens);
+
+  // Gives the observer the names of the tensors this runner owns: every parameter and buffer by its
+  // dotted name ("layer0.wq"), the caches as "kv_cache.k" / "kv_cache.v".
+  void NameTensors(runtime::Observer* observer) const;
 
   const ModelConfig& config() const { return config_; }
   int max_batch() const { return max_batch_; }

@@ -18,6 +18,7 @@
 #include "autouvm/v1/admin.grpc.pb.h"
 #include "autouvm/v1/generation.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::testing {
@@ -62,8 +63,5 @@ class DaemonProcess {
   std::unique_ptr<autouvm::v1::Admin::Stub> admin_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
-
-// Runs a command line, capturing stdout and stderr (up to `timeout_s`); returns the exit code.
-int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err, double timeout_s = 60);
 
 }  // namespace autouvm::testing

@@ -1,0 +1,44 @@
+// AccessTrace: what one iteration of a model did, op by op — the kernel, the tensors it read and wrote
+// (by stable identity, with bytes) and its FLOPs. The Observer records it; the profiler analyses it.
+//
+// Tensor identities (Note [Tensor identity]):
+//   "param:<name>"            a weight, buffer or other tensor named up front (Observer::NameTensor)
+//   "input:<k>"               the k-th tensor the iteration read before any op produced it
+//   "act:<op>@<index>.<k>"    the k-th output of the op at position <index> in the iteration
+// Kernel identity: "<op>#<n>", the n-th launch of that op in the iteration. None of these depend on
+// addresses, so the same model and shapes give the same trace in any process.
+//
+// Plain values; safe to copy between threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace autouvm::runtime {
+
+struct TensorUse {
+  std::string id;
+  int64_t bytes = 0;
+  bool operator==(const TensorUse&) const = default;
+};
+
+struct OpRecord {
+  int64_t index = 0;  // position among the iteration's recorded (leaf) ops
+  std::string op;     // e.g. "aten::mm"
+  std::string kernel;
+  std::vector<TensorUse> reads;
+  std::vector<TensorUse> writes;
+  double flops = 0;
+  bool operator==(const OpRecord&) const = default;
+};
+
+struct AccessTrace {
+  std::vector<OpRecord> ops;
+};
+
+// Where two traces of what should be the same iteration part ways: one line per differing op (at most
+// `limit`), empty when they match. Used to decide that a profile no longer fits a model.
+std::vector<std::string> CompareTraces(const AccessTrace& expected, const AccessTrace& actual, size_t limit = 10);
+
+}  // namespace autouvm::runtime

@@ -1,0 +1,270 @@
+#include "runtime/observer.h"
+
+#include <ATen/record_function.h>
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace autouvm::runtime {
+namespace {
+
+std::atomic<bool> g_observer_exists{false};
+
+// What an op saw when it started; lives from the start callback to the end callback.
+struct OpContext : at::ObserverContext {
+  bool had_child = false;  // a child op was recorded inside it
+  bool inside_op = false;  // it runs inside another op
+  bool bookkeeping = false;
+  std::vector<at::Tensor> inputs;
+};
+
+// Note [Leaf ops]: a kernel allocates its output and resolves views through the dispatcher too (aten::mm
+// calls aten::empty and aten::resolve_conj), so "an op with no child op" would lose every real kernel.
+// An op is recorded unless one of its children was: children that only allocate (these ops, when inside
+// another op) or only alias their inputs (views, no-op conversions) are not recorded, so they do not make
+// their parent composite. At the top level (torch.empty in a script) these ops are recorded.
+bool IsBookkeeping(std::string_view op) {
+  static const std::set<std::string_view> kOps = {"aten::empty",
+                                                  "aten::empty_strided",
+                                                  "aten::resize_",
+                                                  "aten::result_type",
+                                                  "aten::as_strided",
+                                                  "aten::view",
+                                                  "aten::_reshape_alias",
+                                                  "aten::t",
+                                                  "aten::transpose",
+                                                  "aten::expand",
+                                                  "aten::select",
+                                                  "aten::slice",
+                                                  "aten::unsqueeze",
+                                                  "aten::squeeze",
+                                                  "aten::permute",
+                                                  "aten::detach",
+                                                  "aten::alias",
+                                                  "aten::reshape",
+                                                  "aten::_unsafe_view",
+                                                  "aten::contiguous",
+                                                  "aten::empty_like",
+                                                  "aten::lift_fresh",
+                                                  "aten::is_nonzero",
+                                                  "aten::item",
+                                                  "aten::_local_scalar_dense"};
+  return kOps.count(op) > 0;
+}
+
+void CollectTensors(const c10::IValue& v, std::vector<at::Tensor>* out) {
+  if (v.isTensor()) {
+    out->push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorVector()) out->push_back(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) out->push_back(e.toTensor());
+    }
+  }
+}
+
+// The interpreter hands RecordFunction its whole stack; the op's own values are the last ones.
+template <typename Values>
+void CollectLast(const Values& values, size_t n, std::vector<at::Tensor>* out) {
+  const size_t size = values.size();
+  for (size_t i = size > n ? size - n : 0; i < size; ++i) CollectTensors(values[i], out);
+}
+
+const void* StorageKey(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  return t.storage().data();
+}
+
+int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+// Note [FLOPs of an op]: matrix products count 2·M·K·N (per batch); anything else counts one per output
+// element, which is what elementwise ops, reductions and copies roughly cost.
+double Flops(const std::string& op, const std::vector<at::Tensor>& in, const std::vector<at::Tensor>& out) {
+  auto dims = [](const at::Tensor& t, int64_t i) { return static_cast<double>(t.size(i)); };
+  if (op == "aten::mm" && in.size() >= 2) return 2 * dims(in[0], 0) * dims(in[0], 1) * dims(in[1], 1);
+  if (op == "aten::addmm" && in.size() >= 3) return 2 * dims(in[1], 0) * dims(in[1], 1) * dims(in[2], 1);
+  if (op == "aten::bmm" && in.size() >= 2) {
+    return 2 * dims(in[0], 0) * dims(in[0], 1) * dims(in[0], 2) * dims(in[1], 2);
+  }
+  if (op == "aten::baddbmm" && in.size() >= 3) {
+    return 2 * dims(in[1], 0) * dims(in[1], 1) * dims(in[1], 2) * dims(in[2], 2);
+  }
+  return out.empty() || !out[0].defined() ? 0.0 : static_cast<double>(out[0].numel());
+}
+
+}  // namespace
+
+struct Observer::Impl {
+  // Appends the op to the trace; false for ops that move no data (views), which are left out.
+  bool Record(const std::string& op, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+    std::set<const void*> input_storages;
+    for (const auto& t : inputs) {
+      if (const void* key = StorageKey(t)) input_storages.insert(key);
+    }
+    bool all_alias = !outputs.empty();
+    for (const auto& t : outputs) all_alias = all_alias && input_storages.count(StorageKey(t)) > 0;
+    // Views (t, view, select, unsqueeze, ...) move no data: their outputs alias their inputs and they are
+    // not in-place (which aten spells with a trailing underscore).
+    if (all_alias && !absl::EndsWith(op, "_")) return false;
+    if (inputs.empty() && outputs.empty()) return false;
+
+    OpRecord r;
+    r.index = static_cast<int64_t>(trace.ops.size());
+    r.op = op;
+    r.kernel = absl::StrCat(op, "#", launches[op]++);
+    std::set<std::string> seen;
+    for (const auto& t : inputs) {
+      const void* key = StorageKey(t);
+      if (key == nullptr) continue;
+      std::string id = IdOf(t);
+      if (seen.insert(id).second) r.reads.push_back({std::move(id), Bytes(t)});
+    }
+    int k = 0;
+    for (const auto& t : outputs) {
+      const void* key = StorageKey(t);
+      if (key == nullptr) continue;
+      if (input_storages.count(key)) {
+        r.writes.push_back({IdOf(t), Bytes(t)});  // in place
+      } else {
+        std::string id = absl::StrCat("act:", op, "@", r.index, ".", k);
+        Remember(t, id);
+        r.writes.push_back({std::move(id), Bytes(t)});
+      }
+      ++k;
+    }
+    r.flops = Flops(op, inputs, outputs);
+    trace.ops.push_back(std::move(r));
+    return true;
+  }
+
+  // Note [Recycled addresses]: the allocator hands a freed tensor's memory to the next one, often within
+  // the same iteration and inside ops that are not recorded (the scalar a reduction allocates). An
+  // address therefore names a tensor only while the storage seen there is still alive and the same: each
+  // entry keeps a weak reference to its storage, and a mismatch makes a new identity.
+  std::string IdOf(const at::Tensor& t) {
+    const void* key = StorageKey(t);
+    {
+      std::lock_guard<std::mutex> lock(names_mu);
+      auto it = names.find(key);
+      if (it != names.end()) return it->second;
+    }
+    auto it = live.find(key);
+    if (it != live.end() && SameStorage(it->second.storage, t)) return it->second.id;
+    std::string id = absl::StrCat("input:", inputs_seen++);
+    Remember(t, id);
+    return id;
+  }
+
+  void Remember(const at::Tensor& t, const std::string& id) {
+    live.insert_or_assign(StorageKey(t), Live{id, t.storage().getWeakStorageImpl()});
+  }
+
+  static bool SameStorage(const c10::weak_intrusive_ptr<c10::StorageImpl>& weak, const at::Tensor& t) {
+    c10::intrusive_ptr<c10::StorageImpl> alive = weak.lock();
+    return alive && alive.get() == t.storage().unsafeGetStorageImpl();
+  }
+
+  std::mutex names_mu;
+  std::unordered_map<const void*, std::string> names;  // guarded by names_mu
+
+  struct Live {
+    std::string id;
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  };
+  // The recording thread's state for the iteration in progress.
+  std::unordered_map<const void*, Live> live;
+  std::unordered_map<std::string, int64_t> launches;
+  int64_t inputs_seen = 0;
+  AccessTrace trace;
+  at::CallbackHandle handle = 0;
+};
+
+namespace {
+
+thread_local Observer::Impl* t_recording = nullptr;
+thread_local std::vector<OpContext*> t_stack;
+
+std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
+  if (t_recording == nullptr) return nullptr;
+  auto ctx = std::make_unique<OpContext>();
+  ctx->bookkeeping = IsBookkeeping(fn.name());
+  ctx->inside_op = !t_stack.empty();
+  CollectLast(fn.inputs(), fn.num_inputs(), &ctx->inputs);
+  t_stack.push_back(ctx.get());
+  return ctx;
+}
+
+void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
+  if (t_recording == nullptr || base == nullptr) return;
+  auto* ctx = static_cast<OpContext*>(base);
+  if (!t_stack.empty() && t_stack.back() == ctx) t_stack.pop_back();
+  OpContext* parent = t_stack.empty() ? nullptr : t_stack.back();
+  bool recorded = ctx->had_child;  // a composite op: its children were recorded
+  if (!recorded && !(ctx->bookkeeping && ctx->inside_op)) {
+    std::vector<at::Tensor> outputs;
+    CollectLast(fn.outputs(), fn.num_outputs(), &outputs);
+    recorded = t_recording->Record(fn.name(), ctx->inputs, outputs);
+  }
+  if (recorded && parent != nullptr) parent->had_child = true;
+}
+
+}  // namespace
+
+Observer::Observer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Observer::~Observer() {
+  if (impl_->handle != 0) at::removeCallback(impl_->handle);
+  if (t_recording == impl_.get()) t_recording = nullptr;
+  g_observer_exists.store(false);
+}
+
+absl::StatusOr<std::unique_ptr<Observer>> Observer::Create() {
+  if (g_observer_exists.exchange(true)) return absl::FailedPreconditionError("an Observer already exists");
+  return std::unique_ptr<Observer>(new Observer(std::make_unique<Impl>()));
+}
+
+void Observer::NameTensor(const void* storage_data, const std::string& name) {
+  std::lock_guard<std::mutex> lock(impl_->names_mu);
+  impl_->names[storage_data] = absl::StrCat("param:", name);
+}
+
+void Observer::MakeExecutionRepeatable() {
+  torch::jit::getProfilingMode() = false;
+  torch::jit::setGraphExecutorOptimize(false);
+  torch::jit::setTensorExprFuserEnabled(false);
+}
+
+void Observer::BeginIteration() {
+  impl_->live.clear();
+  impl_->launches.clear();
+  impl_->inputs_seen = 0;
+  impl_->trace = AccessTrace();
+  t_stack.clear();
+  // A callback on this thread only, with inputs and outputs, for the length of the iteration.
+  impl_->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(OnOpStart, OnOpEnd)
+                                                 .needsInputs(true)
+                                                 .needsOutputs(true)
+                                                 .scopes({at::RecordScope::FUNCTION}));
+  t_recording = impl_.get();
+}
+
+AccessTrace Observer::EndIteration() {
+  t_recording = nullptr;
+  if (impl_->handle != 0) at::removeCallback(impl_->handle);
+  impl_->handle = 0;
+  t_stack.clear();
+  return std::move(impl_->trace);
+}
+
+}  // namespace autouvm::runtime

@@ -1,0 +1,145 @@
+// The Observer on a generated Llama model: leaf attribution, names, repeatability across iterations and
+// processes, and mismatch reports for a changed model.
+#include "runtime/observer.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "server/llama_builder.h"
+#include "server/model_runner.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace autouvm::runtime {
+namespace {
+
+server::ModelConfig SmallConfig(const std::string& name, int64_t layers) {
+  server::ModelConfig c = server::DefaultTinyModelConfig(name);
+  c.dim = 64;
+  c.n_layers = layers;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.ffn_dim = 96;
+  c.max_seq = 32;
+  return c;
+}
+
+class ObserverTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { Observer::MakeExecutionRepeatable(); }
+
+  void SetUp() override {
+    auto obs = Observer::Create();
+    ASSERT_TRUE(obs.ok()) << obs.status();
+    observer_ = std::move(*obs);
+  }
+
+  std::unique_ptr<server::ModelRunner> Load(const server::ModelConfig& c) {
+    EXPECT_TRUE(server::WriteLlamaModel(c, 11, dir_.path()).ok());
+    auto runner = server::ModelRunner::Create(dir_.Sub(c.name), c, 2);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    if (!runner.ok()) return nullptr;
+    (*runner)->NameTensors(observer_.get());
+    return std::move(*runner);
+  }
+
+  AccessTrace DecodeStep(server::ModelRunner* runner, int32_t token, int64_t pos) {
+    std::vector<float> logits;
+    server::ModelRunner::DecodeRow row{1, token, pos};
+    observer_->BeginIteration();
+    EXPECT_TRUE(runner->Decode({&row, 1}, &logits).ok());
+    return observer_->EndIteration();
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Observer> observer_;
+};
+
+TEST_F(ObserverTest, OnlyOneObserverAtATime) {
+  auto second = Observer::Create();
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ObserverTest, DecodeStepReadsNamedWeightsAndWritesTheCacheInPlace) {
+  const auto c = SmallConfig("obs", 2);
+  auto runner = Load(c);
+  ASSERT_NE(runner, nullptr);
+  ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 1, 2}).ok());
+  const AccessTrace trace = DecodeStep(runner.get(), 3, 3);
+  ASSERT_FALSE(trace.ops.empty());
+
+  std::set<std::string> ops, read_ids, written_ids;
+  for (const auto& op : trace.ops) {
+    ops.insert(op.op);
+    for (const auto& r : op.reads) read_ids.insert(r.id);
+    for (const auto& w : op.writes) written_ids.insert(w.id);
+  }
+  // Composite ops are attributed to their leaves; views are not ops that move data.
+  EXPECT_FALSE(ops.count("aten::matmul"));
+  EXPECT_FALSE(ops.count("aten::t"));
+  for (const std::string w : {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "attn_norm", "mlp_norm"}) {
+    for (int l = 0; l < 2; ++l) {
+      EXPECT_TRUE(read_ids.count("param:layer" + std::to_string(l) + "." + w)) << "layer" << l << "." << w;
+    }
+  }
+  EXPECT_TRUE(read_ids.count("param:tok_embeddings"));
+  EXPECT_TRUE(read_ids.count("param:lm_head"));
+  EXPECT_TRUE(written_ids.count("param:kv_cache.k"));
+  EXPECT_TRUE(written_ids.count("param:kv_cache.v"));
+
+  // The query projection of layer 0: a [1, 64] × [64, 64] product, 2·1·64·64 FLOPs, reading the whole weight.
+  bool found = false;
+  for (const auto& op : trace.ops) {
+    for (const auto& r : op.reads) {
+      if (r.id == "param:layer0.wq" && (op.op == "aten::mm" || op.op == "aten::bmm" || op.op == "aten::addmm")) {
+        found = true;
+        EXPECT_EQ(op.flops, 2.0 * 1 * 64 * 64) << op.kernel;
+        EXPECT_EQ(r.bytes, 64 * 64 * 4);
+      }
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(ObserverTest, EveryDecodeStepHasTheSameTrace) {
+  auto runner = Load(SmallConfig("repeat", 2));
+  ASSERT_NE(runner, nullptr);
+  ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 7}).ok());
+  const AccessTrace first = DecodeStep(runner.get(), 8, 2);
+  for (int64_t pos = 3; pos < 6; ++pos) {
+    const AccessTrace next = DecodeStep(runner.get(), 9, pos);
+    EXPECT_EQ(CompareTraces(first, next), std::vector<std::string>()) << "position " << pos;
+  }
+}
+
+TEST_F(ObserverTest, AChangedModelIsReportedAsMismatches) {
+  auto two = Load(SmallConfig("two", 2));
+  auto three = Load(SmallConfig("three", 3));
+  ASSERT_NE(two, nullptr);
+  ASSERT_NE(three, nullptr);
+  ASSERT_TRUE(two->Prefill(1, std::vector<int32_t>{256}).ok());
+  ASSERT_TRUE(three->Prefill(1, std::vector<int32_t>{256}).ok());
+  const AccessTrace a = DecodeStep(two.get(), 5, 1);
+  const AccessTrace b = DecodeStep(three.get(), 5, 1);
+  const auto diff = CompareTraces(a, b);
+  ASSERT_FALSE(diff.empty());
+  EXPECT_NE(diff.front().find("op "), std::string::npos) << diff.front();
+}
+
+TEST(ObserverAcrossProcesses, TwoProcessesRecordTheSameIds) {
+  testing::TempDir dir;
+  ASSERT_TRUE(server::WriteLlamaModel(SmallConfig("xproc", 2), 4, dir.path()).ok());
+  std::string out1, err1, out2, err2;
+  ASSERT_EQ(testing::RunCommand({TRACE_DUMP_PATH, dir.Sub("xproc"), "0"}, &out1, &err1), 0) << err1;
+  ASSERT_EQ(testing::RunCommand({TRACE_DUMP_PATH, dir.Sub("xproc"), "100000"}, &out2, &err2), 0) << err2;
+  EXPECT_GT(std::count(out1.begin(), out1.end(), '\n'), 20);
+  EXPECT_EQ(out1, out2);
+  // The two runs put their buffers at different addresses (heap padding plus address randomization).
+  EXPECT_NE(err1.substr(0, err1.find(' ')), err2.substr(0, err2.find(' '))) << err1 << err2;
+}
+
+}  // namespace
+}  // namespace autouvm::runtime
