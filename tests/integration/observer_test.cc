@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "runtime/trace_proto.h"
 #include "server/llama_builder.h"
 #include "server/model_runner.h"
 #include "tests/testing/subprocess.h"
@@ -113,6 +114,20 @@ TEST_F(ObserverTest, EveryDecodeStepHasTheSameTrace) {
     const AccessTrace next = DecodeStep(runner.get(), 9, pos);
     EXPECT_EQ(CompareTraces(first, next), std::vector<std::string>()) << "position " << pos;
   }
+}
+
+TEST_F(ObserverTest, TracesRoundTripThroughProtobuf) {
+  auto runner = Load(SmallConfig("proto", 1));
+  ASSERT_NE(runner, nullptr);
+  ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 7}).ok());
+  const AccessTrace trace = DecodeStep(runner.get(), 8, 2);
+  std::string bytes;
+  ASSERT_TRUE(ToProto(trace).SerializeToString(&bytes));
+  autouvm::v1::AccessTrace parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  const AccessTrace back = FromProto(parsed);
+  EXPECT_EQ(CompareTraces(trace, back), std::vector<std::string>());
+  EXPECT_EQ(back.ops.size(), trace.ops.size());
 }
 
 TEST_F(ObserverTest, AChangedModelIsReportedAsMismatches) {
