@@ -10,22 +10,14 @@
 #include "server/llama_builder.h"
 #include "server/model_runner.h"
 #include "server/sampler.h"
+#include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::server {
 namespace {
 
 ModelConfig SmallConfig(const std::string& name, const std::string& dtype) {
-  ModelConfig c = DefaultTinyModelConfig(name);
-  c.dim = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.ffn_dim = 160;
-  c.max_seq = 64;
-  c.dtype = dtype;
-  return c;
+  return testing::SmallLlamaConfig(name, 2, dtype);
 }
 
 double MaxRelErr(const std::vector<float>& a, const std::vector<float>& b) {

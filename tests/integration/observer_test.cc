@@ -9,6 +9,7 @@
 #include "runtime/trace_proto.h"
 #include "server/llama_builder.h"
 #include "server/model_runner.h"
+#include "tests/testing/small_model.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -16,15 +17,7 @@ namespace autouvm::runtime {
 namespace {
 
 server::ModelConfig SmallConfig(const std::string& name, int64_t layers) {
-  server::ModelConfig c = server::DefaultTinyModelConfig(name);
-  c.dim = 64;
-  c.n_layers = layers;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.ffn_dim = 96;
-  c.max_seq = 32;
-  return c;
+  return testing::SmallLlamaConfig(name, layers);
 }
 
 class ObserverTest : public ::testing::Test {
