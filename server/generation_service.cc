@@ -50,6 +50,10 @@ void FillSummary(const std::string& request_id, const std::string& model, const 
   t->set_total_ms(result.total_ms);
 }
 
+// Note [Finish after admission]: once Submit has handed the call to the scheduler, the scheduler may
+// finish it at once (a one-token request), and Finish leads to OnDone, which deletes the reactor. Admit
+// still has work to do after Submit, so neither reactor calls Finish until Start is through with Admit.
+//
 // Admission and cancellation shared by both call shapes. A call owns one of these; the scheduler holds
 // a pointer to the call (as its GenerationSink) until OnFinish.
 class Call {
@@ -113,7 +117,15 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
   StreamReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate) : call_(models, config, gate) {}
 
   void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
-    if (absl::Status s = call_.Admit(context, request, this); !s.ok()) Finish(ToGrpc(s));
+    if (absl::Status s = call_.Admit(context, request, this); !s.ok()) {
+      Finish(ToGrpc(s));  // the scheduler never saw the request
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      admitting_ = false;
+    }
+    Pump();
   }
 
   void OnToken(int32_t token, const std::string& text) override {
@@ -178,7 +190,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
       StartWrite(&current_);
       return;
     }
-    if (finished_) {
+    if (finished_ && !admitting_) {
       finish_sent_ = true;
       grpc::Status status = status_;
       mu_.Unlock();
@@ -195,6 +207,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_sent_ ABSL_GUARDED_BY(mu_) = false;
+  // See Note [Finish after admission].
+  bool admitting_ ABSL_GUARDED_BY(mu_) = true;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -204,7 +218,18 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
       : call_(models, config, gate), response_(response) {}
 
   void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
-    if (absl::Status s = call_.Admit(context, request, this); !s.ok()) Finish(ToGrpc(s));
+    if (absl::Status s = call_.Admit(context, request, this); !s.ok()) {
+      Finish(ToGrpc(s));  // the scheduler never saw the request
+      return;
+    }
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      admitting_ = false;
+      if (!finished_) return;
+      status = status_;
+    }
+    Finish(status);
   }
 
   // Called from the scheduler thread only, before OnFinish; gRPC reads response_ after Finish.
@@ -216,7 +241,14 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
   void OnFinish(const std::string& tail, const GenerationResult& result) override {
     response_->mutable_text()->append(tail);
     FillSummary(call_.request_id(), call_.model(), result, response_);
-    Finish(ToGrpc(result.status));
+    const grpc::Status status = ToGrpc(result.status);
+    {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      status_ = status;
+      if (admitting_) return;  // Start finishes the call
+    }
+    Finish(status);
   }
 
   void OnCancel() override { call_.Cancel(); }
@@ -225,6 +257,11 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
  private:
   Call call_;
   GenerateResponse* response_;
+  absl::Mutex mu_;
+  // See Note [Finish after admission].
+  bool admitting_ ABSL_GUARDED_BY(mu_) = true;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

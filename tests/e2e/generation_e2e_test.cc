@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -221,6 +222,31 @@ TEST_F(GenerationE2E, ConcurrentStreamsAreBatchedAndMatchTheirSoloRuns) {
   // 8 × 31 decode rows; run one by one that would be 248 steps. Batched, far fewer.
   EXPECT_EQ(rows, kStreams * 31.0);
   EXPECT_LT(steps, rows / 3) << "mean batch " << rows / steps;
+}
+
+TEST_F(GenerationE2E, ManyOneTokenRequestsAtOnceAllComplete) {
+  // Requests that finish as soon as they are admitted: Note [Finish after admission].
+  constexpr int kThreads = 8, kEach = 16;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        GenerateRequest req = Greedy("x" + std::to_string(t * kEach + i), 1);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        GenerateResponse resp;
+        if (i % 2 == 0) {
+          if (daemon_.generation()->Generate(&ctx, req, &resp).ok() && resp.token_ids_size() == 1) ++ok;
+        } else {
+          StreamResult r = Stream(daemon_, req, &ctx);
+          if (r.status.ok() && r.tokens.size() == 1 && r.has_final) ++ok;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), kThreads * kEach);
 }
 
 TEST(SentencePieceE2E, ServesAModelWithASentencePieceTokenizer) {
