@@ -6,12 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/bench_model.h"
 #include "runtime/clock.h"
 #include "server/llama_builder.h"
 #include "server/model_runner.h"
@@ -90,18 +90,13 @@ int main(int argc, char** argv) {
   std::string streams_csv = "1,2,4,8,16";
   int threads = 0;
   CLI::App app{"Sequential vs continuously batched generation on a generated Llama model"};
-  app.add_option("--dim", c.dim)->capture_default_str();
-  app.add_option("--layers", c.n_layers)->capture_default_str();
-  app.add_option("--heads", c.n_heads)->capture_default_str();
-  app.add_option("--kv-heads", c.n_kv_heads)->capture_default_str();
-  app.add_option("--ffn-dim", c.ffn_dim)->capture_default_str();
+  bench::AddModelFlags(app, &c);
   app.add_option("--max-seq", c.max_seq)->capture_default_str();
-  app.add_option("--dtype", c.dtype)->capture_default_str();
   app.add_option("--tokens", tokens, "tokens generated per request")->capture_default_str();
   app.add_option("--streams", streams_csv, "request counts to try")->capture_default_str();
   app.add_option("--threads", threads, "libtorch intra-op threads (0: default)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  c.head_dim = c.dim / c.n_heads;
+  bench::FinishModelFlags(&c);
   std::vector<int> streams;
   for (auto part : absl::StrSplit(streams_csv, ',')) {
     int n = 0;
@@ -114,13 +109,7 @@ int main(int argc, char** argv) {
   const int max_batch = *std::max_element(streams.begin(), streams.end());
   if (threads > 0) server::SetIntraOpThreads(threads);
 
-  const auto dir = std::filesystem::temp_directory_path() / ("batching-bench-" + std::to_string(getpid()));
-  if (auto s = server::WriteLlamaModel(c, 1, dir.string()); !s.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  auto runner = server::ModelRunner::Create((dir / c.name).string(), c, max_batch);
-  std::filesystem::remove_all(dir);
+  auto runner = bench::MakeBenchRunner(c, max_batch);
   if (!runner.ok()) {
     std::fprintf(stderr, "%s\n", std::string(runner.status().message()).c_str());
     return 1;

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <vector>
 
+#include "bench/bench_model.h"
 #include "runtime/observer.h"
 #include "server/llama_builder.h"
 #include "server/model_runner.h"
@@ -41,22 +41,18 @@ int main(int argc, char** argv) {
   auto c = autouvm::server::DefaultTinyModelConfig("observer-bench");
   int steps = 200;
   CLI::App app{"Decode-step time with and without access-trace recording"};
-  app.add_option("--dim", c.dim)->capture_default_str();
-  app.add_option("--layers", c.n_layers)->capture_default_str();
-  app.add_option("--heads", c.n_heads)->capture_default_str();
-  app.add_option("--kv-heads", c.n_kv_heads)->capture_default_str();
-  app.add_option("--ffn-dim", c.ffn_dim)->capture_default_str();
+  autouvm::bench::AddModelFlags(app, &c);
   app.add_option("--steps", steps)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  c.head_dim = c.dim / c.n_heads;
+  autouvm::bench::FinishModelFlags(&c);
   c.max_seq = 128;
 
   autouvm::runtime::Observer::MakeExecutionRepeatable();
-  const auto dir = std::filesystem::temp_directory_path() / ("observer-bench-" + std::to_string(getpid()));
-  if (!autouvm::server::WriteLlamaModel(c, 1, dir.string()).ok()) return 1;
-  auto runner = ModelRunner::Create((dir / c.name).string(), c, 1);
-  std::filesystem::remove_all(dir);
-  if (!runner.ok()) return 1;
+  auto runner = autouvm::bench::MakeBenchRunner(c, 1);
+  if (!runner.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(runner.status().message()).c_str());
+    return 1;
+  }
   if (!(*runner)->Prefill(0, std::vector<int32_t>{256, 1, 2, 3, 4, 5, 6, 7}).ok()) return 1;
 
   auto plain = [](auto step) { step(); };
