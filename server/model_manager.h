@@ -50,7 +50,7 @@ class ModelManager {
   // Loads every entry of the repository; returns an error only if the repository itself is unusable.
   absl::Status LoadAll();
   bool loaded() const;
-  // nullopt-like: model == nullptr when the name is unknown.
+  // The model by name; model == nullptr when no such model is served.
   ModelView Find(const std::string& name) const;
   std::vector<ModelView> List() const;
   // Stops every scheduler (see Scheduler::Shutdown).

@@ -2,8 +2,8 @@
 // request is prefilled alone into a free KV-cache slot, then joins the batch that shares every decode
 // step, and leaves it when it finishes, freeing the slot for the next queued request.
 //
-//   auto sched = Scheduler::Create(runner, tokenizer, options, clock);
-//   ASSIGN_OR_RETURN(auto handle, sched->Submit(std::move(params), sink));   // RESOURCE_EXHAUSTED if full
+//   Scheduler sched(runner, tokenizer, options, clock);                      // starts its thread
+//   ASSIGN_OR_RETURN(auto handle, sched.Submit(std::move(params), sink));    // RESOURCE_EXHAUSTED if full
 //   handle->Cancel();                                                        // e.g. the client went away
 //
 // Thread-safety: Submit, Cancel, Stats and Shutdown may be called from any thread. The sink's methods are
