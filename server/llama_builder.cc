@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
+#include "server/torch_dtype.h"
 
 namespace autouvm::server {
 namespace {
@@ -113,12 +114,6 @@ def full(self, tokens):
                       full_calls, "    return self.head(x)\n");
 }
 
-c10::ScalarType DtypeOf(const std::string& name) {
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kHalf;
-  return torch::kFloat;
-}
-
 void AddCommonAttributes(torch::jit::Module& m, const ModelConfig& c) {
   m.register_attribute("training", c10::BoolType::get(), false);
   m.register_attribute("eps", c10::FloatType::get(), c.norm_eps);
@@ -152,7 +147,7 @@ torch::jit::Module BuildModel(const ModelConfig& c, uint64_t seed) {
   std::lock_guard<std::mutex> lock(rng_mu);
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
-  const c10::ScalarType dtype = DtypeOf(c.dtype);
+  const c10::ScalarType dtype = TorchDtype(c.dtype);
   torch::jit::Module m("LlamaForCausalLM");
   AddCommonAttributes(m, c);
   m.register_parameter("tok_embeddings", torch::randn({c.vocab_size, c.dim}).to(dtype), false);

@@ -6,15 +6,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "server/torch_dtype.h"
 
 namespace autouvm::server {
 namespace {
-
-c10::ScalarType DtypeOf(const std::string& name) {
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kHalf;
-  return torch::kFloat;
-}
 
 // libtorch reports failures as c10::Error, and the TorchScript interpreter as std::runtime_error.
 absl::Status TorchError(const std::string& what, const std::exception& e) {
@@ -77,7 +72,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
     params += p.numel();
     bytes += p.numel() * p.element_size();
   }
-  auto dtype = DtypeOf(config.dtype);
+  auto dtype = TorchDtype(config.dtype);
   // Note [fp16 on CPU]: libtorch's CPU kernels have no fp16 matmul, so fp16 models compute in fp32 there.
   if (dtype == torch::kHalf) {
     impl->module.to(torch::kFloat);

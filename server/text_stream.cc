@@ -69,6 +69,7 @@ std::string SanitizeUtf8(const std::string& s) {
 TextStream::TextStream(const Tokenizer* tokenizer, std::vector<std::string> stop_strings)
     : tokenizer_(tokenizer), stops_(std::move(stop_strings)) {
   stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
+  for (const auto& s : stops_) longest_stop_ = std::max(longest_stop_, s.size());
 }
 
 std::string TextStream::EmitUpTo(size_t end) {
@@ -89,10 +90,8 @@ std::string TextStream::Push(int32_t id) {
     // The tokenizer revised text it had already produced (rare); keep what was sent and go on from it.
     decoded_ = emitted_ + decoded_.substr(std::min(decoded_.size(), emitted_.size()));
   }
-  size_t longest = 0;
-  for (const auto& s : stops_) longest = std::max(longest, s.size());
   // A stop string can only newly appear in the tail that was not yet emitted plus its own length.
-  const size_t search_from = emitted_.size() > longest ? emitted_.size() - longest : 0;
+  const size_t search_from = emitted_.size() > longest_stop_ ? emitted_.size() - longest_stop_ : 0;
   size_t first_stop = std::string::npos;
   for (const auto& s : stops_) {
     const size_t at = decoded_.find(s, search_from);

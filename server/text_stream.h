@@ -33,6 +33,7 @@ class TextStream {
 
   const Tokenizer* tokenizer_;
   std::vector<std::string> stops_;
+  size_t longest_stop_ = 0;
   std::vector<int32_t> ids_;
   std::string decoded_;
   std::string emitted_;  // the prefix of decoded_ already sent, as decoded (may hold invalid bytes)
