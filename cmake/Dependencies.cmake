@@ -52,3 +52,14 @@ if(AUTOUVM_WITH_CUDA)
     message(STATUS "autouvmd: libtorch has no CUDA, building the CPU/sim backends only")
   endif()
 endif()
+
+# The CUDA toolkit alone (no libtorch CUDA needed) builds the CUDA backend's UVM calls and CUPTI
+# counters, so that they compile on every machine that has the toolkit, CI's included.
+set(AUTOUVM_CUDA_TOOLKIT OFF)
+if(AUTOUVM_WITH_CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cupti)
+    set(AUTOUVM_CUDA_TOOLKIT ON)
+    message(STATUS "autouvmd: CUDA toolkit ${CUDAToolkit_VERSION}: building the CUDA backend's UVM and CUPTI parts")
+  endif()
+endif()

@@ -4,9 +4,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
-#include "server/yaml_fields.h"
+#include "runtime/yaml_fields.h"
 
 namespace autouvm::server {
+
+using runtime::ParseYamlDocument;
+using runtime::ReadTextFile;
+using runtime::YamlFields;
+
 namespace {
 
 constexpr int64_t kMaxInt = int64_t{1} << 31;

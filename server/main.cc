@@ -8,9 +8,9 @@
 
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
+#include "runtime/yaml_fields.h"
 #include "server/config.h"
 #include "server/daemon.h"
-#include "server/yaml_fields.h"
 
 namespace {
 
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   if (!state_dir.empty()) config->state_dir = state_dir;
   if (threads >= 0) config->intra_op_threads = threads;
   if (!drain_timeout.empty()) {
-    if (!autouvm::server::ParseDurationMs(drain_timeout, &config->drain_timeout_ms).ok()) {
+    if (!autouvm::runtime::ParseDurationMs(drain_timeout, &config->drain_timeout_ms).ok()) {
       std::cerr << "autouvmd: invalid configuration: --drain-timeout: expected a duration such as 30s\n";
       return 2;
     }

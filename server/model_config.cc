@@ -2,9 +2,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
-#include "server/yaml_fields.h"
+#include "runtime/yaml_fields.h"
 
 namespace autouvm::server {
+
+using runtime::ParseYamlDocument;
+using runtime::ReadTextFile;
+using runtime::YamlFields;
+
 namespace {
 
 absl::Status FieldError(const std::string& field, const std::string& what) {

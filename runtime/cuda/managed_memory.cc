@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/device_backend.h"
 
 namespace autouvm::runtime::cuda {
 
@@ -25,16 +26,7 @@ ManagedMemoryPool::ManagedMemoryPool(int device, ManagedMemoryLimits limits, int
 
 ManagedMemoryPool::~ManagedMemoryPool() = default;
 
-absl::StatusOr<int64_t> ManagedMemoryPool::CapFromEnvironment() {
-  const char* value = std::getenv("AUTOUVM_MAX_MANAGED_BYTES");
-  if (value == nullptr || *value == '\0') return 0;
-  int64_t cap = 0;
-  if (!absl::SimpleAtoi(value, &cap) || cap < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AUTOUVM_MAX_MANAGED_BYTES: '", value, "' is not a non-negative number of bytes"));
-  }
-  return cap;
-}
+absl::StatusOr<int64_t> ManagedMemoryPool::CapFromEnvironment() { return ManagedBytesCapFromEnvironment(); }
 
 absl::StatusOr<std::unique_ptr<ManagedMemoryPool>> ManagedMemoryPool::Create(int device, ManagedMemoryLimits limits) {
   int count = 0;

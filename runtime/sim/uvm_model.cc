@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 
 namespace autouvm::runtime::sim {
 
@@ -40,29 +41,46 @@ void UvmModel::ForEachBlock(uint64_t addr, int64_t bytes, F f) {
   }
 }
 
-void UvmModel::MigrateToDevice(uint64_t base, Block& block, int page, int64_t* counter) {
+void UvmModel::MigrateToDevice(uint64_t base, Block& block, int page, MigrationCause cause) {
   Page& p = block.pages[page];
   if (p.on_device) return;
   MakeRoom(base, 1);
   p.on_device = true;
   if (!p.read_mostly) p.host_valid = false;  // migrated, not duplicated
+  if (p.evicted && cause != MigrationCause::kUserPrefetch) ++counters_.thrashing;
+  p.evicted = false;
   if (block.resident++ == 0) {
     block.has_chunk = true;
     block.chunk = chunks_.insert(chunks_.end(), base);
   }
   ++device_pages_;
-  *counter += config_.page_bytes;
+  counters_.h2d_bytes[static_cast<int>(cause)] += config_.page_bytes;
 }
 
-void UvmModel::MigrateToHost(Block& block, int page, int64_t* copy_counter) {
+void UvmModel::MigrateToHost(Block& block, int page, MigrationCause cause) {
   Page& p = block.pages[page];
   if (!p.on_device) return;
   if (p.host_valid) {
-    counters_.dropped_bytes += config_.page_bytes;
-  } else {
-    *copy_counter += config_.page_bytes;
-    p.host_valid = true;
+    DropPage(block, page);
+    return;
   }
+  counters_.d2h_bytes[static_cast<int>(cause)] += config_.page_bytes;
+  ++work_.d2h_pages;
+  p.host_valid = true;
+  p.on_device = false;
+  --device_pages_;
+  if (--block.resident == 0 && block.has_chunk) {
+    chunks_.erase(block.chunk);
+    block.has_chunk = false;
+  }
+}
+
+void UvmModel::DropPage(Block& block, int page) {
+  Page& p = block.pages[page];
+  if (!p.on_device) return;
+  counters_.dropped_bytes += config_.page_bytes;
+  ++work_.dropped_pages;
+  p.host_valid = true;
   p.on_device = false;
   --device_pages_;
   if (--block.resident == 0 && block.has_chunk) {
@@ -82,8 +100,11 @@ void UvmModel::MakeRoom(uint64_t servicing_block, int pages) {
 
 void UvmModel::EvictChunk(uint64_t base) {
   Block& block = blocks_.at(base);
-  for (int p = 0; p < pages_per_block(); ++p) MigrateToHost(block, p, &counters_.d2h_eviction_bytes);
-  ++counters_.evicted_chunks;
+  for (int p = 0; p < pages_per_block(); ++p) {
+    if (block.pages[p].on_device) block.pages[p].evicted = true;
+    MigrateToHost(block, p, MigrationCause::kEviction);
+  }
+  ++counters_.evictions;
 }
 
 void UvmModel::DensityPrefetch(uint64_t base, Block& block, const std::vector<bool>& faulted) {
@@ -104,53 +125,97 @@ void UvmModel::DensityPrefetch(uint64_t base, Block& block, const std::vector<bo
     }
   }
   for (int q = 0; q < n; ++q) {
-    if (prefetch[q]) MigrateToDevice(base, block, q, &counters_.h2d_driver_prefetch_bytes);
+    if (prefetch[q]) MigrateToDevice(base, block, q, MigrationCause::kDriverPrefetch);
   }
 }
 
-void UvmModel::GpuAccess(uint64_t addr, int64_t bytes, bool write) {
-  int64_t faults = 0;
-  ForEachBlock(addr, bytes, [&](uint64_t base, Block& block, int first, int last) {
-    std::vector<bool> faulted(pages_per_block(), false);
-    bool any = false;
-    for (int p = first; p <= last; ++p) {
-      Page& page = block.pages[p];
-      if (page.on_device) {
-        if (write) page.host_valid = false;
-      } else if (page.remote) {
-        counters_.remote_read_bytes += config_.page_bytes;
-      } else {
-        faulted[p] = any = true;
-        ++faults;
+void UvmModel::Kernel(const std::vector<GpuRange>& ranges) {
+  // Faults are taken in the order the kernel touches pages and serviced a batch at a time (up to
+  // fault_batch_size entries), block by block, so that the density prefetcher sees all of a block's
+  // faults in the batch, and pages evicted by one batch fault again if the kernel touches them later.
+  struct Pending {
+    std::vector<bool> faulted;
+    std::vector<bool> written;
+  };
+  std::map<uint64_t, Pending> batch;
+  double batch_entries = 0, entries = 0;
+  auto service = [&] {
+    if (batch.empty()) return;
+    ++counters_.gpu_fault_groups;
+    for (auto& [base, pend] : batch) {
+      Block& block = blocks_.at(base);
+      ++work_.serviced_blocks;
+      const int64_t before = counters_.h2d(MigrationCause::kDriverPrefetch);
+      for (int p = 0; p < pages_per_block(); ++p) {
+        if (!pend.faulted[p]) continue;
+        ++work_.faulted_pages;
+        MigrateToDevice(base, block, p, MigrationCause::kFault);
+        if (pend.written[p]) block.pages[p].host_valid = false;
       }
+      DensityPrefetch(base, block, pend.faulted);
+      work_.faulted_pages += (counters_.h2d(MigrationCause::kDriverPrefetch) - before) / config_.page_bytes;
     }
-    if (!any) return;
-    for (int p = first; p <= last; ++p) {
-      if (!faulted[p]) continue;
-      MigrateToDevice(base, block, p, &counters_.h2d_fault_bytes);
-      if (write) block.pages[p].host_valid = false;
-    }
-    DensityPrefetch(base, block, faulted);
-  });
-  counters_.faults += faults;
-  counters_.fault_batches += (faults + config_.fault_batch_size - 1) / config_.fault_batch_size;
+    batch.clear();
+    batch_entries = 0;
+  };
+  for (const GpuRange& r : ranges) {
+    ForEachBlock(r.addr, r.bytes, [&](uint64_t base, Block& block, int first, int last) {
+      for (int p = first; p <= last; ++p) {
+        Page& page = block.pages[p];
+        if (page.on_device) {
+          if (r.write) page.host_valid = false;
+          continue;
+        }
+        if (page.remote) {
+          counters_.remote_bytes += config_.page_bytes;
+          continue;
+        }
+        Pending& pend = batch[base];
+        if (pend.faulted.empty()) {
+          pend.faulted.assign(pages_per_block(), false);
+          pend.written.assign(pages_per_block(), false);
+        }
+        pend.written[p] = pend.written[p] || r.write;
+        if (pend.faulted[p]) continue;
+        pend.faulted[p] = true;
+        batch_entries += r.entries_per_page;
+        entries += r.entries_per_page;
+        if (batch_entries >= config_.fault_batch_size) service();
+      }
+    });
+  }
+  service();
+  counters_.gpu_faults += static_cast<int64_t>(std::llround(entries));
 }
 
 void UvmModel::Prefetch(uint64_t addr, int64_t bytes, Location to) {
   ForEachBlock(addr, bytes, [&](uint64_t base, Block& block, int first, int last) {
+    bool moved = false;
     for (int p = first; p <= last; ++p) {
+      moved = moved || block.pages[p].on_device != (to == Location::kDevice);
       if (to == Location::kDevice) {
-        MigrateToDevice(base, block, p, &counters_.h2d_user_prefetch_bytes);
+        MigrateToDevice(base, block, p, MigrationCause::kUserPrefetch);
       } else {
-        MigrateToHost(block, p, &counters_.d2h_user_prefetch_bytes);
+        MigrateToHost(block, p, MigrationCause::kUserPrefetch);
       }
     }
+    if (moved) ++work_.prefetch_blocks;
   });
 }
 
-void UvmModel::SetReadMostly(uint64_t addr, int64_t bytes, bool on) {
+void UvmModel::SetReadMostly(uint64_t addr, int64_t bytes, bool on, Location keep) {
   ForEachBlock(addr, bytes, [&](uint64_t, Block& block, int first, int last) {
-    for (int p = first; p <= last; ++p) block.pages[p].read_mostly = on;
+    for (int p = first; p <= last; ++p) {
+      Page& page = block.pages[p];
+      if (!on && page.read_mostly && page.on_device && page.host_valid) {
+        if (keep == Location::kHost) {
+          DropPage(block, p);
+        } else {
+          page.host_valid = false;
+        }
+      }
+      page.read_mostly = on;
+    }
   });
 }
 
@@ -158,6 +223,22 @@ void UvmModel::SetRemote(uint64_t addr, int64_t bytes, bool on) {
   ForEachBlock(addr, bytes, [&](uint64_t, Block& block, int first, int last) {
     for (int p = first; p <= last; ++p) block.pages[p].remote = on;
   });
+}
+
+void UvmModel::DropDeviceCopies(uint64_t addr, int64_t bytes, bool discard) {
+  ForEachBlock(addr, bytes, [&](uint64_t, Block& block, int first, int last) {
+    for (int p = first; p <= last; ++p) {
+      if (discard || block.pages[p].host_valid) DropPage(block, p);
+    }
+  });
+}
+
+int64_t UvmModel::ResidentBytes(uint64_t addr, int64_t bytes) {
+  int64_t pages = 0;
+  ForEachBlock(addr, bytes, [&](uint64_t, Block& block, int first, int last) {
+    for (int p = first; p <= last; ++p) pages += block.pages[p].on_device ? 1 : 0;
+  });
+  return pages * config_.page_bytes;
 }
 
 bool UvmModel::OnDevice(uint64_t addr) const {

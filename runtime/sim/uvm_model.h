@@ -22,6 +22,8 @@
 #include <map>
 #include <vector>
 
+#include "runtime/device_backend.h"
+
 namespace autouvm::runtime::sim {
 
 struct UvmModelConfig {
@@ -32,20 +34,23 @@ struct UvmModelConfig {
   int fault_batch_size = 256;         // uvm_perf_fault_batch_count default
 };
 
-struct UvmCounters {
-  int64_t faults = 0;  // pages faulted
-  int64_t fault_batches = 0;
-  int64_t h2d_fault_bytes = 0;            // migrated because they faulted
-  int64_t h2d_driver_prefetch_bytes = 0;  // added by the density prefetcher
-  int64_t h2d_user_prefetch_bytes = 0;    // moved by Prefetch(kDevice)
-  int64_t d2h_eviction_bytes = 0;         // copied back by evictions
-  int64_t d2h_user_prefetch_bytes = 0;    // moved by Prefetch(kHost)
-  int64_t dropped_bytes = 0;              // evicted without a copy (valid host copy)
-  int64_t evicted_chunks = 0;
-  int64_t remote_read_bytes = 0;  // read in place over the link
+// What the driver did, beyond the counters, for the cost model (runtime/sim/sim_backend.cc).
+struct UvmWork {
+  int64_t faulted_pages = 0;    // pages migrated to service faults (the density prefetcher's included)
+  int64_t serviced_blocks = 0;  // VA blocks serviced for faults
+  int64_t prefetch_blocks = 0;  // VA blocks a user prefetch moved pages of
+  int64_t d2h_pages = 0;        // pages copied back to the host (eviction or prefetch)
+  int64_t dropped_pages = 0;    // device copies dropped without a copy
 };
 
-enum class Location { kHost, kDevice };
+// One range a kernel touches. `entries_per_page`: fault-buffer entries the kernel raises for each page
+// it touches that is not on the device (Note [H200 calibration], runtime/gpu_spec.cc).
+struct GpuRange {
+  uint64_t addr = 0;
+  int64_t bytes = 0;
+  bool write = false;
+  double entries_per_page = 1;
+};
 
 class UvmModel {
  public:
@@ -55,15 +60,24 @@ class UvmModel {
   void Allocate(uint64_t base, int64_t bytes);
   void Free(uint64_t base);
 
-  // A kernel touches [addr, addr + bytes).
-  void GpuAccess(uint64_t addr, int64_t bytes, bool write);
+  // A kernel touches these ranges; its faults are pooled and serviced in batches.
+  void Kernel(const std::vector<GpuRange>& ranges);
+  // A kernel that touches one range.
+  void GpuAccess(uint64_t addr, int64_t bytes, bool write) { Kernel({{addr, bytes, write, 1.0}}); }
   void Prefetch(uint64_t addr, int64_t bytes, Location to);
-  void SetReadMostly(uint64_t addr, int64_t bytes, bool on);
+  // Turning read duplication off collapses each duplicated page to one copy, kept at `keep` (the range's
+  // preferred location): kept on the host, the device copy is dropped without a copy back.
+  void SetReadMostly(uint64_t addr, int64_t bytes, bool on, Location keep = Location::kDevice);
   void SetRemote(uint64_t addr, int64_t bytes, bool on);
+  // Drops the device copies of the range without copying them back: all of them (`discard`: the contents
+  // are no longer needed), or only those with a valid host copy (read duplicates).
+  void DropDeviceCopies(uint64_t addr, int64_t bytes, bool discard);
 
   bool OnDevice(uint64_t addr) const;
+  int64_t ResidentBytes(uint64_t addr, int64_t bytes);
   int64_t device_bytes() const { return device_pages_ * config_.page_bytes; }
   const UvmCounters& counters() const { return counters_; }
+  const UvmWork& work() const { return work_; }
 
  private:
   struct Page {
@@ -71,6 +85,7 @@ class UvmModel {
     bool host_valid = true;
     bool read_mostly = false;
     bool remote = false;
+    bool evicted = false;  // the driver evicted it and it has not come back since
   };
   struct Block {
     std::vector<Page> pages;
@@ -83,8 +98,9 @@ class UvmModel {
   // Calls f(block_base, block, first_page, last_page) for each block overlapping the range.
   template <typename F>
   void ForEachBlock(uint64_t addr, int64_t bytes, F f);
-  void MigrateToDevice(uint64_t base, Block& block, int page, int64_t* counter);
-  void MigrateToHost(Block& block, int page, int64_t* copy_counter);
+  void MigrateToDevice(uint64_t base, Block& block, int page, MigrationCause cause);
+  void MigrateToHost(Block& block, int page, MigrationCause cause);
+  void DropPage(Block& block, int page);
   void MakeRoom(uint64_t servicing_block, int pages);
   void EvictChunk(uint64_t base);
   void DensityPrefetch(uint64_t base, Block& block, const std::vector<bool>& faulted);
@@ -95,6 +111,7 @@ class UvmModel {
   std::list<uint64_t> chunks_;  // blocks holding a GPU chunk, oldest first
   int64_t device_pages_ = 0;
   UvmCounters counters_;
+  UvmWork work_;
 };
 
 }  // namespace autouvm::runtime::sim

@@ -1,4 +1,4 @@
-#include "server/yaml_fields.h"
+#include "runtime/yaml_fields.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
-namespace autouvm::server {
+namespace autouvm::runtime {
 namespace {
 
 // A key that is missing, or present with no value (`key:` or `key: ~`), keeps its default.
@@ -166,4 +166,4 @@ absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms) {
   return absl::OkStatus();
 }
 
-}  // namespace autouvm::server
+}  // namespace autouvm::runtime

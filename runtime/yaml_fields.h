@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "yaml-cpp/yaml.h"
 
-namespace autouvm::server {
+namespace autouvm::runtime {
 
 class YamlFields {
  public:
@@ -57,4 +57,4 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::str
 // Parses "30s", "250ms", "2m", "1h" or a plain number of seconds into milliseconds.
 absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms);
 
-}  // namespace autouvm::server
+}  // namespace autouvm::runtime

@@ -1,0 +1,240 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/cuda/cupti_counters.h"
+#include "runtime/status_macros.h"
+
+namespace autouvm::runtime::cuda {
+namespace {
+
+absl::Status CudaError(cudaError_t e, const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+}
+
+#define CUDA_RETURN_IF_ERROR(call, what)    \
+  do {                                      \
+    cudaError_t autouvm_e_ = (call);        \
+    if (autouvm_e_ != cudaSuccess) {        \
+      cudaGetLastError(); /* clear it */    \
+      return CudaError(autouvm_e_, (what)); \
+    }                                       \
+  } while (0)
+
+#if CUDART_VERSION >= 13000
+cudaMemLocation LocationOf(Location where, int device) {
+  cudaMemLocation loc{};
+  loc.type = where == Location::kDevice ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+  loc.id = where == Location::kDevice ? device : 0;
+  return loc;
+}
+#endif
+
+}  // namespace
+
+struct CudaBackend::Streams {
+  cudaStream_t compute = nullptr;
+  cudaStream_t copy = nullptr;
+  bool own_compute = false;
+  std::vector<cudaEvent_t> events;  // the ring
+
+  cudaStream_t Of(Stream s) const { return s == Stream::kCompute ? compute : copy; }
+};
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaBackendOptions options) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat(
+        "no usable CUDA device: ", e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none"));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", options.device, ": no such CUDA device (", count, " found)"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device), "cudaSetDevice");
+  CUDA_RETURN_IF_ERROR(cudaFree(nullptr), "creating the CUDA context");
+  int concurrent = 0;
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, options.device),
+                       "cudaDeviceGetAttribute");
+  if (!concurrent) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device ", options.device, " cannot migrate managed memory on demand (no concurrent managed access)"));
+  }
+  int64_t cap = options.cap_bytes;
+  if (cap == kCapFromEnvironment) {
+    ASSIGN_OR_RETURN(cap, ManagedBytesCapFromEnvironment());
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(options), cap, static_cast<int64_t>(free_bytes)));
+  Streams& s = *backend->streams_;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s.copy, cudaStreamNonBlocking), "creating the copy stream");
+  if (backend->options_.compute_stream != nullptr) {
+    s.compute = static_cast<cudaStream_t>(backend->options_.compute_stream);
+  } else {
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking), "creating a compute stream");
+    s.own_compute = true;
+  }
+  s.events.resize(kEventRing, nullptr);
+  for (cudaEvent_t& ev : s.events) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  if (backend->options_.counters) {
+    auto counters = CuptiUvmCounters::Start(backend->options_.device);
+    if (counters.ok()) {
+      backend->counters_ = std::move(counters).value();
+    } else {
+      backend->counters_error_ = std::string(counters.status().message());
+    }
+  } else {
+    backend->counters_error_ = "counters were not requested";
+  }
+  return backend;
+}
+
+CudaBackend::CudaBackend(CudaBackendOptions options, int64_t cap, int64_t free_at_start)
+    : options_(std::move(options)), cap_(cap), free_at_start_(free_at_start), streams_(std::make_unique<Streams>()) {}
+
+CudaBackend::~CudaBackend() {
+  counters_.reset();
+  // Destruction errors are deliberately ignored: nothing can be done about them here.
+  for (auto& [addr, bytes] : allocations_) cudaFree(reinterpret_cast<void*>(addr));
+  for (cudaEvent_t ev : streams_->events) {
+    if (ev != nullptr) cudaEventDestroy(ev);
+  }
+  if (streams_->copy != nullptr) cudaStreamDestroy(streams_->copy);
+  if (streams_->own_compute && streams_->compute != nullptr) cudaStreamDestroy(streams_->compute);
+}
+
+absl::StatusOr<uint64_t> CudaBackend::AllocateManaged(int64_t bytes) {
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  if (cap_ > 0 && allocated_ + bytes > cap_) {
+    return absl::ResourceExhaustedError(absl::StrCat("managed allocation of ", bytes, " bytes refused: the total (",
+                                                     allocated_ + bytes, ") would pass AUTOUVM_MAX_MANAGED_BYTES (",
+                                                     cap_, ")"));
+  }
+  if (!options_.allow_oversubscription && allocated_ + bytes > free_at_start_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "managed allocation of ", bytes, " bytes refused: the total (", allocated_ + bytes,
+        ") would pass the device's free memory (", free_at_start_, "); set memory.allow_oversubscription to allow it"));
+  }
+  void* ptr = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocManaged(&ptr, static_cast<size_t>(bytes), cudaMemAttachGlobal),
+                       absl::StrCat("cudaMallocManaged(", bytes, ")"));
+  const auto addr = reinterpret_cast<uint64_t>(ptr);
+  allocations_[addr] = bytes;
+  allocated_ += bytes;
+  return addr;
+}
+
+absl::Status CudaBackend::FreeManaged(uint64_t addr) {
+  auto it = allocations_.find(addr);
+  if (it == allocations_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("0x", absl::Hex(addr), " was not allocated by this backend"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaFree(reinterpret_cast<void*>(addr)), "cudaFree");
+  allocated_ -= it->second;
+  allocations_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) {
+  const void* ptr = reinterpret_cast<const void*>(addr);
+#if CUDART_VERSION >= 13000
+  CUDA_RETURN_IF_ERROR(
+      cudaMemPrefetchAsync(ptr, static_cast<size_t>(bytes), LocationOf(to, options_.device), 0, streams_->Of(stream)),
+      "cudaMemPrefetchAsync");
+#else
+  CUDA_RETURN_IF_ERROR(
+      cudaMemPrefetchAsync(ptr, static_cast<size_t>(bytes), to == Location::kDevice ? options_.device : cudaCpuDeviceId,
+                           streams_->Of(stream)),
+      "cudaMemPrefetchAsync");
+#endif
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Advise(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location) {
+  cudaMemoryAdvise a = cudaMemAdviseSetReadMostly;
+  switch (advice) {
+    case Advice::kReadMostly:
+      a = set ? cudaMemAdviseSetReadMostly : cudaMemAdviseUnsetReadMostly;
+      location = Location::kDevice;  // ignored by CUDA
+      break;
+    case Advice::kPreferredLocation:
+      a = set ? cudaMemAdviseSetPreferredLocation : cudaMemAdviseUnsetPreferredLocation;
+      break;
+    case Advice::kAccessedBy:
+      a = set ? cudaMemAdviseSetAccessedBy : cudaMemAdviseUnsetAccessedBy;
+      location = Location::kDevice;  // this backend's device keeps the mapping
+      break;
+  }
+  const void* ptr = reinterpret_cast<const void*>(addr);
+#if CUDART_VERSION >= 13000
+  CUDA_RETURN_IF_ERROR(cudaMemAdvise(ptr, static_cast<size_t>(bytes), a, LocationOf(location, options_.device)),
+                       "cudaMemAdvise");
+#else
+  CUDA_RETURN_IF_ERROR(cudaMemAdvise(ptr, static_cast<size_t>(bytes), a,
+                                     location == Location::kDevice ? options_.device : cudaCpuDeviceId),
+                       "cudaMemAdvise");
+#endif
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Discard(uint64_t addr, int64_t bytes, Stream stream) {
+#if CUDART_VERSION >= 13000
+  // Note [Discard needs a created stream]: cudaMemDiscardBatchAsync refuses the legacy default stream
+  // (cudaErrorInvalidValue); both of this backend's streams are created ones unless the caller passed
+  // the legacy stream as compute stream, in which case the copy stream does the discard.
+  cudaStream_t s = streams_->Of(stream);
+  if (s == nullptr) s = streams_->copy;
+  void* ptr = reinterpret_cast<void*>(addr);
+  size_t size = static_cast<size_t>(bytes);
+  CUDA_RETURN_IF_ERROR(cudaMemDiscardBatchAsync(&ptr, &size, 1, 0, s), "cudaMemDiscardBatchAsync");
+  return absl::OkStatus();
+#else
+  (void)addr, (void)bytes, (void)stream;
+  return absl::UnimplementedError("discarding managed memory needs CUDA 13");
+#endif
+}
+
+// Note [Residency on CUDA]: CUDA has no per-page residency query; the last prefetch location of the
+// range (cudaMemRangeAttributeLastPrefetchLocation) is the best it offers. The executor keeps its own
+// account of what it made resident and uses this only as a check.
+absl::StatusOr<int64_t> CudaBackend::ResidentBytes(uint64_t addr, int64_t bytes) {
+  int location = cudaInvalidDeviceId;
+  CUDA_RETURN_IF_ERROR(cudaMemRangeGetAttribute(&location, sizeof(location), cudaMemRangeAttributeLastPrefetchLocation,
+                                                reinterpret_cast<const void*>(addr), static_cast<size_t>(bytes)),
+                       "cudaMemRangeGetAttribute");
+  return location == options_.device ? bytes : 0;
+}
+
+EventId CudaBackend::RecordEvent(Stream stream) {
+  const EventId id = next_event_++;
+  // Checked by its absence of consequence: an event that fails to record completes at once, so a
+  // stream waiting on it does not wait — the same as the sim backend's unknown events.
+  cudaEventRecord(streams_->events[static_cast<size_t>(id % kEventRing)], streams_->Of(stream));
+  return id;
+}
+
+void CudaBackend::WaitEvent(Stream stream, EventId event) {
+  if (event < 0 || event >= next_event_ || event < next_event_ - kEventRing) return;
+  cudaStreamWaitEvent(streams_->Of(stream), streams_->events[static_cast<size_t>(event % kEventRing)], 0);  // see above
+}
+
+absl::Status CudaBackend::Synchronize() {
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_->copy), "synchronizing the copy stream");
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_->compute), "synchronizing the compute stream");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UvmCounters> CudaBackend::ReadCounters() {
+  if (counters_ == nullptr) return absl::UnavailableError(counters_error_);
+  return counters_->Read();
+}
+
+}  // namespace autouvm::runtime::cuda

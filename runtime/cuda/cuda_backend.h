@@ -1,0 +1,81 @@
+// CudaBackend: the DeviceBackend on a real GPU — cudaMallocManaged, cudaMemPrefetchAsync, cudaMemAdvise
+// and cudaMemDiscardBatchAsync on two streams (compute and copy), and CUPTI's unified-memory counters.
+// Needs only the CUDA toolkit, so it is compiled wherever the toolkit is installed (CI included) and
+// run on the GPU host (tests/gpu).
+//
+//   ASSIGN_OR_RETURN(auto gpu, CudaBackend::Create({.device = 0, .spec = *FindGpuSpec("h200-pcie5")}));
+//   ASSIGN_OR_RETURN(uint64_t a, gpu->AllocateManaged(bytes));   // refused past the cap or free memory
+//
+// Limits (Note [Managed memory limits], runtime/cuda/managed_memory.h): an allocation is refused,
+// before CUDA is asked, past `cap_bytes` (AUTOUVM_MAX_MANAGED_BYTES by default) or, unless
+// allow_oversubscription, past the device memory that was free when the backend was created.
+//
+// Thread-safety: one thread drives a CudaBackend (as the executor does); ReadCounters from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/device_backend.h"
+
+namespace autouvm::runtime::cuda {
+
+class CuptiUvmCounters;
+
+// AUTOUVM_MAX_MANAGED_BYTES as the default cap: see CudaBackendOptions::cap_bytes.
+inline constexpr int64_t kCapFromEnvironment = -1;
+
+struct CudaBackendOptions {
+  int device = 0;
+  GpuSpec spec;
+  int64_t cap_bytes = kCapFromEnvironment;  // 0: none of our own
+  bool allow_oversubscription = false;
+  void* compute_stream = nullptr;  // a cudaStream_t to compute on (e.g. PyTorch's); null: one of our own
+  bool counters = true;            // collect CUPTI unified-memory counters
+};
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  // UNAVAILABLE when there is no usable CUDA device (the message says what CUDA answered);
+  // FAILED_PRECONDITION when the device cannot migrate managed memory on demand.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(CudaBackendOptions options);
+  ~CudaBackend() override;
+
+  std::string_view kind() const override { return "cuda"; }
+  const GpuSpec& spec() const override { return options_.spec; }
+  absl::StatusOr<uint64_t> AllocateManaged(int64_t bytes) override;
+  absl::Status FreeManaged(uint64_t addr) override;
+  absl::Status Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) override;
+  absl::Status Advise(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location) override;
+  absl::Status Discard(uint64_t addr, int64_t bytes, Stream stream) override;
+  absl::StatusOr<int64_t> ResidentBytes(uint64_t addr, int64_t bytes) override;
+  // An EventId stays valid for the next kEventRing events recorded.
+  EventId RecordEvent(Stream stream) override;
+  void WaitEvent(Stream stream, EventId event) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<UvmCounters> ReadCounters() override;
+
+  static constexpr int kEventRing = 4096;
+  int64_t allocated_bytes() const { return allocated_; }
+  int64_t free_bytes_at_start() const { return free_at_start_; }
+
+  struct Streams;
+
+ private:
+  CudaBackend(CudaBackendOptions options, int64_t cap, int64_t free_at_start);
+
+  CudaBackendOptions options_;
+  int64_t cap_ = 0;
+  int64_t free_at_start_ = 0;
+  int64_t allocated_ = 0;
+  std::map<uint64_t, int64_t> allocations_;
+  std::unique_ptr<Streams> streams_;
+  EventId next_event_ = 0;
+  std::unique_ptr<CuptiUvmCounters> counters_;
+  std::string counters_error_;  // why there are no counters, when there are none
+};
+
+}  // namespace autouvm::runtime::cuda

@@ -1,0 +1,149 @@
+#include "runtime/cuda/cupti_counters.h"
+
+#include <cupti.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace autouvm::runtime::cuda {
+namespace {
+
+// Note [One CUPTI subscriber]: CUPTI hands activity buffers to plain C callbacks registered once per
+// process, so the live instance is reachable through this pointer and no second one may exist.
+std::atomic<CuptiUvmCounters*> g_active{nullptr};
+
+constexpr size_t kBufferBytes = 1 << 20;
+constexpr size_t kAlignment = 8;
+
+std::string CuptiError(CUptiResult r) {
+  const char* text = nullptr;
+  cuptiGetResultString(r, &text);  // ignored: a null text is printed as the code alone
+  return absl::StrCat(text != nullptr ? text : "CUPTI error", " (", static_cast<int>(r), ")");
+}
+
+MigrationCause CauseOf(uint32_t flags) {
+  switch (flags) {
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_USER:
+      return MigrationCause::kUserPrefetch;
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_COHERENCE:
+      return MigrationCause::kFault;
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_PREFETCH:
+      return MigrationCause::kDriverPrefetch;
+    case CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_EVICTION:
+      return MigrationCause::kEviction;
+    default:
+      return MigrationCause::kOther;
+  }
+}
+
+void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  UvmCounters delta;
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER) continue;
+    const auto* um = reinterpret_cast<const CUpti_ActivityUnifiedMemoryCounter3*>(record);
+    const auto value = static_cast<int64_t>(um->value);
+    switch (um->counterKind) {
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
+        delta.h2d_bytes[static_cast<int>(CauseOf(um->flags))] += value;
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH:
+        delta.d2h_bytes[static_cast<int>(CauseOf(um->flags))] += value;
+        if (CauseOf(um->flags) == MigrationCause::kEviction) ++delta.evictions;
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT:
+        ++delta.gpu_faults;               // one record per faulting page
+        delta.gpu_fault_groups += value;  // "the number of page fault groups for the same page"
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT:
+        ++delta.cpu_faults;  // value is the faulting instruction's address
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING:
+        ++delta.thrashing;
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING:
+        ++delta.throttling;
+        break;
+      case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP:
+        delta.remote_bytes += value;
+        break;
+      default:
+        break;
+    }
+  }
+  if (CuptiUvmCounters* active = g_active.load()) active->Add(delta);
+  std::free(buffer);
+}
+
+CUptiResult Configure(int device, const std::vector<CUpti_ActivityUnifiedMemoryCounterKind>& kinds) {
+  std::vector<CUpti_ActivityUnifiedMemoryCounterConfig> config(kinds.size());
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    config[i].scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE;
+    config[i].kind = kinds[i];
+    config[i].deviceId = static_cast<uint32_t>(device);
+    config[i].enable = 1;
+  }
+  return cuptiActivityConfigureUnifiedMemoryCounter(config.data(), static_cast<uint32_t>(config.size()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CuptiUvmCounters>> CuptiUvmCounters::Start(int device) {
+  std::unique_ptr<CuptiUvmCounters> counters(new CuptiUvmCounters());
+  CuptiUvmCounters* expected = nullptr;
+  if (!g_active.compare_exchange_strong(expected, counters.get())) {
+    return absl::FailedPreconditionError("CUPTI unified-memory counters are already being collected");
+  }
+  auto fail = [&](const char* what, CUptiResult r) {
+    g_active.store(nullptr);
+    return absl::UnavailableError(absl::StrCat("CUPTI unified-memory counters: ", what, ": ", CuptiError(r)));
+  };
+  CUptiResult r = cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted);
+  if (r != CUPTI_SUCCESS) return fail("registering buffers", r);
+  // Every kind we report; platforms without CPU-fault or thrashing records still give the transfers.
+  r = Configure(device, {CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD,
+                         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
+                         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
+                         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT,
+                         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING,
+                         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING,
+                         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP});
+  if (r != CUPTI_SUCCESS) {
+    r = Configure(device, {CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD,
+                           CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
+                           CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT});
+  }
+  if (r != CUPTI_SUCCESS) return fail("configuring", r);
+  r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
+  if (r != CUPTI_SUCCESS) return fail("enabling", r);
+  return counters;
+}
+
+CuptiUvmCounters::~CuptiUvmCounters() {
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);  // ignored: shutting down
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);           // ignored: shutting down
+  CuptiUvmCounters* self = this;
+  g_active.compare_exchange_strong(self, nullptr);
+}
+
+UvmCounters CuptiUvmCounters::Read() {
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // warned by its absence: totals lag a flush
+  std::lock_guard<std::mutex> lock(mu_);
+  return totals_;
+}
+
+void CuptiUvmCounters::Add(const UvmCounters& delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  totals_ += delta;
+}
+
+}  // namespace autouvm::runtime::cuda

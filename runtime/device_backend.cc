@@ -1,0 +1,80 @@
+#include "runtime/device_backend.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace autouvm::runtime {
+
+std::string_view MigrationCauseName(MigrationCause cause) {
+  switch (cause) {
+    case MigrationCause::kUserPrefetch:
+      return "prefetch";
+    case MigrationCause::kFault:
+      return "fault";
+    case MigrationCause::kDriverPrefetch:
+      return "driver_prefetch";
+    case MigrationCause::kEviction:
+      return "eviction";
+    case MigrationCause::kOther:
+      return "other";
+  }
+  return "other";
+}
+
+int64_t UvmCounters::h2d_total() const {
+  int64_t sum = 0;
+  for (int64_t b : h2d_bytes) sum += b;
+  return sum;
+}
+
+int64_t UvmCounters::d2h_total() const {
+  int64_t sum = 0;
+  for (int64_t b : d2h_bytes) sum += b;
+  return sum;
+}
+
+// Note [Counter arithmetic]: both operators go field by field; a field added to UvmCounters is added to
+// ForEachField and nowhere else.
+namespace {
+template <typename F>
+void ForEachField(UvmCounters& out, const UvmCounters& in, F f) {
+  f(out.gpu_fault_groups, in.gpu_fault_groups);
+  f(out.gpu_faults, in.gpu_faults);
+  f(out.cpu_faults, in.cpu_faults);
+  for (int i = 0; i < kMigrationCauses; ++i) {
+    f(out.h2d_bytes[i], in.h2d_bytes[i]);
+    f(out.d2h_bytes[i], in.d2h_bytes[i]);
+  }
+  f(out.dropped_bytes, in.dropped_bytes);
+  f(out.evictions, in.evictions);
+  f(out.thrashing, in.thrashing);
+  f(out.throttling, in.throttling);
+  f(out.remote_bytes, in.remote_bytes);
+}
+}  // namespace
+
+UvmCounters operator-(const UvmCounters& a, const UvmCounters& b) {
+  UvmCounters d = a;
+  ForEachField(d, b, [](int64_t& x, int64_t y) { x -= y; });
+  return d;
+}
+
+UvmCounters& operator+=(UvmCounters& a, const UvmCounters& b) {
+  ForEachField(a, b, [](int64_t& x, int64_t y) { x += y; });
+  return a;
+}
+
+absl::StatusOr<int64_t> ManagedBytesCapFromEnvironment() {
+  const char* value = std::getenv("AUTOUVM_MAX_MANAGED_BYTES");
+  if (value == nullptr || *value == '\0') return 0;
+  int64_t cap = 0;
+  if (!absl::SimpleAtoi(value, &cap) || cap < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AUTOUVM_MAX_MANAGED_BYTES: '", value, "' is not a non-negative number of bytes"));
+  }
+  return cap;
+}
+
+}  // namespace autouvm::runtime

@@ -1,0 +1,106 @@
+// DeviceBackend: everything the executor and the profiler ask of a GPU with unified memory, behind one
+// interface with two implementations — runtime/cuda/ (real CUDA UVM) and runtime/sim/ (the simulated
+// driver). Nothing above runtime/ sees CUDA.
+//
+//   ASSIGN_OR_RETURN(uint64_t w, backend->AllocateManaged(bytes));
+//   RETURN_IF_ERROR(backend->Advise(w, bytes, Advice::kReadMostly, true));
+//   RETURN_IF_ERROR(backend->Prefetch(w, bytes, Location::kDevice, Stream::kCopy));
+//   EventId ready = backend->RecordEvent(Stream::kCopy);
+//   backend->WaitEvent(Stream::kCompute, ready);   // the compute stream waits for the copy
+//
+// Addresses are plain integers: on CUDA they are device pointers (tensors' data_ptr), on the simulator
+// addresses in its own address space that nothing may dereference.
+//
+// Thread-safety: implementations say; both shipped ones are driven by one thread at a time.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/gpu_spec.h"
+
+namespace autouvm::runtime {
+
+enum class Location { kHost, kDevice };
+
+// The two streams the runtime uses: the one the model computes on, and a side stream for copies.
+enum class Stream { kCompute, kCopy };
+
+enum class Advice {
+  kPreferredLocation,  // `location` is where the pages should live (cudaMemAdviseSetPreferredLocation)
+  kAccessedBy,         // the device keeps a mapping to the pages wherever they are (zero-copy when they
+                       // are on the host and preferred there)
+  kReadMostly,         // reads duplicate pages instead of migrating them; a write collapses the copies
+};
+
+// Why bytes crossed the link (CUPTI's CUpti_ActivityUnifiedMemoryMigrationCause).
+enum class MigrationCause { kUserPrefetch = 0, kFault, kDriverPrefetch, kEviction, kOther };
+inline constexpr int kMigrationCauses = 5;
+std::string_view MigrationCauseName(MigrationCause cause);
+
+// Unified-memory counters since the backend was created. On CUDA they come from CUPTI's unified-memory
+// counter records; on the simulator from its driver model.
+struct UvmCounters {
+  int64_t gpu_fault_groups = 0;                       // batches of GPU page faults the driver serviced
+  int64_t gpu_faults = 0;                             // GPU page faults (fault-buffer entries) in those batches
+  int64_t cpu_faults = 0;                             // CPU page faults on managed memory
+  std::array<int64_t, kMigrationCauses> h2d_bytes{};  // host→device bytes, by MigrationCause
+  std::array<int64_t, kMigrationCauses> d2h_bytes{};  // device→host bytes, by MigrationCause
+  int64_t dropped_bytes = 0;  // device copies dropped without a copy back (read-duplicated, discarded)
+  int64_t evictions = 0;      // evictions by the driver (sim: 2 MiB chunks; CUDA: eviction migrations)
+  int64_t thrashing = 0;      // thrashing events (sim: pages faulted back in after an eviction)
+  int64_t throttling = 0;     // throttling events (CUDA only)
+  int64_t remote_bytes = 0;   // bytes the device reached in place over the link (sim: read; CUDA: mapped)
+
+  int64_t h2d(MigrationCause c) const { return h2d_bytes[static_cast<int>(c)]; }
+  int64_t d2h(MigrationCause c) const { return d2h_bytes[static_cast<int>(c)]; }
+  int64_t h2d_total() const;
+  int64_t d2h_total() const;
+};
+UvmCounters operator-(const UvmCounters& a, const UvmCounters& b);
+UvmCounters& operator+=(UvmCounters& a, const UvmCounters& b);
+
+// AUTOUVM_MAX_MANAGED_BYTES, the cap on managed memory a process may allocate (0 when unset);
+// INVALID_ARGUMENT naming the variable if it is malformed.
+absl::StatusOr<int64_t> ManagedBytesCapFromEnvironment();
+
+using EventId = int64_t;
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  virtual std::string_view kind() const = 0;  // "cuda" or "sim": the `backend` label of the metrics
+  virtual const GpuSpec& spec() const = 0;
+
+  // Managed memory, on the host until something touches it. Refused (RESOURCE_EXHAUSTED, saying why)
+  // past the AUTOUVM_MAX_MANAGED_BYTES cap or, without oversubscription, past the device's free memory.
+  virtual absl::StatusOr<uint64_t> AllocateManaged(int64_t bytes) = 0;
+  virtual absl::Status FreeManaged(uint64_t addr) = 0;
+
+  // Moves [addr, addr + bytes) to `to`, in order on `stream`.
+  virtual absl::Status Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) = 0;
+  // Sets (`set`) or clears an advice. `location` matters for kPreferredLocation only.
+  virtual absl::Status Advise(uint64_t addr, int64_t bytes, Advice advice, bool set,
+                              Location location = Location::kDevice) = 0;
+  // The contents of the range are no longer needed: device copies are dropped without a copy back.
+  virtual absl::Status Discard(uint64_t addr, int64_t bytes, Stream stream) = 0;
+
+  // Bytes of the range resident on the device. Exact on the simulator; CUDA exposes no per-page
+  // residency, so there it is the whole range if it was last prefetched to the device, else 0
+  // (Note [Residency on CUDA], runtime/cuda/cuda_backend.cc).
+  virtual absl::StatusOr<int64_t> ResidentBytes(uint64_t addr, int64_t bytes) = 0;
+
+  virtual EventId RecordEvent(Stream stream) = 0;
+  virtual void WaitEvent(Stream stream, EventId event) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // Counters as of the last completed work (Synchronize first for exact figures).
+  virtual absl::StatusOr<UvmCounters> ReadCounters() = 0;
+};
+
+}  // namespace autouvm::runtime

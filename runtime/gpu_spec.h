@@ -1,0 +1,55 @@
+// GpuSpec: what a GPU, its link to the host and the UVM driver on that host can do — the roofs the
+// profiler classifies ops against and the costs the simulated backend charges. Every figure is a
+// physical quantity with its source beside it in gpu_spec.cc (a measurement in shared/gpu/NOTES.md, a
+// datasheet, or the driver source); none is tuned per scenario.
+//
+//   ASSIGN_OR_RETURN(GpuSpec spec, FindGpuSpec("h200-pcie5"));
+//   ASSIGN_OR_RETURN(std::vector<GpuSpec> more, ParseGpuSpecs(yaml_text));  // user-defined specs
+//
+// Plain values; the built-in table is immutable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace autouvm::runtime {
+
+// What the UVM driver charges on a host (runtime/sim/sim_backend.h: Note [The cost model]).
+struct UvmCosts {
+  double fault_batch_s = 0;               // fixed cost of servicing one batch of GPU faults
+  double fault_entry_s = 0;               // per fault-buffer entry (fetched, sorted, de-duplicated)
+  double fault_page_s = 0;                // per 64 KiB page migrated on a fault, besides the copy itself
+  double fault_block_s = 0;               // per 2 MiB VA block serviced (lock, chunk, mapping, TLB)
+  double streaming_entries_per_page = 1;  // fault entries a streaming (elementwise) kernel raises per page
+  double prefetch_call_s = 0;             // per cudaMemPrefetchAsync call
+  double prefetch_block_s = 0;            // per 2 MiB block a prefetch migrates, besides the copy
+  double d2h_page_s = 0;                  // per 64 KiB page migrated to the host, besides the copy
+  double drop_block_s = 0;                // per 2 MiB block whose device copy is dropped (no copy)
+  double remote_bytes_per_s = 0;          // device reads of host memory mapped in place (zero-copy)
+};
+
+struct GpuSpec {
+  std::string name;
+  std::string description;
+  int64_t memory_bytes = 0;     // device memory
+  double hbm_bytes_per_s = 0;   // device memory bandwidth
+  double peak_flops = 0;        // dense bf16 tensor-core FLOP/s
+  double link_bytes_per_s = 0;  // host↔device copy roof (pinned memory), each direction
+  double kernel_launch_s = 0;   // per kernel, besides its roofline time
+  UvmCosts uvm;
+};
+
+// The built-in specs: h200-pcie5 (calibrated on the H200 host), h100-pcie5, a100-pcie4, rtx3060-pcie4.
+const std::vector<GpuSpec>& BuiltinGpuSpecs();
+// A built-in spec by name; NOT_FOUND listing the known names.
+absl::StatusOr<GpuSpec> FindGpuSpec(std::string_view name);
+// Specs from YAML: a list under `gpus:`, each with a `name`, optionally `base: <built-in name>` whose
+// figures it starts from, and any of the fields in docs/gpu-specs.md. INVALID_ARGUMENT naming the
+// entry and key for anything malformed.
+absl::StatusOr<std::vector<GpuSpec>> ParseGpuSpecs(std::string_view yaml);
+
+}  // namespace autouvm::runtime

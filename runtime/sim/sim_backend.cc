@@ -1,0 +1,199 @@
+#include "runtime/sim/sim_backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace autouvm::runtime::sim {
+namespace {
+
+constexpr int64_t kBlockBytes = 2 << 20;
+constexpr int64_t kPageBytes = 64 << 10;
+constexpr uint64_t kFirstAddress = uint64_t{1} << 40;  // far from anything real, never dereferenced
+
+uint64_t BlockOf(uint64_t addr) { return addr / kBlockBytes * kBlockBytes; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SimBackend>> SimBackend::Create(SimOptions options) {
+  const GpuSpec& s = options.spec;
+  if (s.memory_bytes <= 0 || s.hbm_bytes_per_s <= 0 || s.peak_flops <= 0 || s.link_bytes_per_s <= 0 ||
+      s.uvm.remote_bytes_per_s <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU spec \"", s.name, "\" lacks a memory size or a bandwidth"));
+  }
+  if (options.device_budget_bytes < 0) return absl::InvalidArgumentError("device budget must not be negative");
+  return std::unique_ptr<SimBackend>(new SimBackend(std::move(options)));
+}
+
+SimBackend::SimBackend(SimOptions options)
+    : options_(std::move(options)),
+      budget_(options_.device_budget_bytes > 0 ? options_.device_budget_bytes : options_.spec.memory_bytes),
+      model_(UvmModelConfig{.device_capacity_bytes = budget_}),
+      next_addr_(kFirstAddress) {}
+
+absl::StatusOr<uint64_t> SimBackend::AllocateManaged(int64_t bytes) {
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  if (!options_.allow_oversubscription && allocated_ + bytes > budget_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "managed allocation of ", bytes, " bytes would bring the total to ", allocated_ + bytes,
+        ", past the simulated device's ", budget_, " bytes; set memory.allow_oversubscription to allow it"));
+  }
+  const uint64_t base = next_addr_;
+  const int64_t rounded = (bytes + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+  next_addr_ += static_cast<uint64_t>(rounded);
+  model_.Allocate(base, bytes);
+  allocations_[base] = bytes;
+  allocated_ += bytes;
+  return base;
+}
+
+absl::Status SimBackend::FreeManaged(uint64_t addr) {
+  auto it = allocations_.find(addr);
+  if (it == allocations_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("0x", absl::Hex(addr), " is not a managed allocation"));
+  }
+  model_.Free(addr);
+  for (uint64_t b = addr; b < addr + static_cast<uint64_t>(it->second); b += kBlockBytes) {
+    ready_at_.erase(b);
+    advice_.erase(b);
+  }
+  allocated_ -= it->second;
+  allocations_.erase(it);
+  return absl::OkStatus();
+}
+
+double SimBackend::DriverTime(const UvmCounters& before, const UvmWork& work_before, bool prefetch_to_device) const {
+  const UvmCosts& c = options_.spec.uvm;
+  const double link = options_.spec.link_bytes_per_s;
+  const UvmCounters d = model_.counters() - before;
+  const UvmWork& w = model_.work();
+  const double page_copy = kPageBytes / link;
+  const double faulted = static_cast<double>(w.faulted_pages - work_before.faulted_pages);
+  const double blocks = static_cast<double>(w.serviced_blocks - work_before.serviced_blocks);
+  const double d2h_pages = static_cast<double>(w.d2h_pages - work_before.d2h_pages);
+  const double dropped = static_cast<double>(w.dropped_pages - work_before.dropped_pages);
+  double t = d.gpu_fault_groups * c.fault_batch_s + d.gpu_faults * c.fault_entry_s +
+             faulted * (c.fault_page_s + page_copy) + blocks * c.fault_block_s +
+             d2h_pages * (c.d2h_page_s + page_copy) + dropped * c.drop_block_s * kPageBytes / kBlockBytes;
+  if (prefetch_to_device) {
+    t += (w.prefetch_blocks - work_before.prefetch_blocks) * c.prefetch_block_s +
+         d.h2d(MigrationCause::kUserPrefetch) / link;
+  }
+  return t;
+}
+
+KernelTime SimBackend::Launch(const SimKernel& kernel, Stream stream) {
+  KernelTime t;
+  double& clock = clock_[Index(stream)];
+  t.start_s = clock;
+  double ready = clock;
+  double bytes = 0;
+  for (const GpuRange& r : kernel.ranges) {
+    bytes += static_cast<double>(r.bytes);
+    if (ready_at_.empty() || r.bytes <= 0) continue;
+    for (uint64_t b = BlockOf(r.addr); b < r.addr + static_cast<uint64_t>(r.bytes); b += kBlockBytes) {
+      auto it = ready_at_.find(b);
+      if (it != ready_at_.end()) ready = std::max(ready, it->second);
+    }
+  }
+  t.wait_s = ready - clock;
+  const UvmCounters before = model_.counters();
+  const UvmWork work_before = model_.work();
+  model_.Kernel(kernel.ranges);
+  t.fault_s = DriverTime(before, work_before, /*prefetch_to_device=*/false);
+  const GpuSpec& s = options_.spec;
+  const double remote = static_cast<double>(model_.counters().remote_bytes - before.remote_bytes);
+  const double local = std::max(0.0, bytes - remote);
+  t.compute_s = std::max(kernel.flops / s.peak_flops, local / s.hbm_bytes_per_s + remote / s.uvm.remote_bytes_per_s);
+  t.end_s = ready + t.fault_s + s.kernel_launch_s + t.compute_s;
+  clock = t.end_s;
+  return t;
+}
+
+void SimBackend::Copy(int64_t bytes, Stream stream) {
+  clock_[Index(stream)] += static_cast<double>(bytes) / options_.spec.link_bytes_per_s;
+}
+
+absl::Status SimBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) {
+  if (bytes < 0) return absl::InvalidArgumentError("prefetch of a negative size");
+  double& clock = clock_[Index(stream)];
+  const UvmCounters before = model_.counters();
+  const UvmWork work_before = model_.work();
+  model_.Prefetch(addr, bytes, to);
+  clock += options_.spec.uvm.prefetch_call_s + DriverTime(before, work_before, to == Location::kDevice);
+  if (to == Location::kDevice) {
+    for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
+  }
+  return absl::OkStatus();
+}
+
+void SimBackend::UpdateRemote(uint64_t addr, int64_t bytes) {
+  for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) {
+    const BlockAdvice& a = advice_[b];
+    const uint64_t lo = std::max(b, addr);
+    const uint64_t hi = std::min(b + kBlockBytes, addr + static_cast<uint64_t>(bytes));
+    model_.SetRemote(lo, static_cast<int64_t>(hi - lo), a.preferred_host && a.accessed_by);
+  }
+}
+
+absl::Status SimBackend::Advise(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location) {
+  if (bytes < 0) return absl::InvalidArgumentError("advice on a negative size");
+  double& clock = clock_[Index(Stream::kCompute)];  // cudaMemAdvise is synchronous
+  const UvmCounters before = model_.counters();
+  const UvmWork work_before = model_.work();
+  switch (advice) {
+    case Advice::kReadMostly: {
+      const bool host = !advice_.empty() && advice_[BlockOf(addr)].preferred_host;
+      model_.SetReadMostly(addr, bytes, set, host ? Location::kHost : Location::kDevice);
+      break;
+    }
+    case Advice::kPreferredLocation:
+    case Advice::kAccessedBy:
+      for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) {
+        BlockAdvice& a = advice_[b];
+        if (advice == Advice::kAccessedBy) {
+          a.accessed_by = set;
+        } else {
+          a.preferred_host = set && location == Location::kHost;
+        }
+      }
+      UpdateRemote(addr, bytes);
+      break;
+  }
+  clock += DriverTime(before, work_before, false);
+  return absl::OkStatus();
+}
+
+absl::Status SimBackend::Discard(uint64_t addr, int64_t bytes, Stream stream) {
+  if (bytes < 0) return absl::InvalidArgumentError("discard of a negative size");
+  const UvmCounters before = model_.counters();
+  const UvmWork work_before = model_.work();
+  model_.DropDeviceCopies(addr, bytes, /*discard=*/true);
+  clock_[Index(stream)] += options_.spec.uvm.prefetch_call_s + DriverTime(before, work_before, false);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SimBackend::ResidentBytes(uint64_t addr, int64_t bytes) {
+  return model_.ResidentBytes(addr, bytes);
+}
+
+EventId SimBackend::RecordEvent(Stream stream) {
+  events_.push_back(clock_[Index(stream)]);
+  return static_cast<EventId>(events_.size() - 1);
+}
+
+void SimBackend::WaitEvent(Stream stream, EventId event) {
+  if (event < 0 || event >= static_cast<EventId>(events_.size())) return;
+  double& clock = clock_[Index(stream)];
+  clock = std::max(clock, events_[static_cast<size_t>(event)]);
+}
+
+absl::Status SimBackend::Synchronize() {
+  const double t = Elapsed();
+  clock_ = {t, t};
+  return absl::OkStatus();
+}
+
+double SimBackend::Elapsed() const { return std::max(clock_[0], clock_[1]); }
+
+}  // namespace autouvm::runtime::sim

@@ -1,0 +1,113 @@
+// SimBackend: the DeviceBackend of CI and of the CPU default. Tensors are computed for real by libtorch
+// on the CPU elsewhere; this backend keeps the state the GPU and its UVM driver would have (UvmModel) and
+// charges the time each kernel, fault, prefetch and eviction would take on a GpuSpec, on two stream
+// clocks (compute and copy) joined by events.
+//
+//   ASSIGN_OR_RETURN(auto sim, SimBackend::Create({.spec = *FindGpuSpec("h200-pcie5")}));
+//   ASSIGN_OR_RETURN(uint64_t w, sim->AllocateManaged(128 << 20));
+//   sim->Launch({.name = "gemv", .ranges = {{w, 128 << 20}}, .flops = 2.0 * 8192 * 8192});
+//   double seconds = sim->Elapsed();
+//
+// Note [The cost model] — what each action costs (the figures are the GpuSpec's, runtime/gpu_spec.cc):
+// - A kernel waits for the pages it touches that a prefetch still has in flight, then its faults are
+//   serviced (it stalls meanwhile): per batch of up to 256 entries, per entry, per page migrated (its
+//   copy at the link rate plus a fixed part), per VA block serviced; evictions it forces copy pages back
+//   at the device→host cost or drop them. Then it computes for its roofline time, max(FLOPs / peak,
+//   local bytes / HBM + remote bytes / zero-copy bandwidth), plus the launch cost.
+// - A prefetch costs its call, plus per block moved to the device a fixed part and the copy at the link
+//   rate; pages moved to the host cost the device→host cost per page.
+// - Dropping a device copy (read-mostly collapse to the host, discard, eviction of a duplicate) costs the
+//   measured drop cost per block.
+// Streams do not contend for the link (a fault-driven kernel and a prefetch never overlap in the
+// policies measured). Managed allocations are 2 MiB aligned in the simulated address space.
+//
+// Thread-safety: none; one thread drives a SimBackend.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/device_backend.h"
+#include "runtime/sim/uvm_model.h"
+
+namespace autouvm::runtime::sim {
+
+struct SimOptions {
+  GpuSpec spec;
+  int64_t device_budget_bytes = 0;      // managed memory the device holds; 0: the spec's memory
+  bool allow_oversubscription = false;  // may allocations exceed the budget?
+};
+
+struct SimKernel {
+  std::string name;
+  std::vector<GpuRange> ranges;  // what it reads and writes; ranges outside managed memory are device buffers
+  double flops = 0;
+};
+
+// What one kernel cost, for reports.
+struct KernelTime {
+  double start_s = 0;
+  double wait_s = 0;   // waiting for prefetches in flight
+  double fault_s = 0;  // fault servicing, evictions included
+  double compute_s = 0;
+  double end_s = 0;
+};
+
+class SimBackend final : public DeviceBackend {
+ public:
+  static absl::StatusOr<std::unique_ptr<SimBackend>> Create(SimOptions options);
+
+  std::string_view kind() const override { return "sim"; }
+  const GpuSpec& spec() const override { return options_.spec; }
+  absl::StatusOr<uint64_t> AllocateManaged(int64_t bytes) override;
+  absl::Status FreeManaged(uint64_t addr) override;
+  absl::Status Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) override;
+  absl::Status Advise(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location) override;
+  absl::Status Discard(uint64_t addr, int64_t bytes, Stream stream) override;
+  absl::StatusOr<int64_t> ResidentBytes(uint64_t addr, int64_t bytes) override;
+  EventId RecordEvent(Stream stream) override;
+  void WaitEvent(Stream stream, EventId event) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<UvmCounters> ReadCounters() override { return model_.counters(); }
+
+  // Runs a kernel on `stream` and advances that stream's clock.
+  KernelTime Launch(const SimKernel& kernel, Stream stream = Stream::kCompute);
+  // An explicit copy between pinned host memory and a device buffer (cudaMemcpyAsync), at the link rate.
+  void Copy(int64_t bytes, Stream stream);
+
+  double Now(Stream stream) const { return clock_[Index(stream)]; }
+  double Elapsed() const;  // the later of the two stream clocks
+  int64_t device_budget_bytes() const { return budget_; }
+  int64_t allocated_bytes() const { return allocated_; }
+  int64_t device_bytes() const { return model_.device_bytes(); }
+
+ private:
+  explicit SimBackend(SimOptions options);
+  static int Index(Stream s) { return s == Stream::kCompute ? 0 : 1; }
+  // Seconds the driver spent on what changed in the model since `counters`/`work` were taken.
+  double DriverTime(const UvmCounters& before, const UvmWork& work_before, bool prefetch_to_device) const;
+  void UpdateRemote(uint64_t addr, int64_t bytes);
+
+  struct BlockAdvice {
+    bool preferred_host = false;
+    bool accessed_by = false;
+  };
+
+  SimOptions options_;
+  int64_t budget_ = 0;
+  UvmModel model_;
+  uint64_t next_addr_;
+  std::map<uint64_t, int64_t> allocations_;  // base → bytes
+  int64_t allocated_ = 0;
+  std::array<double, 2> clock_{0, 0};
+  std::vector<double> events_;
+  std::unordered_map<uint64_t, double> ready_at_;  // block base → when a prefetch delivers it
+  std::unordered_map<uint64_t, BlockAdvice> advice_;
+};
+
+}  // namespace autouvm::runtime::sim
