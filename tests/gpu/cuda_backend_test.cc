@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 namespace autouvm::runtime::cuda {
 namespace {
 
@@ -59,8 +61,7 @@ TEST(CudaBackendTest, TheCountersSeeExactlyTheBytesAPrefetchMoves) {
   const int64_t bytes = 256 * kMiB;
   auto a = gpu->AllocateManaged(bytes);
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_EQ(cudaMemset(reinterpret_cast<void*>(*a), 1, static_cast<size_t>(bytes)), cudaSuccess);  // host pages
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::memset(reinterpret_cast<void*>(*a), 1, static_cast<size_t>(bytes));  // written by the CPU: on the host
   const UvmCounters start = *gpu->ReadCounters();
   ASSERT_TRUE(gpu->Prefetch(*a, bytes, Location::kDevice, Stream::kCopy).ok());
   ASSERT_TRUE(gpu->Synchronize().ok());
@@ -83,8 +84,8 @@ TEST(CudaBackendTest, EndingReadDuplicationWithTheHostPreferredCopiesNothingBack
   const int64_t bytes = 128 * kMiB;
   auto a = gpu->AllocateManaged(bytes);
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_EQ(cudaMemset(reinterpret_cast<void*>(*a), 2, static_cast<size_t>(bytes)), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::memset(reinterpret_cast<void*>(*a), 2, static_cast<size_t>(bytes));  // on the host
+  const UvmCounters before_rm = *gpu->ReadCounters();
   ASSERT_TRUE(gpu->Advise(*a, bytes, Advice::kReadMostly, true, Location::kDevice).ok());
   ASSERT_TRUE(gpu->Prefetch(*a, bytes, Location::kDevice, Stream::kCopy).ok());  // a read-only copy
   ASSERT_TRUE(gpu->Synchronize().ok());
@@ -93,6 +94,7 @@ TEST(CudaBackendTest, EndingReadDuplicationWithTheHostPreferredCopiesNothingBack
   ASSERT_TRUE(gpu->Advise(*a, bytes, Advice::kReadMostly, false, Location::kDevice).ok());
   ASSERT_TRUE(gpu->Synchronize().ok());
   const UvmCounters after = *gpu->ReadCounters() - start;
+  EXPECT_EQ((start - before_rm).h2d(MigrationCause::kUserPrefetch), bytes);  // the duplicate was made
   EXPECT_EQ(after.d2h_total(), 0);
   // The data is still there, read from the host copy.
   unsigned char byte = 0;
