@@ -19,7 +19,9 @@ namespace autouvm::runtime {
 
 struct TensorUse {
   std::string id;
-  int64_t bytes = 0;
+  int64_t bytes = 0;   // numel x element size of what the op used
+  int64_t offset = 0;  // where the used view starts within the tensor's storage, in bytes
+  int64_t extent = 0;  // bytes of storage the view spans from `offset` (> bytes for strided views)
   bool operator==(const TensorUse&) const = default;
 };
 
@@ -35,6 +37,9 @@ struct OpRecord {
 
 struct AccessTrace {
   std::vector<OpRecord> ops;
+  // The named tensors (weights, buffers, caches) in the order they were named — the order a model
+  // allocates them in — with their storage sizes (offset and extent unused).
+  std::vector<TensorUse> named;
 };
 
 // Where two traces of what should be the same iteration part ways: one line per differing op (at most

@@ -6,7 +6,9 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -30,35 +32,20 @@ struct OpContext : at::ObserverContext {
 
 // Note [Leaf ops]: a kernel allocates its output and resolves views through the dispatcher too (aten::mm
 // calls aten::empty and aten::resolve_conj), so "an op with no child op" would lose every real kernel.
-// An op is recorded unless one of its children was: children that only allocate (these ops, when inside
-// another op) or only alias their inputs (views, no-op conversions) are not recorded, so they do not make
-// their parent composite. At the top level (torch.empty in a script) these ops are recorded.
+// An op counts unless one of its children counted; these ops never count themselves (they only
+// allocate, alias their inputs, or convert through a child that does the copy), so they do not make
+// their parent composite. A recorded iteration also drops any other op whose outputs all alias its
+// inputs; an observed one cannot see that, so this list names every view the model contract's ops use
+// and the observer test checks that both modes number the same ops.
 bool IsBookkeeping(std::string_view op) {
-  static const std::set<std::string_view> kOps = {"aten::empty",
-                                                  "aten::empty_strided",
-                                                  "aten::resize_",
-                                                  "aten::result_type",
-                                                  "aten::as_strided",
-                                                  "aten::view",
-                                                  "aten::_reshape_alias",
-                                                  "aten::t",
-                                                  "aten::transpose",
-                                                  "aten::expand",
-                                                  "aten::select",
-                                                  "aten::slice",
-                                                  "aten::unsqueeze",
-                                                  "aten::squeeze",
-                                                  "aten::permute",
-                                                  "aten::detach",
-                                                  "aten::alias",
-                                                  "aten::reshape",
-                                                  "aten::_unsafe_view",
-                                                  "aten::contiguous",
-                                                  "aten::empty_like",
-                                                  "aten::lift_fresh",
-                                                  "aten::is_nonzero",
-                                                  "aten::item",
-                                                  "aten::_local_scalar_dense"};
+  static const std::set<std::string_view> kOps = {
+      "aten::empty",      "aten::empty_strided",  "aten::resize_",    "aten::result_type",  "aten::as_strided",
+      "aten::view",       "aten::_reshape_alias", "aten::t",          "aten::transpose",    "aten::expand",
+      "aten::select",     "aten::slice",          "aten::unsqueeze",  "aten::squeeze",      "aten::permute",
+      "aten::detach",     "aten::alias",          "aten::reshape",    "aten::_unsafe_view", "aten::contiguous",
+      "aten::empty_like", "aten::lift_fresh",     "aten::is_nonzero", "aten::item",         "aten::_local_scalar_dense",
+      "aten::to",         "aten::type_as",        "aten::view_as",    "aten::resolve_conj", "aten::resolve_neg",
+      "aten::conj",       "aten::_conj"};
   return kOps.count(op) > 0;
 }
 
@@ -87,6 +74,19 @@ const void* StorageKey(const at::Tensor& t) {
 }
 
 int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+// A use of `t` under `id`: its bytes, and the span of its storage it reaches (strided views reach more
+// than they use).
+TensorUse Use(std::string id, const at::Tensor& t) {
+  TensorUse u{std::move(id), Bytes(t), 0, 0};
+  if (u.bytes == 0) return u;
+  const int64_t elem = static_cast<int64_t>(t.element_size());
+  u.offset = (static_cast<const char*>(t.data_ptr()) - static_cast<const char*>(t.storage().data()));
+  int64_t last = 0;  // the farthest element from the first, in elements
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * std::abs(t.stride(d));
+  u.extent = (last + 1) * elem;
+  return u;
+}
 
 // Note [FLOPs of an op]: matrix products count 2·M·K·N (per batch); anything else counts one per output
 // element, which is what elementwise ops, reductions and copies roughly cost.
@@ -128,24 +128,53 @@ struct Observer::Impl {
       const void* key = StorageKey(t);
       if (key == nullptr) continue;
       std::string id = IdOf(t);
-      if (seen.insert(id).second) r.reads.push_back({std::move(id), Bytes(t)});
+      if (seen.insert(id).second) r.reads.push_back(Use(std::move(id), t));
     }
     int k = 0;
     for (const auto& t : outputs) {
       const void* key = StorageKey(t);
       if (key == nullptr) continue;
       if (input_storages.count(key)) {
-        r.writes.push_back({IdOf(t), Bytes(t)});  // in place
+        r.writes.push_back(Use(IdOf(t), t));  // in place
       } else {
         std::string id = absl::StrCat("act:", op, "@", r.index, ".", k);
         Remember(t, id);
-        r.writes.push_back({std::move(id), Bytes(t)});
+        r.writes.push_back(Use(std::move(id), t));
       }
       ++k;
     }
     r.flops = Flops(op, inputs, outputs);
+    if (!subscribers.empty()) Notify(r, inputs, outputs);
+    ++counted;
     trace.ops.push_back(std::move(r));
     return true;
+  }
+
+  // Hands a recorded op to the subscribers, its tensors in the order of its reads, then its writes.
+  void Notify(const OpRecord& r, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+    OpEvent e{r.index, r.op, r.kernel, {}, r.flops};
+    auto add = [&](const at::Tensor& t, bool write, std::string_view id) {
+      e.tensors.push_back(TensorAccess{t.data_ptr(), Bytes(t), c10::toString(t.scalar_type()),
+                                       std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), write, id});
+    };
+    size_t read = 0;
+    for (const auto& t : inputs) {
+      if (StorageKey(t) != nullptr && read < r.reads.size() && IdOf(t) == r.reads[read].id)
+        add(t, false, r.reads[read++].id);
+    }
+    size_t written = 0;
+    for (const auto& t : outputs) {
+      if (StorageKey(t) != nullptr && written < r.writes.size()) add(t, true, r.writes[written++].id);
+    }
+    for (OpSubscriber* s : subscribers) s->OnOp(e);
+  }
+
+  // An observed (not recorded) leaf op: numbered and handed to the subscribers by name.
+  void Observe(const char* op) {
+    const std::string name(op);
+    const std::string kernel = absl::StrCat(name, "#", launches[name]++);
+    OpEvent e{counted++, name, kernel, {}, 0};
+    for (OpSubscriber* s : subscribers) s->OnOp(e);
   }
 
   // Note [Recycled addresses]: the allocator hands a freed tensor's memory to the next one, often within
@@ -177,6 +206,7 @@ struct Observer::Impl {
 
   std::mutex names_mu;
   std::unordered_map<const void*, std::string> names;  // guarded by names_mu
+  std::vector<TensorUse> named;                        // guarded by names_mu
 
   struct Live {
     std::string id;
@@ -187,12 +217,19 @@ struct Observer::Impl {
   std::unordered_map<std::string, int64_t> launches;
   int64_t inputs_seen = 0;
   AccessTrace trace;
-  at::CallbackHandle handle = 0;
+  std::vector<OpSubscriber*> subscribers;  // the iteration's copy of all_subscribers
+  std::atomic<int64_t> counted{0};
+  at::CallbackHandle handle = 0;         // the recording thread's callback, while recording
+  at::CallbackHandle global_handle = 0;  // the global callback, for the Observer's lifetime
+
+  std::mutex subscribers_mu;
+  std::vector<OpSubscriber*> all_subscribers;  // guarded by subscribers_mu
 };
 
 namespace {
 
 thread_local Observer::Impl* t_recording = nullptr;
+thread_local Observer::Impl* t_observing = nullptr;
 thread_local std::vector<OpContext*> t_stack;
 
 std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
@@ -211,12 +248,30 @@ void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
   if (!t_stack.empty() && t_stack.back() == ctx) t_stack.pop_back();
   OpContext* parent = t_stack.empty() ? nullptr : t_stack.back();
   bool recorded = ctx->had_child;  // a composite op: its children were recorded
-  if (!recorded && !(ctx->bookkeeping && ctx->inside_op)) {
+  if (!recorded && !ctx->bookkeeping) {
     std::vector<at::Tensor> outputs;
     CollectLast(fn.outputs(), fn.num_outputs(), &outputs);
     recorded = t_recording->Record(fn.name(), ctx->inputs, outputs);
   }
   if (recorded && parent != nullptr) parent->had_child = true;
+}
+
+// The global callback: outside an observed iteration it costs one thread-local load per op.
+std::unique_ptr<at::ObserverContext> OnObservedStart(const at::RecordFunction& fn) {
+  if (t_observing == nullptr) return nullptr;
+  auto ctx = std::make_unique<OpContext>();
+  ctx->bookkeeping = IsBookkeeping(fn.name());
+  t_stack.push_back(ctx.get());
+  return ctx;
+}
+
+void OnObservedEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
+  if (t_observing == nullptr || base == nullptr) return;
+  auto* ctx = static_cast<OpContext*>(base);
+  if (!t_stack.empty() && t_stack.back() == ctx) t_stack.pop_back();
+  const bool counted = ctx->had_child || !ctx->bookkeeping;
+  if (!ctx->had_child && !ctx->bookkeeping) t_observing->Observe(fn.name());
+  if (counted && !t_stack.empty()) t_stack.back()->had_child = true;
 }
 
 }  // namespace
@@ -225,18 +280,38 @@ Observer::Observer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Observer::~Observer() {
   if (impl_->handle != 0) at::removeCallback(impl_->handle);
+  if (impl_->global_handle != 0) at::removeCallback(impl_->global_handle);
   if (t_recording == impl_.get()) t_recording = nullptr;
+  if (t_observing == impl_.get()) t_observing = nullptr;
   g_observer_exists.store(false);
 }
 
 absl::StatusOr<std::unique_ptr<Observer>> Observer::Create() {
   if (g_observer_exists.exchange(true)) return absl::FailedPreconditionError("an Observer already exists");
-  return std::unique_ptr<Observer>(new Observer(std::make_unique<Impl>()));
+  auto impl = std::make_unique<Impl>();
+  impl->global_handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(OnObservedStart, OnObservedEnd).scopes({at::RecordScope::FUNCTION}));
+  return std::unique_ptr<Observer>(new Observer(std::move(impl)));
 }
 
-void Observer::NameTensor(const void* storage_data, const std::string& name) {
+void Observer::AddSubscriber(OpSubscriber* subscriber) {
+  std::lock_guard<std::mutex> lock(impl_->subscribers_mu);
+  impl_->all_subscribers.push_back(subscriber);
+}
+
+void Observer::RemoveSubscriber(OpSubscriber* subscriber) {
+  std::lock_guard<std::mutex> lock(impl_->subscribers_mu);
+  auto& v = impl_->all_subscribers;
+  v.erase(std::remove(v.begin(), v.end(), subscriber), v.end());
+}
+
+int64_t Observer::ops_counted() const { return impl_->counted.load(); }
+
+void Observer::NameTensor(const void* storage_data, const std::string& name, int64_t storage_bytes) {
   std::lock_guard<std::mutex> lock(impl_->names_mu);
-  impl_->names[storage_data] = absl::StrCat("param:", name);
+  std::string id = absl::StrCat("param:", name);
+  impl_->named.push_back({id, storage_bytes});
+  impl_->names[storage_data] = std::move(id);
 }
 
 void Observer::MakeExecutionRepeatable() {
@@ -245,12 +320,21 @@ void Observer::MakeExecutionRepeatable() {
   torch::jit::setTensorExprFuserEnabled(false);
 }
 
-void Observer::BeginIteration() {
+void Observer::BeginIteration(IterationMode mode) {
   impl_->live.clear();
   impl_->launches.clear();
   impl_->inputs_seen = 0;
+  impl_->counted = 0;
   impl_->trace = AccessTrace();
+  {
+    std::lock_guard<std::mutex> lock(impl_->subscribers_mu);
+    impl_->subscribers = impl_->all_subscribers;
+  }
   t_stack.clear();
+  if (mode == IterationMode::kObserve) {
+    t_observing = impl_.get();
+    return;
+  }
   // A callback on this thread only, with inputs and outputs, for the length of the iteration.
   impl_->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(OnOpStart, OnOpEnd)
                                                  .needsInputs(true)
@@ -261,9 +345,14 @@ void Observer::BeginIteration() {
 
 AccessTrace Observer::EndIteration() {
   t_recording = nullptr;
+  t_observing = nullptr;
   if (impl_->handle != 0) at::removeCallback(impl_->handle);
   impl_->handle = 0;
   t_stack.clear();
+  {
+    std::lock_guard<std::mutex> lock(impl_->names_mu);
+    impl_->trace.named = impl_->named;
+  }
   return std::move(impl_->trace);
 }
 

@@ -1,26 +1,62 @@
-// Observer: sees every aten op the TorchScript interpreter runs on the recording thread and turns one
+// Observer: sees every aten op the TorchScript interpreter runs (a global at::RecordFunction callback),
+// numbers the leaf ops of an iteration, hands each to its subscribers and, when recording, turns the
 // iteration into an AccessTrace with stable tensor and kernel identities (access_trace.h).
 //
 //   auto obs = Observer::Create();                       // one per process at a time
-//   obs->NameTensor(param.data_ptr(), "layer0.wq");      // for each parameter, buffer, KV cache
-//   obs->BeginIteration();  module.forward(...);  AccessTrace t = obs->EndIteration();
+//   obs->NameTensor(param.storage().data(), "layer0.wq", param.storage().nbytes());  // each weight, cache
+//   obs->BeginIteration();  module.forward(...);  AccessTrace t = obs->EndIteration();   // recording
+//   obs->BeginIteration(IterationMode::kObserve);  ...  obs->EndIteration();   // op boundaries only
 //
 // Composite ops (aten::matmul → aten::mm, aten::to → aten::copy_) are attributed to the leaf ops that
-// do the work: an op is recorded only if no other op ran inside it. Inputs are asked of libtorch only
-// between BeginIteration and EndIteration, through a callback on that thread alone, so ops run outside
-// a recording (and on other threads) pay nothing.
+// do the work: an op counts only if no counted op ran inside it, and views and allocations never count
+// (Note [Leaf ops]). Boxed inputs and outputs are asked of libtorch only while recording, through a
+// callback on the recording thread alone; an observed iteration sees op names and nesting only, and ops
+// outside an iteration cost one thread-local check in the global callback (bench/observer_bench).
 //
-// Thread-safety: NameTensor may be called from any thread; BeginIteration and EndIteration must be
-// called from the thread that runs the iteration.
+// Thread-safety: NameTensor and the subscriber calls may be made from any thread; BeginIteration and
+// EndIteration must be called from the thread that runs the iteration, where subscribers are called.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/access_trace.h"
 
 namespace autouvm::runtime {
+
+// One tensor an op touched (recording iterations only).
+struct TensorAccess {
+  const void* data = nullptr;  // the op's view of it
+  int64_t bytes = 0;
+  std::string_view dtype;  // e.g. "BFloat16"
+  std::vector<int64_t> shape;
+  bool write = false;
+  std::string_view id;  // its identity in the trace (Note [Tensor identity])
+};
+
+// A leaf op that just finished, numbered as in the trace.
+struct OpEvent {
+  int64_t index = 0;
+  std::string_view op;                // e.g. "aten::mm"
+  std::string_view kernel;            // "<op>#<n>"
+  std::vector<TensorAccess> tensors;  // empty in observed (not recorded) iterations
+  double flops = 0;                   // 0 in observed iterations
+};
+
+class OpSubscriber {
+ public:
+  virtual ~OpSubscriber() = default;
+  virtual void OnOp(const OpEvent& op) = 0;
+};
+
+enum class IterationMode {
+  kRecord,   // inputs and outputs of every op: the AccessTrace, and subscribers see tensors
+  kObserve,  // op boundaries only: subscribers see each op's index and kernel id
+};
 
 class Observer {
  public:
@@ -28,15 +64,23 @@ class Observer {
   static absl::StatusOr<std::unique_ptr<Observer>> Create();
   ~Observer();
 
-  // Names the tensor whose storage starts at `storage_data` (a parameter, buffer or cache).
-  void NameTensor(const void* storage_data, const std::string& name);
+  // Names the tensor whose storage starts at `storage_data` (a parameter, buffer or cache) and holds
+  // `storage_bytes`. Name them in allocation order: traces list them so (AccessTrace::named).
+  void NameTensor(const void* storage_data, const std::string& name, int64_t storage_bytes);
   // Fixes TorchScript's graph executor so that every run executes the same op sequence (no profiling
   // executor re-specialising the graph over the first runs, no fusion groups hiding ops). Call before
   // loading models; process-wide.
   static void MakeExecutionRepeatable();
 
-  void BeginIteration();
+  // Subscribers are called, in the order added, on the iteration's thread after each leaf op.
+  void AddSubscriber(OpSubscriber* subscriber);
+  void RemoveSubscriber(OpSubscriber* subscriber);
+
+  void BeginIteration(IterationMode mode = IterationMode::kRecord);
+  // The recorded trace (ops empty for an observed iteration; `named` always filled).
   AccessTrace EndIteration();
+  // Leaf ops counted in the last (or current) iteration.
+  int64_t ops_counted() const;
 
   struct Impl;
 

@@ -8,13 +8,15 @@ void ToProto(const std::vector<TensorUse>& uses, google::protobuf::RepeatedPtrFi
     auto* p = out->Add();
     p->set_id(u.id);
     p->set_bytes(u.bytes);
+    p->set_offset(u.offset);
+    p->set_extent(u.extent);
   }
 }
 
 std::vector<TensorUse> FromProto(const google::protobuf::RepeatedPtrField<autouvm::v1::TensorUse>& uses) {
   std::vector<TensorUse> out;
   out.reserve(uses.size());
-  for (const auto& u : uses) out.push_back({u.id(), u.bytes()});
+  for (const auto& u : uses) out.push_back({u.id(), u.bytes(), u.offset(), u.extent()});
   return out;
 }
 
@@ -31,6 +33,7 @@ autouvm::v1::AccessTrace ToProto(const AccessTrace& trace) {
     ToProto(op.writes, p->mutable_writes());
     p->set_flops(op.flops);
   }
+  ToProto(trace.named, out.mutable_named());
   return out;
 }
 
@@ -40,6 +43,7 @@ AccessTrace FromProto(const autouvm::v1::AccessTrace& proto) {
   for (const auto& p : proto.ops()) {
     out.ops.push_back({p.index(), p.op(), p.kernel(), FromProto(p.reads()), FromProto(p.writes()), p.flops()});
   }
+  out.named = FromProto(proto.named());
   return out;
 }
 

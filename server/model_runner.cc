@@ -163,10 +163,13 @@ absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int
 }
 
 void ModelRunner::NameTensors(runtime::Observer* observer) const {
-  for (const auto& p : impl_->module.named_parameters()) observer->NameTensor(p.value.storage().data(), p.name);
-  for (const auto& b : impl_->module.named_buffers()) observer->NameTensor(b.value.storage().data(), b.name);
-  observer->NameTensor(impl_->k_cache.storage().data(), "kv_cache.k");
-  observer->NameTensor(impl_->v_cache.storage().data(), "kv_cache.v");
+  auto name = [observer](const at::Tensor& t, const std::string& n) {
+    observer->NameTensor(t.storage().data(), n, static_cast<int64_t>(t.storage().nbytes()));
+  };
+  for (const auto& p : impl_->module.named_parameters()) name(p.value, p.name);
+  for (const auto& b : impl_->module.named_buffers()) name(b.value, b.name);
+  name(impl_->k_cache, "kv_cache.k");
+  name(impl_->v_cache, "kv_cache.v");
 }
 
 void SetIntraOpThreads(int threads) { at::set_num_threads(threads); }

@@ -137,6 +137,97 @@ TEST_F(ObserverTest, AChangedModelIsReportedAsMismatches) {
   EXPECT_NE(diff.front().find("op "), std::string::npos) << diff.front();
 }
 
+// Keeps what the observer hands out, copying the views it is given.
+struct Collector : OpSubscriber {
+  struct Seen {
+    int64_t index;
+    std::string kernel;
+    std::vector<std::string> ids, dtypes;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<bool> writes;
+    std::vector<const void*> data;
+  };
+  void OnOp(const OpEvent& e) override {
+    Seen s{e.index, std::string(e.kernel), {}, {}, {}, {}, {}};
+    for (const TensorAccess& t : e.tensors) {
+      s.ids.emplace_back(t.id);
+      s.dtypes.emplace_back(t.dtype);
+      s.shapes.push_back(t.shape);
+      s.writes.push_back(t.write);
+      s.data.push_back(t.data);
+    }
+    seen.push_back(std::move(s));
+  }
+  std::vector<Seen> seen;
+};
+
+TEST_F(ObserverTest, SubscribersSeeEachRecordedOpWithItsTensors) {
+  auto runner = Load(SmallConfig("subs", 1));
+  ASSERT_NE(runner, nullptr);
+  ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 7}).ok());
+  Collector collector;
+  observer_->AddSubscriber(&collector);
+  const AccessTrace trace = DecodeStep(runner.get(), 8, 2);
+  observer_->RemoveSubscriber(&collector);
+  ASSERT_EQ(collector.seen.size(), trace.ops.size());
+  EXPECT_EQ(observer_->ops_counted(), static_cast<int64_t>(trace.ops.size()));
+  for (size_t i = 0; i < trace.ops.size(); ++i) {
+    const OpRecord& op = trace.ops[i];
+    const Collector::Seen& s = collector.seen[i];
+    EXPECT_EQ(s.index, op.index);
+    EXPECT_EQ(s.kernel, op.kernel);
+    ASSERT_EQ(s.ids.size(), op.reads.size() + op.writes.size()) << op.kernel;
+    for (size_t r = 0; r < op.reads.size(); ++r) {
+      EXPECT_EQ(s.ids[r], op.reads[r].id);
+      EXPECT_FALSE(s.writes[r]);
+    }
+    for (size_t w = 0; w < op.writes.size(); ++w) {
+      EXPECT_EQ(s.ids[op.reads.size() + w], op.writes[w].id);
+      EXPECT_TRUE(s.writes[op.reads.size() + w]);
+    }
+  }
+  // The query projection reads the [64, 64] fp32 weight.
+  bool found = false;
+  for (const auto& s : collector.seen) {
+    for (size_t k = 0; k < s.ids.size(); ++k) {
+      if (s.ids[k] != "param:layer0.wq") continue;
+      found = true;
+      EXPECT_EQ(s.dtypes[k], "Float");
+      EXPECT_EQ(s.shapes[k], (std::vector<int64_t>{64, 64}));
+      EXPECT_NE(s.data[k], nullptr);
+    }
+  }
+  EXPECT_TRUE(found);
+  // Removed: the next iteration is not delivered to it.
+  const size_t delivered = collector.seen.size();
+  DecodeStep(runner.get(), 9, 3);
+  EXPECT_EQ(collector.seen.size(), delivered);
+}
+
+TEST_F(ObserverTest, AnObservedIterationNumbersTheSameOpsAsARecordedOne) {
+  auto runner = Load(SmallConfig("observe", 2));
+  ASSERT_NE(runner, nullptr);
+  ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 7}).ok());
+  const AccessTrace recorded = DecodeStep(runner.get(), 8, 2);
+  Collector collector;
+  observer_->AddSubscriber(&collector);
+  std::vector<float> logits;
+  server::ModelRunner::DecodeRow row{1, 9, 3};
+  observer_->BeginIteration(IterationMode::kObserve);
+  ASSERT_TRUE(runner->Decode({&row, 1}, &logits).ok());
+  const AccessTrace observed = observer_->EndIteration();
+  observer_->RemoveSubscriber(&collector);
+  EXPECT_TRUE(observed.ops.empty());
+  ASSERT_EQ(collector.seen.size(), recorded.ops.size());
+  for (size_t i = 0; i < recorded.ops.size(); ++i) {
+    EXPECT_EQ(collector.seen[i].kernel, recorded.ops[i].kernel) << "op " << i;
+    EXPECT_TRUE(collector.seen[i].ids.empty());
+  }
+  // Outside an iteration nothing is counted or delivered.
+  ASSERT_TRUE(runner->Decode({&row, 1}, &logits).ok());
+  EXPECT_EQ(collector.seen.size(), recorded.ops.size());
+}
+
 TEST(ObserverAcrossProcesses, TwoProcessesRecordTheSameIds) {
   testing::TempDir dir;
   ASSERT_TRUE(server::WriteLlamaModel(SmallConfig("xproc", 2), 4, dir.path()).ok());

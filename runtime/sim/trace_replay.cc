@@ -1,0 +1,215 @@
+#include "runtime/sim/trace_replay.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/sim/sim_backend.h"
+#include "runtime/status_macros.h"
+
+namespace autouvm::runtime::sim {
+namespace {
+
+constexpr int64_t kSegmentBytes = 2 << 20;
+constexpr int64_t kSmallLimit = 1 << 20;
+constexpr int64_t kSmallRound = 512;
+
+int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// Note [Replay layout]: the caching allocator's placement, reduced to what decides which 2 MiB blocks a
+// tensor shares: small blocks packed into 2 MiB segments, large ones in their own; freed blocks reused
+// by the next request of the same rounded size.
+class Layout {
+ public:
+  using SegmentFn = std::function<absl::StatusOr<uint64_t>(int64_t)>;
+  explicit Layout(SegmentFn segment) : segment_(std::move(segment)) {}
+
+  absl::StatusOr<uint64_t> Allocate(int64_t bytes) {
+    const int64_t size = Rounded(bytes);
+    auto free_it = free_.find(size);
+    if (free_it != free_.end() && !free_it->second.empty()) {
+      const uint64_t addr = free_it->second.back();
+      free_it->second.pop_back();
+      return addr;
+    }
+    if (size >= kSmallLimit) return NewSegment(size);
+    if (small_left_ < size) {
+      ASSIGN_OR_RETURN(small_next_, NewSegment(kSegmentBytes));
+      small_left_ = kSegmentBytes;
+    }
+    const uint64_t addr = small_next_;
+    small_next_ += static_cast<uint64_t>(size);
+    small_left_ -= size;
+    return addr;
+  }
+  void Free(uint64_t addr, int64_t bytes) { free_[Rounded(bytes)].push_back(addr); }
+  int64_t segment_bytes() const { return segment_bytes_; }
+
+ private:
+  static int64_t Rounded(int64_t bytes) {
+    return bytes < kSmallLimit ? RoundUp(std::max<int64_t>(bytes, 1), kSmallRound) : RoundUp(bytes, kSegmentBytes);
+  }
+  absl::StatusOr<uint64_t> NewSegment(int64_t bytes) {
+    segment_bytes_ += bytes;
+    return segment_(bytes);
+  }
+
+  SegmentFn segment_;
+  std::map<int64_t, std::vector<uint64_t>> free_;
+  uint64_t small_next_ = 0;
+  int64_t small_left_ = 0;
+  int64_t segment_bytes_ = 0;
+};
+
+// Where each tensor of the trace lives and when.
+struct Plan {
+  std::vector<std::pair<std::string, int64_t>> persistent;  // allocated up front, in order
+  std::unordered_map<std::string, int64_t> bytes;           // storage bytes each tensor needs
+  std::vector<std::vector<std::string>> born;               // activations allocated at op i
+  std::vector<std::vector<std::string>> dead;               // activations freed after op i
+};
+
+int64_t Span(const TensorUse& u) { return u.offset + std::max(u.extent, u.bytes); }
+
+Plan MakePlan(const AccessTrace& trace) {
+  Plan plan;
+  std::set<std::string> placed;
+  for (const TensorUse& n : trace.named) {
+    if (placed.insert(n.id).second) plan.persistent.push_back({n.id, n.bytes});
+    plan.bytes[n.id] = std::max(plan.bytes[n.id], n.bytes);
+  }
+  std::unordered_map<std::string, size_t> first, last;
+  std::vector<std::string> order;
+  for (size_t i = 0; i < trace.ops.size(); ++i) {
+    for (const auto* uses : {&trace.ops[i].reads, &trace.ops[i].writes}) {
+      for (const TensorUse& u : *uses) {
+        if (!first.count(u.id)) {
+          first[u.id] = i;
+          order.push_back(u.id);
+        }
+        last[u.id] = i;
+        plan.bytes[u.id] = std::max(plan.bytes[u.id], Span(u));
+      }
+    }
+  }
+  plan.born.resize(trace.ops.size());
+  plan.dead.resize(trace.ops.size());
+  for (const std::string& id : order) {
+    if (absl::StartsWith(id, "act:")) {
+      plan.born[first[id]].push_back(id);
+      plan.dead[last[id]].push_back(id);
+    } else if (placed.insert(id).second) {  // a weight never named, or an input of the iteration
+      plan.persistent.push_back({id, plan.bytes[id]});
+    }
+  }
+  for (auto& [id, size] : plan.persistent) size = std::max(size, plan.bytes[id]);
+  return plan;
+}
+
+bool IsMatrixOp(const std::string& op) {
+  static const std::set<std::string> kOps = {"aten::mm",      "aten::addmm",  "aten::bmm",
+                                             "aten::baddbmm", "aten::matmul", "aten::linear"};
+  return kOps.count(op) > 0;
+}
+
+// Runs `iterations` of the trace on `backend` (nullptr: only lays the tensors out) and returns the
+// layout's segment bytes.
+absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBackend* backend, int iterations,
+                            std::vector<IterationReport>* reports) {
+  uint64_t fake_next = 0;
+  Layout layout([&](int64_t bytes) -> absl::StatusOr<uint64_t> {
+    if (backend != nullptr) return backend->AllocateManaged(bytes);
+    fake_next += static_cast<uint64_t>(bytes);
+    return fake_next - static_cast<uint64_t>(bytes);
+  });
+  std::unordered_map<std::string, uint64_t> where;
+  for (const auto& [id, bytes] : plan.persistent) {
+    ASSIGN_OR_RETURN(where[id], layout.Allocate(bytes));
+  }
+  const double streaming = backend != nullptr ? backend->spec().uvm.streaming_entries_per_page : 1;
+  for (int it = 0; it < iterations; ++it) {
+    const double start = backend != nullptr ? backend->Elapsed() : 0;
+    const UvmCounters before = backend != nullptr ? *backend->ReadCounters() : UvmCounters();
+    IterationReport report;
+    for (size_t i = 0; i < trace.ops.size(); ++i) {
+      for (const std::string& id : plan.born[i]) {
+        ASSIGN_OR_RETURN(where[id], layout.Allocate(plan.bytes.at(id)));
+      }
+      if (backend != nullptr) {
+        const OpRecord& op = trace.ops[i];
+        SimKernel k{.name = op.kernel, .flops = op.flops};
+        const double entries = IsMatrixOp(op.op) ? 1.0 : streaming;
+        for (const TensorUse& u : op.reads) {
+          k.ranges.push_back(
+              {where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), false, entries});
+        }
+        for (const TensorUse& u : op.writes) {
+          k.ranges.push_back(
+              {where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), true, entries});
+        }
+        report.fault_seconds += backend->Launch(k).fault_s;
+      }
+      for (const std::string& id : plan.dead[i]) layout.Free(where.at(id), plan.bytes.at(id));
+    }
+    if (backend != nullptr) {
+      RETURN_IF_ERROR(backend->Synchronize());
+      report.seconds = backend->Elapsed() - start;
+      report.moved = *backend->ReadCounters() - before;
+      reports->push_back(report);
+    }
+  }
+  return layout.segment_bytes();
+}
+
+}  // namespace
+
+const std::vector<std::string>& ReplayPolicies() {
+  static const std::vector<std::string>* const kPolicies = new std::vector<std::string>{"stock"};
+  return *kPolicies;
+}
+
+absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec& spec, const ReplayOptions& options) {
+  if (trace.ops.empty()) return absl::InvalidArgumentError("the trace has no ops");
+  const auto& policies = ReplayPolicies();
+  if (std::find(policies.begin(), policies.end(), options.policy) == policies.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown policy \"", options.policy, "\" (known: ", absl::StrJoin(policies, ", "), ")"));
+  }
+  if (options.iterations < 1 || options.iterations > 1000) {
+    return absl::InvalidArgumentError("iterations must be between 1 and 1000");
+  }
+  if (options.device_bytes <= 0 && !(options.oversubscription > 0 && options.oversubscription <= 1000)) {
+    return absl::InvalidArgumentError("oversubscription must be a factor in (0, 1000]");
+  }
+  const Plan plan = MakePlan(trace);
+  ReplayReport report;
+  report.ops = static_cast<int64_t>(trace.ops.size());
+  ASSIGN_OR_RETURN(report.footprint_bytes, Run(trace, plan, nullptr, 1, nullptr));
+  report.device_bytes =
+      options.device_bytes > 0
+          ? options.device_bytes
+          : static_cast<int64_t>(static_cast<double>(report.footprint_bytes) / options.oversubscription);
+
+  // Everything resident: the second iteration on a device twice the footprint.
+  {
+    ASSIGN_OR_RETURN(auto roomy, SimBackend::Create({.spec = spec, .device_budget_bytes = 2 * report.footprint_bytes}));
+    std::vector<IterationReport> warm;
+    RETURN_IF_ERROR(Run(trace, plan, roomy.get(), 2, &warm).status());
+    report.resident_seconds = warm.back().seconds;
+  }
+  const double streamed = static_cast<double>(std::max<int64_t>(0, report.footprint_bytes - report.device_bytes));
+  report.link_floor_seconds = std::max(report.resident_seconds, streamed / spec.link_bytes_per_s);
+
+  ASSIGN_OR_RETURN(
+      auto sim,
+      SimBackend::Create({.spec = spec, .device_budget_bytes = report.device_bytes, .allow_oversubscription = true}));
+  RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations).status());
+  return report;
+}
+
+}  // namespace autouvm::runtime::sim

@@ -1,0 +1,56 @@
+// ReplayTrace: runs the iterations an AccessTrace describes on a SimBackend — every op a kernel over the
+// tensors it reads and writes — under a policy, a GpuSpec and a device capacity, and reports what each
+// iteration cost and moved. What autouvm-sim prints, and what the profiler will use to cost plans.
+//
+//   ASSIGN_OR_RETURN(ReplayReport r, ReplayTrace(trace, spec, {.oversubscription = 1.5}));
+//
+// Memory layout (Note [Replay layout]): tensors are placed as PyTorch's caching allocator would place
+// them — named tensors (weights, caches) first, in the order they were named; tensors under 1 MiB packed
+// into 2 MiB segments; larger ones in segments of their own rounded to 2 MiB; an activation allocated
+// when it is produced and its block freed after its last use in the iteration, for a later tensor of
+// the same rounded size to reuse (the next iteration's activations land where this one's did).
+//
+// Thread-safety: a pure function of its arguments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/access_trace.h"
+#include "runtime/device_backend.h"
+#include "runtime/gpu_spec.h"
+
+namespace autouvm::runtime::sim {
+
+struct ReplayOptions {
+  std::string policy = "stock";  // no hints: the driver alone (the only policy so far)
+  // Device capacity for managed memory: footprint / oversubscription, unless device_bytes is set.
+  double oversubscription = 1.0;
+  int64_t device_bytes = 0;
+  int iterations = 3;  // the first starts with everything on the host
+};
+
+struct IterationReport {
+  double seconds = 0;
+  double fault_seconds = 0;  // kernels stalled on faults and the evictions they forced
+  UvmCounters moved;         // counters of this iteration alone
+};
+
+struct ReplayReport {
+  int64_t footprint_bytes = 0;  // all segments the iteration needs: weights, caches, activations
+  int64_t device_bytes = 0;     // the capacity it ran with
+  int64_t ops = 0;
+  double resident_seconds = 0;    // the iteration with everything on the device (roofline + launches)
+  double link_floor_seconds = 0;  // max(resident, (footprint - capacity) / link): ARCHITECTURE.md
+  std::vector<IterationReport> iterations;
+};
+
+// Policies ReplayTrace knows.
+const std::vector<std::string>& ReplayPolicies();
+
+// INVALID_ARGUMENT for an empty trace, an unknown policy, or a capacity or iteration count out of range.
+absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec& spec, const ReplayOptions& options);
+
+}  // namespace autouvm::runtime::sim

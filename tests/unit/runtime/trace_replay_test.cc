@@ -1,0 +1,87 @@
+// Replaying access traces on the simulated backend: layout, capacity, what moves under oversubscription.
+#include "runtime/sim/trace_replay.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace autouvm::runtime::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kMiB = 1 << 20;
+
+// A decode-like iteration: each of `layers` weights of `weight_mib` multiplies the running activation.
+AccessTrace DecodeLike(int layers, int64_t weight_mib) {
+  AccessTrace t;
+  std::string x = "input:0";
+  for (int i = 0; i < layers; ++i) {
+    const std::string w = "param:w" + std::to_string(i);
+    t.named.push_back({w, weight_mib * kMiB});
+    OpRecord op;
+    op.index = i;
+    op.op = "aten::mm";
+    op.kernel = "aten::mm#" + std::to_string(i);
+    op.reads = {{x, 8192, 0, 8192}, {w, weight_mib * kMiB, 0, weight_mib * kMiB}};
+    const std::string y = "act:aten::mm@" + std::to_string(i) + ".0";
+    op.writes = {{y, 8192, 0, 8192}};
+    op.flops = 2.0 * static_cast<double>(weight_mib * kMiB / 2);
+    t.ops.push_back(op);
+    x = y;
+  }
+  return t;
+}
+
+GpuSpec H200() { return *FindGpuSpec("h200-pcie5"); }
+
+TEST(TraceReplayTest, WhenEverythingFitsOnlyTheFirstIterationFaults) {
+  auto r = ReplayTrace(DecodeLike(16, 32), H200(), {.oversubscription = 1.0, .iterations = 3});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->footprint_bytes, 16 * 32 * kMiB);
+  EXPECT_LT(r->footprint_bytes, 16 * 32 * kMiB + 4 * kMiB);  // activations packed in one small segment
+  ASSERT_EQ(r->iterations.size(), 3u);
+  EXPECT_GE(r->iterations[0].moved.h2d_total(), 16 * 32 * kMiB);
+  EXPECT_EQ(r->iterations[2].moved.gpu_faults, 0);
+  EXPECT_NEAR(r->iterations[2].seconds, r->resident_seconds, 1e-9);
+  EXPECT_EQ(r->link_floor_seconds, r->resident_seconds);
+}
+
+TEST(TraceReplayTest, UnderOversubscriptionEveryIterationStreamsAndEvicts) {
+  auto r = ReplayTrace(DecodeLike(16, 32), H200(), {.oversubscription = 2.0, .iterations = 3});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(static_cast<double>(r->device_bytes), r->footprint_bytes / 2.0, 1.0);
+  const IterationReport& steady = r->iterations.back();
+  // Oldest-first eviction of a cyclic sweep larger than the device: nothing is left when it is needed.
+  EXPECT_GE(steady.moved.h2d_total(), 16 * 32 * kMiB);
+  EXPECT_GT(steady.moved.evictions, 0);
+  EXPECT_GT(steady.moved.d2h(MigrationCause::kEviction), 0);
+  EXPECT_GT(steady.moved.thrashing, 0);
+  EXPECT_GT(steady.seconds, r->link_floor_seconds);
+  EXPECT_GT(r->link_floor_seconds, r->resident_seconds);  // half the bytes must cross the link
+}
+
+TEST(TraceReplayTest, ActivationBlocksAreReusedAfterTheirLastUse) {
+  AccessTrace t;
+  for (int i = 0; i < 10; ++i) {  // each op reads the previous 4 MiB activation and writes a new one
+    OpRecord op{.index = i, .op = "aten::relu", .kernel = "aten::relu#" + std::to_string(i)};
+    if (i > 0) op.reads = {{"act:aten::relu@" + std::to_string(i - 1) + ".0", 4 * kMiB, 0, 4 * kMiB}};
+    op.writes = {{"act:aten::relu@" + std::to_string(i) + ".0", 4 * kMiB, 0, 4 * kMiB}};
+    t.ops.push_back(op);
+  }
+  auto r = ReplayTrace(t, H200(), {.iterations = 2});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LE(r->footprint_bytes, 3 * 4 * kMiB);  // two live at a time, one freed block reused
+}
+
+TEST(TraceReplayTest, BadOptionsAreRefusedByName) {
+  auto policy = ReplayTrace(DecodeLike(2, 4), H200(), {.policy = "magic"});
+  ASSERT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(policy.status().message(), HasSubstr("known: stock"));
+  EXPECT_EQ(ReplayTrace(AccessTrace(), H200(), {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ReplayTrace(DecodeLike(2, 4), H200(), {.oversubscription = 0}).status().message(),
+              HasSubstr("oversubscription"));
+  EXPECT_THAT(ReplayTrace(DecodeLike(2, 4), H200(), {.iterations = 0}).status().message(), HasSubstr("iterations"));
+}
+
+}  // namespace
+}  // namespace autouvm::runtime::sim

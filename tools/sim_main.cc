@@ -1,0 +1,184 @@
+// autouvm-sim: records the access trace of a model's iteration on the CPU, and replays traces on the
+// simulated UVM backend under a policy, GPU specs and device capacities (docs/autouvm-sim.md).
+//
+//   autouvm-sim record --model models/llama --batch 1 --out decode.trace
+//   autouvm-sim replay --trace decode.trace --gpu rtx3060-pcie4,h200-pcie5 --oversubscription 1,1.5,2
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "autouvm/v1/profile.pb.h"
+#include "runtime/gpu_spec.h"
+#include "runtime/observer.h"
+#include "runtime/sim/trace_replay.h"
+#include "runtime/status_macros.h"
+#include "runtime/trace_proto.h"
+#include "runtime/yaml_fields.h"
+#include "server/model_config.h"
+#include "server/model_runner.h"
+
+namespace {
+
+using autouvm::runtime::AccessTrace;
+using autouvm::runtime::GpuSpec;
+using autouvm::runtime::MigrationCause;
+
+struct RecordArgs {
+  std::string model;
+  int batch = 1;
+  int prompt_len = 8;
+  std::string phase = "decode";
+  std::string out;
+};
+
+absl::Status Record(const RecordArgs& a) {
+  autouvm::runtime::Observer::MakeExecutionRepeatable();
+  ASSIGN_OR_RETURN(auto config, autouvm::server::LoadModelConfig(a.model + "/model.yaml"));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(auto runner, autouvm::server::ModelRunner::Create(a.model, config, a.batch));
+  ASSIGN_OR_RETURN(auto observer, autouvm::runtime::Observer::Create());
+  runner->NameTensors(observer.get());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < a.prompt_len; ++i) prompt.push_back(static_cast<int32_t>((i * 7 + 3) % config.vocab_size));
+  AccessTrace trace;
+  if (a.phase == "prefill") {
+    RETURN_IF_ERROR(runner->Prefill(0, prompt).status());  // once unrecorded: the executor settles
+    observer->BeginIteration();
+    auto logits = runner->Prefill(0, prompt);
+    trace = observer->EndIteration();
+    RETURN_IF_ERROR(logits.status());
+  } else {
+    std::vector<autouvm::server::ModelRunner::DecodeRow> rows;
+    for (int s = 0; s < a.batch; ++s) {
+      RETURN_IF_ERROR(runner->Prefill(s, prompt).status());
+      rows.push_back({s, prompt.back(), a.prompt_len});
+    }
+    std::vector<float> logits;
+    RETURN_IF_ERROR(runner->Decode(rows, &logits));  // once unrecorded
+    for (auto& r : rows) ++r.pos;
+    observer->BeginIteration();
+    absl::Status decoded = runner->Decode(rows, &logits);
+    trace = observer->EndIteration();
+    RETURN_IF_ERROR(decoded);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ofstream out(a.out, std::ios::binary);
+  if (!out || !autouvm::runtime::ToProto(trace).SerializeToOstream(&out)) {
+    return absl::UnavailableError(a.out + ": cannot write the trace");
+  }
+  int64_t named = 0;
+  for (const auto& n : trace.named) named += n.bytes;
+  std::printf("recorded %s of %s (batch %d, prompt %d): %zu ops, %zu named tensors (%.2f GiB), %.1f s\n",
+              a.phase.c_str(), config.name.c_str(), a.batch, a.prompt_len, trace.ops.size(), trace.named.size(),
+              static_cast<double>(named) / (1 << 30), seconds);
+  return absl::OkStatus();
+}
+
+struct ReplayArgs {
+  std::string trace;
+  std::vector<std::string> gpus = {"h200-pcie5"};
+  std::string gpu_specs;
+  std::vector<double> oversubscription = {1.0};
+  double device_gib = 0;
+  std::string policy = "stock";
+  int iterations = 3;
+};
+
+absl::StatusOr<AccessTrace> ReadTrace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(path + ": cannot open the trace");
+  autouvm::v1::AccessTrace proto;
+  if (!proto.ParseFromIstream(&in)) return absl::InvalidArgumentError(path + ": not an AccessTrace protobuf");
+  if (proto.ops_size() == 0) return absl::InvalidArgumentError(path + ": the trace has no ops");
+  return autouvm::runtime::FromProto(proto);
+}
+
+absl::StatusOr<GpuSpec> FindSpec(const std::string& name, const std::vector<GpuSpec>& extra) {
+  for (const GpuSpec& s : extra) {
+    if (s.name == name) return s;
+  }
+  return autouvm::runtime::FindGpuSpec(name);
+}
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+absl::Status Replay(const ReplayArgs& a) {
+  ASSIGN_OR_RETURN(AccessTrace trace, ReadTrace(a.trace));
+  std::vector<GpuSpec> extra;
+  if (!a.gpu_specs.empty()) {
+    ASSIGN_OR_RETURN(std::string text, autouvm::runtime::ReadTextFile(a.gpu_specs, "GPU specs"));
+    ASSIGN_OR_RETURN(extra, autouvm::runtime::ParseGpuSpecs(text));
+  }
+  std::printf("trace %s: %zu ops; policy %s; %d iterations, the first from a cold device; steady = the last\n\n",
+              a.trace.c_str(), trace.ops.size(), a.policy.c_str(), a.iterations);
+  std::printf(
+      "| GPU | oversub | footprint GiB | device GiB | resident ms | link floor ms | first ms | steady ms |"
+      " steady / floor | H2D fault GiB | H2D driver-prefetch GiB | D2H eviction GiB | faults | fault groups |"
+      " evictions | thrashing | fault stall ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& name : a.gpus) {
+    ASSIGN_OR_RETURN(GpuSpec spec, FindSpec(name, extra));
+    std::vector<double> factors = a.oversubscription;
+    if (a.device_gib > 0) factors = {0};
+    for (double factor : factors) {
+      autouvm::runtime::sim::ReplayOptions options{.policy = a.policy,
+                                                   .oversubscription = factor,
+                                                   .device_bytes = static_cast<int64_t>(a.device_gib * (1 << 30)),
+                                                   .iterations = a.iterations};
+      ASSIGN_OR_RETURN(auto r, autouvm::runtime::sim::ReplayTrace(trace, spec, options));
+      const auto& last = r.iterations.back();
+      const auto& m = last.moved;
+      const double over = static_cast<double>(r.footprint_bytes) / static_cast<double>(r.device_bytes);
+      std::printf(
+          "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2f | %lld | %lld | %lld |"
+          " %lld | %.2f |\n",
+          spec.name.c_str(), over, GiB(r.footprint_bytes), GiB(r.device_bytes), 1e3 * r.resident_seconds,
+          1e3 * r.link_floor_seconds, 1e3 * r.iterations.front().seconds, 1e3 * last.seconds,
+          last.seconds / r.link_floor_seconds, GiB(m.h2d(MigrationCause::kFault)),
+          GiB(m.h2d(MigrationCause::kDriverPrefetch)), GiB(m.d2h(MigrationCause::kEviction)),
+          static_cast<long long>(m.gpu_faults), static_cast<long long>(m.gpu_fault_groups),
+          static_cast<long long>(m.evictions), static_cast<long long>(m.thrashing), 1e3 * last.fault_seconds);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Record a model's access trace on the CPU; replay traces on the simulated UVM backend"};
+  app.require_subcommand(1);
+  RecordArgs rec;
+  CLI::App* record = app.add_subcommand("record", "record one iteration's AccessTrace of a model entry");
+  record->add_option("--model", rec.model, "model entry directory (model.pt + model.yaml)")->required();
+  record->add_option("--batch", rec.batch, "decode rows (KV slots)")->check(CLI::Range(1, 4096))->capture_default_str();
+  record->add_option("--prompt-len", rec.prompt_len, "prompt tokens before the recorded step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  record->add_option("--phase", rec.phase)->check(CLI::IsMember({"decode", "prefill"}))->capture_default_str();
+  record->add_option("--out", rec.out, "trace file to write (AccessTrace protobuf)")->required();
+  ReplayArgs rep;
+  CLI::App* replay = app.add_subcommand("replay", "replay a trace on the simulated backend");
+  replay->add_option("--trace", rep.trace, "trace file from `record`")->required();
+  replay->add_option("--gpu", rep.gpus, "GPU specs by name, comma-separated")->delimiter(',')->capture_default_str();
+  replay->add_option("--gpu-specs", rep.gpu_specs, "YAML file with more GPU specs (docs/gpu-specs.md)");
+  replay->add_option("--oversubscription", rep.oversubscription, "footprint / device capacity, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(0.01, 1000.0))
+      ->capture_default_str();
+  replay->add_option("--device-gib", rep.device_gib, "device capacity in GiB (instead of --oversubscription)")
+      ->check(CLI::Range(0.001, 1e6));
+  replay->add_option("--policy", rep.policy)->capture_default_str();
+  replay->add_option("--iterations", rep.iterations)->check(CLI::Range(1, 1000))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  absl::Status status = record->parsed() ? Record(rec) : Replay(rep);
+  if (!status.ok()) {
+    std::cerr << "autouvm-sim: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
