@@ -32,7 +32,12 @@ struct OpRecord {
   std::vector<TensorUse> reads;
   std::vector<TensorUse> writes;
   double flops = 0;
-  bool operator==(const OpRecord&) const = default;
+  double seconds = 0;  // measured while recording (CPU wall time) or simulated by a replay
+  // What the op is and touches; its time is a measurement, not part of its identity.
+  bool operator==(const OpRecord& o) const {
+    return index == o.index && op == o.op && kernel == o.kernel && reads == o.reads && writes == o.writes &&
+           flops == o.flops;
+  }
 };
 
 struct AccessTrace {

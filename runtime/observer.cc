@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -28,6 +29,7 @@ struct OpContext : at::ObserverContext {
   bool inside_op = false;  // it runs inside another op
   bool bookkeeping = false;
   std::vector<at::Tensor> inputs;
+  std::chrono::steady_clock::time_point start;
 };
 
 // Note [Leaf ops]: a kernel allocates its output and resolves views through the dispatcher too (aten::mm
@@ -66,6 +68,10 @@ template <typename Values>
 void CollectLast(const Values& values, size_t n, std::vector<at::Tensor>* out) {
   const size_t size = values.size();
   for (size_t i = size > n ? size - n : 0; i < size; ++i) CollectTensors(values[i], out);
+}
+
+bool IsGather(std::string_view op) {
+  return op == "aten::index_select" || op == "aten::embedding" || op == "aten::index" || op == "aten::gather";
 }
 
 const void* StorageKey(const at::Tensor& t) {
@@ -107,7 +113,8 @@ double Flops(const std::string& op, const std::vector<at::Tensor>& in, const std
 
 struct Observer::Impl {
   // Appends the op to the trace; false for ops that move no data (views), which are left out.
-  bool Record(const std::string& op, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  bool Record(const std::string& op, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+              double seconds) {
     std::set<const void*> input_storages;
     for (const auto& t : inputs) {
       if (const void* key = StorageKey(t)) input_storages.insert(key);
@@ -144,6 +151,15 @@ struct Observer::Impl {
       ++k;
     }
     r.flops = Flops(op, inputs, outputs);
+    r.seconds = seconds;
+    if (IsGather(op) && !r.reads.empty() && !outputs.empty()) {
+      // Note [Gather ops]: an embedding lookup or index_select reads the rows it gathers, not its whole
+      // table: the table's use is the output's size (where in the table is not known; from its start).
+      TensorUse& table = r.reads.front();
+      table.bytes = std::min(table.bytes, Bytes(outputs.front()));
+      table.offset = 0;
+      table.extent = table.bytes;
+    }
     if (!subscribers.empty()) Notify(r, inputs, outputs);
     ++counted;
     trace.ops.push_back(std::move(r));
@@ -155,7 +171,8 @@ struct Observer::Impl {
     OpEvent e{r.index, r.op, r.kernel, {}, r.flops};
     auto add = [&](const at::Tensor& t, bool write, std::string_view id) {
       e.tensors.push_back(TensorAccess{t.data_ptr(), Bytes(t), c10::toString(t.scalar_type()),
-                                       std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), write, id});
+                                       std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), write, t.is_cpu(),
+                                       id});
     };
     size_t read = 0;
     for (const auto& t : inputs) {
@@ -239,6 +256,7 @@ std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
   ctx->inside_op = !t_stack.empty();
   CollectLast(fn.inputs(), fn.num_inputs(), &ctx->inputs);
   t_stack.push_back(ctx.get());
+  ctx->start = std::chrono::steady_clock::now();
   return ctx;
 }
 
@@ -249,9 +267,10 @@ void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
   OpContext* parent = t_stack.empty() ? nullptr : t_stack.back();
   bool recorded = ctx->had_child;  // a composite op: its children were recorded
   if (!recorded && !ctx->bookkeeping) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx->start).count();
     std::vector<at::Tensor> outputs;
     CollectLast(fn.outputs(), fn.num_outputs(), &outputs);
-    recorded = t_recording->Record(fn.name(), ctx->inputs, outputs);
+    recorded = t_recording->Record(fn.name(), ctx->inputs, outputs, seconds);
   }
   if (recorded && parent != nullptr) parent->had_child = true;
 }

@@ -35,7 +35,8 @@ struct TensorAccess {
   std::string_view dtype;  // e.g. "BFloat16"
   std::vector<int64_t> shape;
   bool write = false;
-  std::string_view id;  // its identity in the trace (Note [Tensor identity])
+  bool on_host = false;  // in CPU memory (a scalar libtorch wrapped, or a CPU run)
+  std::string_view id;   // its identity in the trace (Note [Tensor identity])
 };
 
 // A leaf op that just finished, numbered as in the trace.

@@ -32,6 +32,7 @@ autouvm::v1::AccessTrace ToProto(const AccessTrace& trace) {
     ToProto(op.reads, p->mutable_reads());
     ToProto(op.writes, p->mutable_writes());
     p->set_flops(op.flops);
+    p->set_seconds(op.seconds);
   }
   ToProto(trace.named, out.mutable_named());
   return out;
@@ -41,7 +42,8 @@ AccessTrace FromProto(const autouvm::v1::AccessTrace& proto) {
   AccessTrace out;
   out.ops.reserve(proto.ops_size());
   for (const auto& p : proto.ops()) {
-    out.ops.push_back({p.index(), p.op(), p.kernel(), FromProto(p.reads()), FromProto(p.writes()), p.flops()});
+    out.ops.push_back(
+        {p.index(), p.op(), p.kernel(), FromProto(p.reads()), FromProto(p.writes()), p.flops(), p.seconds()});
   }
   out.named = FromProto(proto.named());
   return out;

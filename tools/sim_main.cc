@@ -4,6 +4,7 @@
 //   autouvm-sim record --model models/llama --batch 1 --out decode.trace
 //   autouvm-sim replay --trace decode.trace --gpu rtx3060-pcie4,h200-pcie5 --oversubscription 1,1.5,2
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -86,7 +87,25 @@ struct ReplayArgs {
   double device_gib = 0;
   std::string policy = "stock";
   int iterations = 3;
+  int top_ops = 0;
 };
+
+// The `n` ops that took longest in the steady iteration, with their share of it.
+void PrintTopOps(const AccessTrace& trace, const autouvm::runtime::sim::ReplayReport& r, const std::string& label,
+                 int n) {
+  std::vector<size_t> order(r.op_seconds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.op_seconds[a] > r.op_seconds[b]; });
+  double total = 0;
+  for (double s : r.op_seconds) total += s;
+  std::printf("\nslowest ops of the steady iteration, %s:\n\n| op | kernel | ms | share |\n|---|---|---|---|\n",
+              label.c_str());
+  for (size_t k = 0; k < order.size() && k < static_cast<size_t>(n); ++k) {
+    const size_t i = order[k];
+    std::printf("| %zu | %s | %.3f | %.1f%% |\n", i, trace.ops[i].kernel.c_str(), 1e3 * r.op_seconds[i],
+                100 * r.op_seconds[i] / total);
+  }
+}
 
 absl::StatusOr<AccessTrace> ReadTrace(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -120,6 +139,7 @@ absl::Status Replay(const ReplayArgs& a) {
       " steady / floor | H2D fault GiB | H2D driver-prefetch GiB | D2H eviction GiB | faults | fault groups |"
       " evictions | thrashing | fault stall ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::pair<std::string, autouvm::runtime::sim::ReplayReport>> reports;
   for (const std::string& name : a.gpus) {
     ASSIGN_OR_RETURN(GpuSpec spec, FindSpec(name, extra));
     std::vector<double> factors = a.oversubscription;
@@ -142,8 +162,10 @@ absl::Status Replay(const ReplayArgs& a) {
           GiB(m.h2d(MigrationCause::kDriverPrefetch)), GiB(m.d2h(MigrationCause::kEviction)),
           static_cast<long long>(m.gpu_faults), static_cast<long long>(m.gpu_fault_groups),
           static_cast<long long>(m.evictions), static_cast<long long>(m.thrashing), 1e3 * last.fault_seconds);
+      if (a.top_ops > 0) reports.push_back({absl::StrFormat("%s at %.2fx", spec.name, over), std::move(r)});
     }
   }
+  for (const auto& [label, r] : reports) PrintTopOps(trace, r, label, a.top_ops);
   return absl::OkStatus();
 }
 
@@ -174,6 +196,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 1e6));
   replay->add_option("--policy", rep.policy)->capture_default_str();
   replay->add_option("--iterations", rep.iterations)->check(CLI::Range(1, 1000))->capture_default_str();
+  replay->add_option("--top-ops", rep.top_ops, "also list the N slowest ops of each steady iteration")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   absl::Status status = record->parsed() ? Record(rec) : Replay(rep);
   if (!status.ok()) {

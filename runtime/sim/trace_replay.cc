@@ -120,7 +120,7 @@ bool IsMatrixOp(const std::string& op) {
 // Runs `iterations` of the trace on `backend` (nullptr: only lays the tensors out) and returns the
 // layout's segment bytes.
 absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBackend* backend, int iterations,
-                            std::vector<IterationReport>* reports) {
+                            std::vector<IterationReport>* reports, std::vector<double>* op_seconds = nullptr) {
   uint64_t fake_next = 0;
   Layout layout([&](int64_t bytes) -> absl::StatusOr<uint64_t> {
     if (backend != nullptr) return backend->AllocateManaged(bytes);
@@ -152,7 +152,9 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
           k.ranges.push_back(
               {where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), true, entries});
         }
-        report.fault_seconds += backend->Launch(k).fault_s;
+        const KernelTime t = backend->Launch(k);
+        report.fault_seconds += t.fault_s;
+        if (op_seconds != nullptr && it == iterations - 1) op_seconds->push_back(t.end_s - t.start_s);
       }
       for (const std::string& id : plan.dead[i]) layout.Free(where.at(id), plan.bytes.at(id));
     }
@@ -208,7 +210,7 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   ASSIGN_OR_RETURN(
       auto sim,
       SimBackend::Create({.spec = spec, .device_budget_bytes = report.device_bytes, .allow_oversubscription = true}));
-  RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations).status());
+  RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds).status());
   return report;
 }
 

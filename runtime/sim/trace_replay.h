@@ -45,6 +45,7 @@ struct ReplayReport {
   double resident_seconds = 0;    // the iteration with everything on the device (roofline + launches)
   double link_floor_seconds = 0;  // max(resident, (footprint - capacity) / link): ARCHITECTURE.md
   std::vector<IterationReport> iterations;
+  std::vector<double> op_seconds;  // each op's simulated time in the last iteration, stalls included
 };
 
 // Policies ReplayTrace knows.

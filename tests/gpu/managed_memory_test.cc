@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
+#include <optional>
+
+#include "runtime/observer.h"
 #include "server/llama_builder.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
@@ -49,6 +52,56 @@ TEST(ManagedMemoryTest, ModelParametersCachesAndOutputsAreManagedAndOutputsMatch
   EXPECT_LT(rel, 1e-3) << "managed-memory CUDA logits differ from the CPU's";
   // A plain CUDA tensor made outside the scope is not managed: the routing is scoped.
   EXPECT_FALSE(IsManagedPointer(torch::zeros({16}, torch::kCUDA).data_ptr()));
+}
+
+// Every tensor an op touches while the model runs in the pool's scope (weights, cache, activations).
+struct ManagedCheck : OpSubscriber {
+  void OnOp(const OpEvent& e) override {
+    for (const TensorAccess& t : e.tensors) {
+      ++seen;
+      // On the host only the scalars libtorch wraps (`x + 1`), never a model tensor.
+      const bool ok = t.on_host ? t.shape.empty() : IsManagedPointer(t.data);
+      if (!ok) unmanaged.push_back(std::string(e.kernel) + " " + std::string(t.id));
+    }
+  }
+  int64_t seen = 0;
+  std::vector<std::string> unmanaged;
+};
+
+TEST(ManagedMemoryTest, EveryTensorOfAForwardIsManagedAndOutputsEqualThePlainAllocators) {
+  auto pool = ManagedMemoryPool::Create(0, {.cap_bytes = 512 * kMiB});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  testing::TempDir dir;
+  const server::ModelConfig c = testing::SmallLlamaConfig("plain");
+  ASSERT_TRUE(server::WriteLlamaModel(c, 5, dir.path()).ok());
+  torch::NoGradGuard no_grad;
+  auto run = [&](bool managed, ManagedCheck* check) {
+    std::optional<ManagedMemoryPool::Scope> scope;
+    if (managed) scope.emplace(pool->get());
+    torch::jit::Module m = torch::jit::load(dir.Sub("plain/model.pt"));
+    m.to(torch::kCUDA);
+    auto k_cache = torch::zeros({c.n_layers, 2, c.n_kv_heads, c.max_seq, c.head_dim}, torch::kCUDA);
+    auto v_cache = torch::zeros_like(k_cache);
+    auto tokens = torch::tensor({{256, 11, 22, 33, 44}}, torch::kLong).to(torch::kCUDA);
+    auto slots = torch::tensor({int64_t{1}}, torch::kLong).to(torch::kCUDA);
+    auto start = torch::tensor({int64_t{0}}, torch::kLong).to(torch::kCUDA);
+    std::unique_ptr<Observer> observer;
+    if (check != nullptr) {
+      observer = std::move(Observer::Create()).value();
+      observer->AddSubscriber(check);
+      observer->BeginIteration();
+    }
+    torch::Tensor logits = m.forward({tokens, slots, start, k_cache, v_cache}).toTensor();
+    if (observer != nullptr) observer->EndIteration();
+    return logits.cpu();
+  };
+  const torch::Tensor plain = run(false, nullptr);
+  ManagedCheck check;
+  const torch::Tensor managed = run(true, &check);
+  EXPECT_TRUE(torch::equal(plain, managed)) << "managed memory changed the logits";
+  EXPECT_GT(check.seen, 50);
+  EXPECT_TRUE(check.unmanaged.empty()) << check.unmanaged.size() << " tensors outside managed memory, first "
+                                       << check.unmanaged.front();
 }
 
 TEST(ManagedMemoryTest, AnAllocationPastTheCapIsRefusedBeforeCudaIsAsked) {
