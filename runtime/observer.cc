@@ -94,10 +94,27 @@ TensorUse Use(std::string id, const at::Tensor& t) {
   return u;
 }
 
-// Note [FLOPs of an op]: matrix products count 2·M·K·N (per batch); anything else counts one per output
-// element, which is what elementwise ops, reductions and copies roughly cost.
+bool IsAttention(std::string_view op) {
+  return op == "aten::_scaled_dot_product_flash_attention" || op == "aten::_scaled_dot_product_efficient_attention" ||
+         op == "aten::_scaled_dot_product_cudnn_attention" || op == "aten::_scaled_dot_product_attention_math" ||
+         op == "aten::_scaled_dot_product_flash_attention_for_cpu";
+}
+
+// Note [FLOPs of an op]: matrix products count 2·M·K·N (per batch); a convolution 2 per weight element
+// per output element and output channel (2·out·Cin/groups·kernel); fused attention 2·L·S·(E + Ev) per
+// batch and head (QKᵀ and PV); anything else one per output element, which is what elementwise ops,
+// reductions and copies roughly cost.
 double Flops(const std::string& op, const std::vector<at::Tensor>& in, const std::vector<at::Tensor>& out) {
   auto dims = [](const at::Tensor& t, int64_t i) { return static_cast<double>(t.size(i)); };
+  const bool has_out = !out.empty() && out[0].defined();
+  if (absl::StrContains(op, "conv") && in.size() >= 2 && in[1].defined() && in[1].dim() >= 3 && has_out &&
+      in[1].size(0) > 0) {
+    return 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(in[1].numel() / in[1].size(0));
+  }
+  if (IsAttention(op) && in.size() >= 3 && in[0].dim() == 4 && in[1].dim() == 4 && in[2].dim() == 4) {
+    // q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev]
+    return 2.0 * dims(in[0], 0) * dims(in[0], 1) * dims(in[0], 2) * dims(in[1], 2) * (dims(in[0], 3) + dims(in[2], 3));
+  }
   if (op == "aten::mm" && in.size() >= 2) return 2 * dims(in[0], 0) * dims(in[0], 1) * dims(in[1], 1);
   if (op == "aten::addmm" && in.size() >= 3) return 2 * dims(in[1], 0) * dims(in[1], 1) * dims(in[2], 1);
   if (op == "aten::bmm" && in.size() >= 2) {
@@ -106,7 +123,7 @@ double Flops(const std::string& op, const std::vector<at::Tensor>& in, const std
   if (op == "aten::baddbmm" && in.size() >= 3) {
     return 2 * dims(in[1], 0) * dims(in[1], 1) * dims(in[1], 2) * dims(in[2], 2);
   }
-  return out.empty() || !out[0].defined() ? 0.0 : static_cast<double>(out[0].numel());
+  return has_out ? static_cast<double>(out[0].numel()) : 0.0;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autouvm/v1/profile.pb.h"
 #include "runtime/gpu_spec.h"
@@ -135,7 +136,7 @@ absl::Status Replay(const ReplayArgs& a) {
   std::printf("trace %s: %zu ops; policy %s; %d iterations, the first from a cold device; steady = the last\n\n",
               a.trace.c_str(), trace.ops.size(), a.policy.c_str(), a.iterations);
   std::printf(
-      "| GPU | oversub | footprint GiB | device GiB | resident ms | link floor ms | first ms | steady ms |"
+      "| GPU | oversub | footprint GiB | device GiB | resident ms | link floor ms | iterations ms | steady ms |"
       " steady / floor | H2D fault GiB | H2D driver-prefetch GiB | D2H eviction GiB | faults | fault groups |"
       " evictions | thrashing | fault stall ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -153,15 +154,18 @@ absl::Status Replay(const ReplayArgs& a) {
       const auto& last = r.iterations.back();
       const auto& m = last.moved;
       const double over = static_cast<double>(r.footprint_bytes) / static_cast<double>(r.device_bytes);
+      std::string each;
+      for (const auto& it : r.iterations)
+        absl::StrAppendFormat(&each, "%s%.2f", each.empty() ? "" : " / ", 1e3 * it.seconds);
       std::printf(
-          "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2f | %lld | %lld | %lld |"
+          "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %.2f | %.2fx | %.2f | %.2f | %.2f | %lld | %lld | %lld |"
           " %lld | %.2f |\n",
           spec.name.c_str(), over, GiB(r.footprint_bytes), GiB(r.device_bytes), 1e3 * r.resident_seconds,
-          1e3 * r.link_floor_seconds, 1e3 * r.iterations.front().seconds, 1e3 * last.seconds,
-          last.seconds / r.link_floor_seconds, GiB(m.h2d(MigrationCause::kFault)),
-          GiB(m.h2d(MigrationCause::kDriverPrefetch)), GiB(m.d2h(MigrationCause::kEviction)),
-          static_cast<long long>(m.gpu_faults), static_cast<long long>(m.gpu_fault_groups),
-          static_cast<long long>(m.evictions), static_cast<long long>(m.thrashing), 1e3 * last.fault_seconds);
+          1e3 * r.link_floor_seconds, each.c_str(), 1e3 * last.seconds, last.seconds / r.link_floor_seconds,
+          GiB(m.h2d(MigrationCause::kFault)), GiB(m.h2d(MigrationCause::kDriverPrefetch)),
+          GiB(m.d2h(MigrationCause::kEviction)), static_cast<long long>(m.gpu_faults),
+          static_cast<long long>(m.gpu_fault_groups), static_cast<long long>(m.evictions),
+          static_cast<long long>(m.thrashing), 1e3 * last.fault_seconds);
       if (a.top_ops > 0) reports.push_back({absl::StrFormat("%s at %.2fx", spec.name, over), std::move(r)});
     }
   }

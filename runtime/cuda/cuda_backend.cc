@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -71,7 +72,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaBackendOpti
   }
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(options), cap, static_cast<int64_t>(free_bytes)));
+  int64_t free_at_start = static_cast<int64_t>(free_bytes);
+  if (options.device_free_bytes > 0) free_at_start = std::min(free_at_start, options.device_free_bytes);
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(options), cap, free_at_start));
   Streams& s = *backend->streams_;
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s.copy, cudaStreamNonBlocking), "creating the copy stream");
   if (backend->options_.compute_stream != nullptr) {

@@ -35,6 +35,7 @@ struct CudaBackendOptions {
   bool allow_oversubscription = false;
   void* compute_stream = nullptr;  // a cudaStream_t to compute on (e.g. PyTorch's); null: one of our own
   bool counters = true;            // collect CUPTI unified-memory counters
+  int64_t device_free_bytes = 0;   // 0: the device's free memory now (cudaMemGetInfo); tests give less
 };
 
 class CudaBackend final : public DeviceBackend {

@@ -52,6 +52,29 @@ TEST(CudaBackendTest, AllocationsPastTheCapAreRefusedBeforeCudaIsAsked) {
   EXPECT_EQ(gpu->FreeManaged(*first).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CudaBackendTest, WithoutOversubscriptionAllocationsPastFreeMemoryAreRefused) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  for (bool oversubscribe : {false, true}) {
+    // The free memory is taken as 64 MiB so that the refusal is tested without nearing the card's.
+    auto gpu = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
+                                    .cap_bytes = 0,
+                                    .allow_oversubscription = oversubscribe,
+                                    .counters = false,
+                                    .device_free_bytes = 64 * kMiB});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ((*gpu)->free_bytes_at_start(), 64 * kMiB);
+    auto a = (*gpu)->AllocateManaged(80 * kMiB);
+    if (oversubscribe) {
+      EXPECT_TRUE(a.ok()) << a.status();
+    } else {
+      ASSERT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_THAT(a.status().message(), HasSubstr("memory.allow_oversubscription"));
+      EXPECT_EQ((*gpu)->allocated_bytes(), 0);
+    }
+    EXPECT_EQ((*gpu)->ReadCounters().status().code(), absl::StatusCode::kUnavailable);  // not requested
+  }
+}
+
 TEST(CudaBackendTest, TheCountersSeeExactlyTheBytesAPrefetchMoves) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   auto gpu = Backend();

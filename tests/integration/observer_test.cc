@@ -3,6 +3,7 @@
 #include "runtime/observer.h"
 
 #include <gtest/gtest.h>
+#include <torch/script.h>
 
 #include <set>
 
@@ -226,6 +227,43 @@ TEST_F(ObserverTest, AnObservedIterationNumbersTheSameOpsAsARecordedOne) {
   // Outside an iteration nothing is counted or delivered.
   ASSERT_TRUE(runner->Decode({&row, 1}, &logits).ok());
   EXPECT_EQ(collector.seen.size(), recorded.ops.size());
+}
+
+// Runs `source`'s forward on `inputs` under the observer and returns its trace.
+AccessTrace TraceScript(Observer* observer, const std::string& source, std::vector<c10::IValue> inputs) {
+  torch::jit::Module m("M");
+  m.define(source);
+  observer->BeginIteration();
+  m.forward(std::move(inputs));
+  return observer->EndIteration();
+}
+
+TEST_F(ObserverTest, ConvolutionsCountTwoFlopsPerWeightElementAndOutput) {
+  torch::NoGradGuard no_grad;
+  const AccessTrace t = TraceScript(observer_.get(), "def forward(self, x, w):\n  return torch.conv2d(x, w)\n",
+                                    {torch::randn({1, 3, 8, 8}), torch::randn({4, 3, 3, 3})});
+  double conv = -1;
+  for (const auto& op : t.ops) {
+    if (op.op.find("conv") != std::string::npos) conv = op.flops;
+  }
+  EXPECT_EQ(conv, 2.0 * (4 * 6 * 6) * (3 * 3 * 3));  // output [1, 4, 6, 6], 27 weights per output
+}
+
+TEST_F(ObserverTest, AttentionCountsBothProducts) {
+  torch::NoGradGuard no_grad;
+  const std::string source =
+      "def forward(self, q, k, v):\n  return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n";
+  AccessTrace t;
+  try {
+    t = TraceScript(observer_.get(), source,
+                    {torch::randn({1, 2, 4, 8}), torch::randn({1, 2, 6, 8}), torch::randn({1, 2, 6, 8})});
+  } catch (const std::exception& e) {  // libtorch 1.13's TorchScript has no such function
+    GTEST_SKIP() << "this libtorch has no fused attention: " << e.what();
+  }
+  double total = 0;
+  for (const auto& op : t.ops) total += op.flops;
+  // Fused or decomposed into batched products, QKᵀ and PV are 2·B·H·L·S·(E + Ev) FLOPs at least.
+  EXPECT_GE(total, 2.0 * 1 * 2 * 4 * 6 * (8 + 8));
 }
 
 TEST(ObserverAcrossProcesses, TwoProcessesRecordTheSameIds) {
