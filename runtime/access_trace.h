@@ -22,6 +22,7 @@ struct TensorUse {
   int64_t bytes = 0;   // numel x element size of what the op used
   int64_t offset = 0;  // where the used view starts within the tensor's storage, in bytes
   int64_t extent = 0;  // bytes of storage the view spans from `offset` (> bytes for strided views)
+  int64_t run = 0;     // bytes of its longest contiguous run (a transposed weight's row; all of a contiguous one)
   bool operator==(const TensorUse&) const = default;
 };
 

@@ -26,23 +26,26 @@ constexpr double kUs = 1e-6;
 //     4 KiB stride:  (page + 16 e' + 2 block / 32) / 16 = 0.66   (a block spans two batches)
 //     → block = 14.86 µs, e' = 0.300 µs, page = 4.836 µs = 1.183 copy + 3.653
 //     lone fault: launch + batch + entry + page + block = 44 → batch = 17.07 µs, entry = 0.300 − 17.07/256
-//   streaming entries per page: a dense streaming read kernel faults at 8.6 GB/s (7.62 µs per page)
-//     = 4.836 + n · 0.300 + (1 + 32 n / 256) · 14.86 / 32  →  n = 6.5 entries per page (several SMs touch
-//     each page before it is serviced); matrix kernels read weights in row slabs, one entry per page
-//     (the decode pass).
+//   How many fault entries a kernel raises per page is the kernel's, not the driver's: the calibration
+//   test gives NOTES.md's probe kernels theirs, the trace replay ATen's (Note [Fault entries per kernel]).
 //   prefetch, from 4 GiB / 2 MiB calls at 50.5 / 18.2 GB/s (t = call + blocks · per-block):
 //     per block 41.49 µs = 37.86 µs copy + 3.63 µs;  call = 115.2 − 41.49 = 73.7 µs.
 //   device→host 14.36 GB/s, the rate within 15% of both the clean (12.5) and the dirty (16.5) prefetch
 //     figures: 4.56 µs per page = 1.18 µs copy + 3.38 µs.
 //   drop        0.13 ms for 128 MiB read-mostly range whose GPU copy is dropped = 2.03 µs per block.
 //   remote      51.3 GB/s, GPU reads of host memory mapped in place.
+// TorchScript issuing one op on the H200 host (the Observer installed): resident Llama decode steps took
+// 3.15 ms for 230 ops (dim 4096, 4 layers) and 13.68 ms for 1166 ops (dim 2048, 22 layers), medians of
+// 5, with kernels worth less: (3.15 + 13.68) ms / 1396 ops = 12.1 µs per op (bench/uvm_sim_check,
+// bench/results/2026-11-29-sim-vs-h200.md; an earlier run of the first model gave 19 µs: host noise).
+constexpr double kTorchScriptOpS = 12.1 * kUs;
+
 UvmCosts H200HostUvmCosts() {
   UvmCosts c;
   c.fault_batch_s = 17.07 * kUs;
   c.fault_entry_s = 0.233 * kUs;
   c.fault_page_s = 3.653 * kUs;
   c.fault_block_s = 14.86 * kUs;
-  c.streaming_entries_per_page = 6.5;
   c.prefetch_call_s = 73.7 * kUs;
   c.prefetch_block_s = 3.63 * kUs;
   c.d2h_page_s = 3.38 * kUs;
@@ -64,6 +67,7 @@ GpuSpec FromDatasheet(std::string name, std::string description, double memory_b
   s.peak_flops = flops;
   s.link_bytes_per_s = link;
   s.kernel_launch_s = 7.0 * kUs;
+  s.framework_op_s = kTorchScriptOpS;
   s.uvm = H200HostUvmCosts();
   s.uvm.remote_bytes_per_s = link * (51.3 / 55.4);
   return s;
@@ -79,6 +83,7 @@ std::vector<GpuSpec> MakeBuiltins() {
   h200.peak_flops = 835e12;                         // H200 NVL datasheet: 1,671 TFLOP/s bf16 sparse, half dense
   h200.link_bytes_per_s = 55.4e9;                   // measured pinned copies (NOTES.md)
   h200.kernel_launch_s = 7.0 * kUs;                 // Note [H200 calibration]
+  h200.framework_op_s = kTorchScriptOpS;
   h200.uvm = H200HostUvmCosts();
   specs.push_back(h200);
   // H100 PCIe 80 GB: 2.0 TB/s HBM2e, 756 TFLOP/s dense bf16; Gen5 x16 link as measured on the H200 host.
@@ -98,7 +103,8 @@ std::vector<GpuSpec> MakeBuiltins() {
 absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* spec) {
   YamlFields f(node, path);
   double memory_gib = spec->memory_bytes / kGiB, hbm = spec->hbm_bytes_per_s / 1e9, tflops = spec->peak_flops / 1e12,
-         link = spec->link_bytes_per_s / 1e9, launch_us = spec->kernel_launch_s / kUs;
+         link = spec->link_bytes_per_s / 1e9, launch_us = spec->kernel_launch_s / kUs,
+         framework_us = spec->framework_op_s / kUs;
   std::string ignored;
   f.String("name", &ignored);
   f.String("base", &ignored);
@@ -108,6 +114,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   f.Double("peak_tflops", &tflops, 1e-3, 1e6);
   f.Double("link_gb_per_s", &link, 1e-3, 1e5);
   f.Double("kernel_launch_us", &launch_us, 0, 1e6);
+  f.Double("framework_op_us", &framework_us, 0, 1e6);
   UvmCosts& u = spec->uvm;
   struct Micro {
     const char* key;
@@ -123,7 +130,6 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
     fu.Double(m.key, &us, 0, 1e6);
     *m.seconds = us * kUs;
   }
-  fu.Double("streaming_entries_per_page", &u.streaming_entries_per_page, 1, 1024);
   fu.Double("remote_gb_per_s", &remote, 1e-3, 1e5);
   RETURN_IF_ERROR(fu.Finish());
   RETURN_IF_ERROR(f.Finish());
@@ -132,6 +138,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   spec->peak_flops = tflops * 1e12;
   spec->link_bytes_per_s = link * 1e9;
   spec->kernel_launch_s = launch_us * kUs;
+  spec->framework_op_s = framework_us * kUs;
   u.remote_bytes_per_s = remote * 1e9;
   return absl::OkStatus();
 }

@@ -20,16 +20,15 @@ namespace autouvm::runtime {
 
 // What the UVM driver charges on a host (runtime/sim/sim_backend.h: Note [The cost model]).
 struct UvmCosts {
-  double fault_batch_s = 0;               // fixed cost of servicing one batch of GPU faults
-  double fault_entry_s = 0;               // per fault-buffer entry (fetched, sorted, de-duplicated)
-  double fault_page_s = 0;                // per 64 KiB page migrated on a fault, besides the copy itself
-  double fault_block_s = 0;               // per 2 MiB VA block serviced (lock, chunk, mapping, TLB)
-  double streaming_entries_per_page = 1;  // fault entries a streaming (elementwise) kernel raises per page
-  double prefetch_call_s = 0;             // per cudaMemPrefetchAsync call
-  double prefetch_block_s = 0;            // per 2 MiB block a prefetch migrates, besides the copy
-  double d2h_page_s = 0;                  // per 64 KiB page migrated to the host, besides the copy
-  double drop_block_s = 0;                // per 2 MiB block whose device copy is dropped (no copy)
-  double remote_bytes_per_s = 0;          // device reads of host memory mapped in place (zero-copy)
+  double fault_batch_s = 0;       // fixed cost of servicing one batch of GPU faults
+  double fault_entry_s = 0;       // per fault-buffer entry (fetched, sorted, de-duplicated)
+  double fault_page_s = 0;        // per 64 KiB page migrated on a fault, besides the copy itself
+  double fault_block_s = 0;       // per 2 MiB VA block serviced (lock, chunk, mapping, TLB)
+  double prefetch_call_s = 0;     // per cudaMemPrefetchAsync call
+  double prefetch_block_s = 0;    // per 2 MiB block a prefetch migrates, besides the copy
+  double d2h_page_s = 0;          // per 64 KiB page migrated to the host, besides the copy
+  double drop_block_s = 0;        // per 2 MiB block whose device copy is dropped (no copy)
+  double remote_bytes_per_s = 0;  // device reads of host memory mapped in place (zero-copy)
 };
 
 struct GpuSpec {
@@ -39,7 +38,10 @@ struct GpuSpec {
   double hbm_bytes_per_s = 0;   // device memory bandwidth
   double peak_flops = 0;        // dense bf16 tensor-core FLOP/s
   double link_bytes_per_s = 0;  // host↔device copy roof (pinned memory), each direction
-  double kernel_launch_s = 0;   // per kernel, besides its roofline time
+  double kernel_launch_s = 0;   // per kernel on the GPU, besides its roofline time
+  // Host time the framework (TorchScript's interpreter, the Observer installed) spends issuing one op;
+  // kernels run asynchronously, so a step is bound by this when its kernels are shorter.
+  double framework_op_s = 0;
   UvmCosts uvm;
 };
 

@@ -84,13 +84,21 @@ int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cas
 // A use of `t` under `id`: its bytes, and the span of its storage it reaches (strided views reach more
 // than they use).
 TensorUse Use(std::string id, const at::Tensor& t) {
-  TensorUse u{std::move(id), Bytes(t), 0, 0};
+  TensorUse u{std::move(id), Bytes(t), 0, 0, 0};
   if (u.bytes == 0) return u;
   const int64_t elem = static_cast<int64_t>(t.element_size());
   u.offset = (static_cast<const char*>(t.data_ptr()) - static_cast<const char*>(t.storage().data()));
   int64_t last = 0;  // the farthest element from the first, in elements
   for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * std::abs(t.stride(d));
   u.extent = (last + 1) * elem;
+  u.run = elem;
+  if (t.is_contiguous()) {
+    u.run = u.bytes;
+  } else {
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (t.stride(d) == 1) u.run = std::max(u.run, t.size(d) * elem);
+    }
+  }
   return u;
 }
 

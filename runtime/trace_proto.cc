@@ -10,13 +10,14 @@ void ToProto(const std::vector<TensorUse>& uses, google::protobuf::RepeatedPtrFi
     p->set_bytes(u.bytes);
     p->set_offset(u.offset);
     p->set_extent(u.extent);
+    p->set_run(u.run);
   }
 }
 
 std::vector<TensorUse> FromProto(const google::protobuf::RepeatedPtrField<autouvm::v1::TensorUse>& uses) {
   std::vector<TensorUse> out;
   out.reserve(uses.size());
-  for (const auto& u : uses) out.push_back({u.id(), u.bytes(), u.offset(), u.extent()});
+  for (const auto& u : uses) out.push_back({u.id(), u.bytes(), u.offset(), u.extent(), u.run()});
   return out;
 }
 

@@ -82,9 +82,13 @@ double SimBackend::DriverTime(const UvmCounters& before, const UvmWork& work_bef
   return t;
 }
 
-KernelTime SimBackend::Launch(const SimKernel& kernel, Stream stream) {
+KernelTime SimBackend::Launch(const SimKernel& kernel, Stream stream, double host_s) {
   KernelTime t;
   double& clock = clock_[Index(stream)];
+  if (host_s > 0) {
+    host_clock_ += host_s;
+    clock = std::max(clock, host_clock_);
+  }
   t.start_s = clock;
   double ready = clock;
   double bytes = 0;
@@ -191,9 +195,10 @@ void SimBackend::WaitEvent(Stream stream, EventId event) {
 absl::Status SimBackend::Synchronize() {
   const double t = Elapsed();
   clock_ = {t, t};
+  host_clock_ = t;
   return absl::OkStatus();
 }
 
-double SimBackend::Elapsed() const { return std::max(clock_[0], clock_[1]); }
+double SimBackend::Elapsed() const { return std::max({clock_[0], clock_[1], host_clock_}); }
 
 }  // namespace autouvm::runtime::sim

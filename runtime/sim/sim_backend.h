@@ -75,13 +75,15 @@ class SimBackend final : public DeviceBackend {
   absl::Status Synchronize() override;
   absl::StatusOr<UvmCounters> ReadCounters() override { return model_.counters(); }
 
-  // Runs a kernel on `stream` and advances that stream's clock.
-  KernelTime Launch(const SimKernel& kernel, Stream stream = Stream::kCompute);
+  // Runs a kernel on `stream` and advances that stream's clock. `host_s`: host time spent issuing it
+  // (the framework's per-op cost); the kernel cannot start before the host has issued it, and the host
+  // runs ahead of the GPU otherwise.
+  KernelTime Launch(const SimKernel& kernel, Stream stream = Stream::kCompute, double host_s = 0);
   // An explicit copy between pinned host memory and a device buffer (cudaMemcpyAsync), at the link rate.
   void Copy(int64_t bytes, Stream stream);
 
   double Now(Stream stream) const { return clock_[Index(stream)]; }
-  double Elapsed() const;  // the later of the two stream clocks
+  double Elapsed() const;  // the latest of the stream clocks and the host's
   int64_t device_budget_bytes() const { return budget_; }
   int64_t allocated_bytes() const { return allocated_; }
   int64_t device_bytes() const { return model_.device_bytes(); }
@@ -105,6 +107,7 @@ class SimBackend final : public DeviceBackend {
   std::map<uint64_t, int64_t> allocations_;  // base → bytes
   int64_t allocated_ = 0;
   std::array<double, 2> clock_{0, 0};
+  double host_clock_ = 0;  // when the host has issued everything so far
   std::vector<double> events_;
   std::unordered_map<uint64_t, double> ready_at_;  // block base → when a prefetch delivers it
   std::unordered_map<uint64_t, BlockAdvice> advice_;

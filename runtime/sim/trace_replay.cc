@@ -111,6 +111,28 @@ Plan MakePlan(const AccessTrace& trace) {
   return plan;
 }
 
+// Note [Fault entries per kernel]: how many fault-buffer entries a kernel raises per 64 KiB page it
+// faults on depends on how its threads walk the data, so it is measured per kind of ATen kernel
+// (bench/fault_probe on the H200, bench/results/2026-11-29-sim-vs-h200.md), each rate solved for n with
+// the driver costs of Note [H200 calibration] (per page: 4.836 + 0.358 n µs once n >= 8):
+// - a matrix product reading a transposed operand (x @ W.t(), every linear layer of the model
+//   contract) walks it row by row, one warp per row: 5.6 GB/s with 8 KiB rows (K = 4096) and 8.0 GB/s
+//   with 16 KiB rows (K = 8192) give n = 19.2 and 9.4, 2.4 entries per row in the page both times;
+// - other matrix operands (W @ x): 7.05 GB/s, n = 12.5;
+// - elementwise and other kernels (W * 2): 5.0 GB/s, n = 23.
+constexpr double kEntriesPerRow = 2.4;
+constexpr double kMatrixEntries = 12.5;
+constexpr double kElementwiseEntries = 23;
+
+bool IsMatrixOp(const std::string& op);
+
+double EntriesPerPage(const std::string& op, const TensorUse& u) {
+  constexpr double kPage = 64 * 1024;
+  if (!IsMatrixOp(op)) return kElementwiseEntries;
+  if (u.run > 0 && u.run < kPage) return kEntriesPerRow * kPage / static_cast<double>(u.run);
+  return kMatrixEntries;
+}
+
 bool IsMatrixOp(const std::string& op) {
   static const std::set<std::string> kOps = {"aten::mm",      "aten::addmm",  "aten::bmm",
                                              "aten::baddbmm", "aten::matmul", "aten::linear"};
@@ -131,7 +153,6 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
   for (const auto& [id, bytes] : plan.persistent) {
     ASSIGN_OR_RETURN(where[id], layout.Allocate(bytes));
   }
-  const double streaming = backend != nullptr ? backend->spec().uvm.streaming_entries_per_page : 1;
   for (int it = 0; it < iterations; ++it) {
     const double start = backend != nullptr ? backend->Elapsed() : 0;
     const UvmCounters before = backend != nullptr ? *backend->ReadCounters() : UvmCounters();
@@ -143,16 +164,15 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
       if (backend != nullptr) {
         const OpRecord& op = trace.ops[i];
         SimKernel k{.name = op.kernel, .flops = op.flops};
-        const double entries = IsMatrixOp(op.op) ? 1.0 : streaming;
         for (const TensorUse& u : op.reads) {
-          k.ranges.push_back(
-              {where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), false, entries});
+          k.ranges.push_back({where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), false,
+                              EntriesPerPage(op.op, u)});
         }
         for (const TensorUse& u : op.writes) {
-          k.ranges.push_back(
-              {where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), true, entries});
+          k.ranges.push_back({where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), true,
+                              EntriesPerPage(op.op, u)});
         }
-        const KernelTime t = backend->Launch(k);
+        const KernelTime t = backend->Launch(k, Stream::kCompute, backend->spec().framework_op_s);
         report.fault_seconds += t.fault_s;
         if (op_seconds != nullptr && it == iterations - 1) op_seconds->push_back(t.end_s - t.start_s);
       }

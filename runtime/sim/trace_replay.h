@@ -42,7 +42,7 @@ struct ReplayReport {
   int64_t footprint_bytes = 0;  // all segments the iteration needs: weights, caches, activations
   int64_t device_bytes = 0;     // the capacity it ran with
   int64_t ops = 0;
-  double resident_seconds = 0;    // the iteration with everything on the device (roofline + launches)
+  double resident_seconds = 0;    // everything on the device: max(host issue, roofline + launches)
   double link_floor_seconds = 0;  // max(resident, (footprint - capacity) / link): ARCHITECTURE.md
   std::vector<IterationReport> iterations;
   std::vector<double> op_seconds;  // each op's simulated time in the last iteration, stalls included

@@ -93,6 +93,7 @@ TEST_F(ObserverTest, DecodeStepReadsNamedWeightsAndWritesTheCacheInPlace) {
         found = true;
         EXPECT_EQ(op.flops, 2.0 * 1 * 64 * 64) << op.kernel;
         EXPECT_EQ(r.bytes, 64 * 64 * 4);
+        EXPECT_EQ(r.run, 64 * 4);  // read as W.t(): its contiguous runs are W's rows
       }
     }
   }

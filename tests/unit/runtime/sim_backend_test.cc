@@ -56,6 +56,22 @@ TEST(SimBackendTest, EventsOrderTheStreams) {
   EXPECT_NEAR(sim->Elapsed(), 1e-3, 1e-9);
 }
 
+TEST(SimBackendTest, TheHostIssuesKernelsAheadOfTheGpu) {
+  auto sim = Sim(1024 * kMiB);
+  const GpuSpec& s = sim->spec();
+  // Tiny kernels: the host's issue cost bounds the step.
+  for (int i = 0; i < 10; ++i) sim->Launch({.name = "tiny"}, Stream::kCompute, 20e-6);
+  EXPECT_NEAR(sim->Elapsed(), 10 * 20e-6 + s.kernel_launch_s, 1e-9);
+  ASSERT_TRUE(sim->Synchronize().ok());
+  // A long kernel: the host issues the next ones while it runs; they start when it ends.
+  const double start = sim->Elapsed();
+  const double hbm_seconds = 1e-3;
+  sim->Launch({.name = "long", .ranges = {{0x1000, static_cast<int64_t>(hbm_seconds * s.hbm_bytes_per_s), false, 1.0}}},
+              Stream::kCompute, 20e-6);
+  for (int i = 0; i < 3; ++i) sim->Launch({.name = "tiny"}, Stream::kCompute, 20e-6);
+  EXPECT_NEAR(sim->Elapsed() - start, 20e-6 + 4 * s.kernel_launch_s + hbm_seconds, 1e-7);
+}
+
 TEST(SimBackendTest, UnsettingReadMostlyWithTheHostPreferredDropsTheDeviceCopyCheaply) {
   auto sim = Sim(1024 * kMiB);
   const uint64_t a = *sim->AllocateManaged(128 * kMiB);
