@@ -252,17 +252,20 @@ TEST_F(ObserverTest, ConvolutionsCountTwoFlopsPerWeightElementAndOutput) {
 
 TEST_F(ObserverTest, AttentionCountsBothProducts) {
   torch::NoGradGuard no_grad;
-  const std::string source =
-      "def forward(self, q, k, v):\n  return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n";
-  AccessTrace t;
-  try {
-    t = TraceScript(observer_.get(), source,
-                    {torch::randn({1, 2, 4, 8}), torch::randn({1, 2, 6, 8}), torch::randn({1, 2, 6, 8})});
-  } catch (const std::exception& e) {  // libtorch 1.13's TorchScript has no such function
-    GTEST_SKIP() << "this libtorch has no fused attention: " << e.what();
+  // Called through the dispatcher, boxed, with the schema's defaults: its signature differs by version.
+  auto op = c10::Dispatcher::singleton().findSchema({"aten::scaled_dot_product_attention", ""});
+  if (!op.has_value()) GTEST_SKIP() << "this libtorch has no fused attention";
+  torch::jit::Stack stack{torch::randn({1, 2, 4, 8}), torch::randn({1, 2, 6, 8}), torch::randn({1, 2, 6, 8})};
+  const auto& args = op->schema().arguments();
+  for (size_t i = stack.size(); i < args.size(); ++i) {
+    ASSERT_TRUE(args[i].default_value().has_value()) << args[i].name();
+    stack.push_back(*args[i].default_value());
   }
+  observer_->BeginIteration();
+  op->callBoxed(&stack);
+  const AccessTrace t = observer_->EndIteration();
   double total = 0;
-  for (const auto& op : t.ops) total += op.flops;
+  for (const auto& o : t.ops) total += o.flops;
   // Fused or decomposed into batched products, QKᵀ and PV are 2·B·H·L·S·(E + Ev) FLOPs at least.
   EXPECT_GE(total, 2.0 * 1 * 2 * 4 * 6 * (8 + 8));
 }
