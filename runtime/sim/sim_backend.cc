@@ -147,7 +147,8 @@ absl::Status SimBackend::Advise(uint64_t addr, int64_t bytes, Advice advice, boo
   const UvmWork work_before = model_.work();
   switch (advice) {
     case Advice::kReadMostly: {
-      const bool host = !advice_.empty() && advice_[BlockOf(addr)].preferred_host;
+      auto it = advice_.find(BlockOf(addr));
+      const bool host = it != advice_.end() && it->second.preferred_host;
       model_.SetReadMostly(addr, bytes, set, host ? Location::kHost : Location::kDevice);
       break;
     }

@@ -66,13 +66,7 @@ void UvmModel::MigrateToHost(Block& block, int page, MigrationCause cause) {
   }
   counters_.d2h_bytes[static_cast<int>(cause)] += config_.page_bytes;
   ++work_.d2h_pages;
-  p.host_valid = true;
-  p.on_device = false;
-  --device_pages_;
-  if (--block.resident == 0 && block.has_chunk) {
-    chunks_.erase(block.chunk);
-    block.has_chunk = false;
-  }
+  LeaveDevice(block, p);
 }
 
 void UvmModel::DropPage(Block& block, int page) {
@@ -80,7 +74,11 @@ void UvmModel::DropPage(Block& block, int page) {
   if (!p.on_device) return;
   counters_.dropped_bytes += config_.page_bytes;
   ++work_.dropped_pages;
-  p.host_valid = true;
+  LeaveDevice(block, p);
+}
+
+void UvmModel::LeaveDevice(Block& block, Page& p) {
+  p.host_valid = true;  // copied back, or dropped with a valid (or no longer needed) host copy
   p.on_device = false;
   --device_pages_;
   if (--block.resident == 0 && block.has_chunk) {

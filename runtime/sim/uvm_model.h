@@ -101,6 +101,7 @@ class UvmModel {
   void MigrateToDevice(uint64_t base, Block& block, int page, MigrationCause cause);
   void MigrateToHost(Block& block, int page, MigrationCause cause);
   void DropPage(Block& block, int page);
+  void LeaveDevice(Block& block, Page& page);
   void MakeRoom(uint64_t servicing_block, int pages);
   void EvictChunk(uint64_t base);
   void DensityPrefetch(uint64_t base, Block& block, const std::vector<bool>& faulted);
