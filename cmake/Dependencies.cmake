@@ -6,6 +6,7 @@ find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(Torch REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
+find_package(OpenSSL REQUIRED)  # SHA-256 of model files and stored values
 
 # RocksDB's own CMake config drags in gflags/Snappy configs that break outside /usr.
 find_library(ROCKSDB_LIBRARY rocksdb REQUIRED)
