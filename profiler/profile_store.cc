@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
 
 namespace autouvm::profiler {
 namespace {
@@ -53,6 +54,17 @@ class RocksDbStore final : public ProfileStore {
                      absl::StrCat("deleting from ", dir_));
   }
 
+  absl::StatusOr<std::vector<StoreEntry>> List(Family family, std::string_view prefix) const override {
+    std::vector<StoreEntry> out;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), Handle(family)));
+    const rocksdb::Slice start(prefix.data(), prefix.size());
+    for (it->Seek(start); it->Valid() && it->key().starts_with(start); it->Next()) {
+      out.push_back({family, it->key().ToString(), it->value().ToString()});
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("listing ", dir_)));
+    return out;
+  }
+
   std::string Describe() const override { return absl::StrCat("rocksdb ", dir_); }
 
  private:
@@ -87,6 +99,17 @@ class InMemoryStore final : public ProfileStore {
     data_.erase({family, std::string(key)});
     return absl::OkStatus();
   }
+  absl::StatusOr<std::vector<StoreEntry>> List(Family family, std::string_view prefix) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<StoreEntry> out;
+    for (auto it = data_.lower_bound({family, std::string(prefix)});
+         it != data_.end() && it->first.first == family && it->first.second.compare(0, prefix.size(), prefix) == 0;
+         ++it) {
+      out.push_back({family, it->first.second, it->second});
+    }
+    return out;
+  }
+
   std::string Describe() const override { return "memory"; }
 
  private:

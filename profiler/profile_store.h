@@ -35,6 +35,8 @@ class ProfileStore {
   // All entries become visible together or not at all; durable once this returns OK.
   virtual absl::Status Write(const std::vector<StoreEntry>& entries) = 0;
   virtual absl::Status Delete(Family family, std::string_view key) = 0;
+  // Every entry of `family` whose key starts with `prefix`, in key order.
+  virtual absl::StatusOr<std::vector<StoreEntry>> List(Family family, std::string_view prefix) const = 0;
   // "rocksdb <path>" or "memory", for logs and status.
   virtual std::string Describe() const = 0;
 };
