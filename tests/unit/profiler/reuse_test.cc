@@ -1,0 +1,72 @@
+// Reuse distances over the cyclic sequence of iterations.
+#include "profiler/reuse.h"
+
+#include <gtest/gtest.h>
+
+#include "profiler/analysis.h"
+#include "profiler/profile_key.h"
+
+namespace autouvm::profiler {
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+
+runtime::OpRecord Op(int64_t i, std::vector<std::string> ids) {
+  runtime::OpRecord op;
+  op.index = i;
+  op.op = "aten::mm";
+  op.kernel = "aten::mm#" + std::to_string(i);
+  for (const auto& id : ids) op.reads.push_back({id, 10 * kMiB, 0, 10 * kMiB});
+  return op;
+}
+
+TEST(ReuseTest, AWeightSweptOncePerIterationWaitsForEveryOtherWeight) {
+  runtime::AccessTrace t;
+  for (int i = 0; i < 4; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i), "act:x"}));
+  const auto r = ReuseDistances(t);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r[0].id(), "param:w0");
+  EXPECT_EQ(r[0].uses(), 1);
+  EXPECT_EQ(r[0].max_gap_ops(), 3);                  // ops 1, 2, 3, then w0 again
+  EXPECT_EQ(r[0].max_stack_bytes(), 4 * 10 * kMiB);  // w1, w2, w3 and x in between
+  EXPECT_EQ(r[1].id(), "act:x");
+  EXPECT_EQ(r[1].uses(), 4);
+  EXPECT_EQ(r[1].max_gap_ops(), 0);
+  EXPECT_EQ(r[1].max_stack_bytes(), 0);
+}
+
+TEST(ReuseTest, ATensorUsedTwicePerIterationHasItsLongestGapAndLargestStack) {
+  runtime::AccessTrace t;
+  t.ops.push_back(Op(0, {"param:a"}));
+  t.ops.push_back(Op(1, {"param:b"}));
+  t.ops.push_back(Op(2, {"param:a"}));
+  t.ops.push_back(Op(3, {"param:c"}));
+  t.ops.push_back(Op(4, {"param:d"}));
+  const auto r = ReuseDistances(t);
+  EXPECT_EQ(r[0].id(), "param:a");
+  EXPECT_EQ(r[0].uses(), 2);
+  EXPECT_EQ(r[0].max_gap_ops(), 2);                  // ops 3, 4 before op 0 of the next iteration
+  EXPECT_EQ(r[0].max_stack_bytes(), 2 * 10 * kMiB);  // c and d
+  EXPECT_EQ(r[0].first_use(), 0);
+  EXPECT_EQ(r[1].first_use(), 1);
+  EXPECT_EQ(r[1].bytes(), 10 * kMiB);
+}
+
+TEST(AnalysisTest, AProfileCarriesItsKeyTraceClassesAndReuse) {
+  runtime::AccessTrace t;
+  for (int i = 0; i < 3; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i)}));
+  const auto key = DecodeKey(std::string(64, 'c'), 1, "h200-pcie5", 0, "stock");
+  const auto p = Analyze(
+      key, t, *runtime::FindGpuSpec("h200-pcie5"), [](const std::string&) { return false; },
+      absl::FromUnixMillis(1234));
+  EXPECT_EQ(p.key().SerializeAsString(), key.SerializeAsString());
+  EXPECT_EQ(p.trace().ops_size(), 3);
+  EXPECT_EQ(p.ops_size(), 3);
+  EXPECT_EQ(p.link_bound_ops(), 3);  // nothing resident: every weight crosses the link
+  EXPECT_EQ(p.tensors_size(), 3);
+  EXPECT_EQ(p.tensors(0).max_stack_bytes(), 2 * 10 * kMiB);
+  EXPECT_EQ(p.created_unix_ms(), 1234);
+}
+
+}  // namespace
+}  // namespace autouvm::profiler
