@@ -5,12 +5,14 @@
 
 namespace autouvm::profiler {
 
-std::string SealValue(const google::protobuf::MessageLite& message) {
+std::string SealBytes(std::string_view payload) {
   autouvm::v1::Checksummed sealed;
-  sealed.set_payload(message.SerializeAsString());
-  sealed.set_sha256(Sha256(sealed.payload()));
+  sealed.set_payload(std::string(payload));
+  sealed.set_sha256(Sha256(payload));
   return sealed.SerializeAsString();
 }
+
+std::string SealValue(const google::protobuf::MessageLite& message) { return SealBytes(message.SerializeAsString()); }
 
 absl::StatusOr<std::string> OpenPayload(std::string_view value, std::string_view what) {
   autouvm::v1::Checksummed sealed;

@@ -18,6 +18,8 @@
 namespace autouvm::profiler {
 
 std::string SealValue(const google::protobuf::MessageLite& message);
+// Bytes that are a value already (a plan): sealed as they are; OpenPayload gives them back.
+std::string SealBytes(std::string_view payload);
 // The payload of a sealed value after its checksum is verified; DATA_LOSS naming `what` otherwise.
 absl::StatusOr<std::string> OpenPayload(std::string_view value, std::string_view what);
 

@@ -37,8 +37,9 @@ ProfileJobs::~ProfileJobs() {
   worker_.join();
 }
 
-void ProfileJobs::Set(const std::string& k, ProfileState state, std::string reason) {
-  ProfileStatus& s = status_[k];
+void ProfileJobs::Set(const autouvm::v1::ProfileKey& key, ProfileState state, std::string reason) {
+  ProfileStatus& s = status_[EncodeKey(key)];
+  s.key = key;
   s.state = state;
   s.reason = std::move(reason);
 }
@@ -51,45 +52,38 @@ bool ProfileJobs::ShouldRecord(const autouvm::v1::ProfileKey& key) {
     if (it != status_.end()) {
       const ProfileState s = it->second.state;
       if (s != ProfileState::kUnprofiled && s != ProfileState::kStale) return false;
-      Set(k, ProfileState::kRecording, "");
+      Set(key, ProfileState::kRecording, "");
       return true;
     }
     // First sight: claimed as recording while the store is read, so that a concurrent first request
     // of the same key does not record too.
-    status_[k].key = key;
-    Set(k, ProfileState::kRecording, "");
+    Set(key, ProfileState::kRecording, "");
   }
   // A stored profile makes the key ready; a missing or damaged one is profiled (again).
   auto stored = repository_->Get(key);
   absl::MutexLock lock(&mu_);
   if (stored.ok() && stored->has_value()) {
-    Set(k, ProfileState::kReady, "");
+    Set(key, ProfileState::kReady, "");
     return false;
   }
-  Set(k, ProfileState::kRecording, stored.ok() ? "" : std::string(stored.status().message()));
+  Set(key, ProfileState::kRecording, stored.ok() ? "" : std::string(stored.status().message()));
   return true;
 }
 
 void ProfileJobs::Submit(const autouvm::v1::ProfileKey& key, runtime::AccessTrace trace, double recording_seconds) {
   absl::MutexLock lock(&mu_);
-  const std::string k = EncodeKey(key);
-  status_[k].key = key;
-  Set(k, ProfileState::kAnalyzing, "");
+  Set(key, ProfileState::kAnalyzing, "");
   queue_.push_back({key, std::move(trace), recording_seconds});
 }
 
 void ProfileJobs::Fail(const autouvm::v1::ProfileKey& key, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  const std::string k = EncodeKey(key);
-  status_[k].key = key;
-  Set(k, ProfileState::kFailed, reason);
+  Set(key, ProfileState::kFailed, reason);
 }
 
 void ProfileJobs::MarkStale(const autouvm::v1::ProfileKey& key, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  const std::string k = EncodeKey(key);
-  status_[k].key = key;
-  Set(k, ProfileState::kStale, reason);
+  Set(key, ProfileState::kStale, reason);
 }
 
 ProfileStatus ProfileJobs::Status(const autouvm::v1::ProfileKey& key) const {
@@ -133,11 +127,10 @@ void ProfileJobs::Work() {
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     absl::Status written = repository_->Put(profile, /*plan=*/"");
     absl::MutexLock lock(&mu_);
-    const std::string k = EncodeKey(job.key);
     if (written.ok()) {
-      Set(k, ProfileState::kReady, "");
+      Set(job.key, ProfileState::kReady, "");
     } else {
-      Set(k, ProfileState::kFailed, absl::StrCat("storing the profile: ", written.message()));
+      Set(job.key, ProfileState::kFailed, absl::StrCat("storing the profile: ", written.message()));
     }
     --busy_;
   }

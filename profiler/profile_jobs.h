@@ -65,7 +65,8 @@ class ProfileJobs {
     double recording_seconds = 0;
   };
   void Work();
-  void Set(const std::string& k, ProfileState state, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Set(const autouvm::v1::ProfileKey& key, ProfileState state, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ProfileRepository* const repository_;
   const runtime::GpuSpec spec_;

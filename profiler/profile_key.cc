@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -31,16 +32,6 @@ struct DigestContext {
   }
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx;
 };
-
-std::string Hex(std::string_view raw) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
 
 ProfileKey Key(std::string digest, Phase phase, int32_t batch, int32_t bucket, std::string gpu, int64_t budget,
                std::string policy) {
@@ -135,7 +126,7 @@ absl::StatusOr<std::string> ModelDigest(const std::string& entry_dir) {
     }
     if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": read error while digesting"));
   }
-  return Hex(d.Final());
+  return absl::BytesToHexString(d.Final());
 }
 
 }  // namespace autouvm::profiler

@@ -9,9 +9,7 @@ namespace autouvm::profiler {
 
 absl::Status ProfileRepository::Put(const autouvm::v1::Profile& profile, const std::string& plan) {
   const std::string key = EncodeKey(profile.key());
-  autouvm::v1::Checksummed plan_holder;  // a plan is bytes already: sealed as the payload of a wrapper
-  plan_holder.set_payload(plan);
-  return store_->Write({{Family::kProfiles, key, SealValue(profile)}, {Family::kPlans, key, SealValue(plan_holder)}});
+  return store_->Write({{Family::kProfiles, key, SealValue(profile)}, {Family::kPlans, key, SealBytes(plan)}});
 }
 
 absl::StatusOr<std::optional<autouvm::v1::Profile>> ProfileRepository::Get(const autouvm::v1::ProfileKey& key) const {
@@ -30,12 +28,12 @@ absl::StatusOr<std::optional<std::string>> ProfileRepository::GetPlan(const auto
   const std::string k = EncodeKey(key);
   ASSIGN_OR_RETURN(std::optional<std::string> value, store_->Get(Family::kPlans, k));
   if (!value.has_value()) return std::optional<std::string>();
-  auto holder = OpenValue<autouvm::v1::Checksummed>(*value, absl::StrCat("plan ", k));
-  if (!holder.ok()) {
+  auto plan = OpenPayload(*value, absl::StrCat("plan ", k));
+  if (!plan.ok()) {
     ++corrupt_reads_;
-    return holder.status();
+    return plan.status();
   }
-  return std::optional<std::string>(std::move(*holder->mutable_payload()));
+  return std::optional<std::string>(std::move(plan).value());
 }
 
 absl::StatusOr<std::vector<ProfileRepository::Listed>> ProfileRepository::List(const std::string& model_digest) const {

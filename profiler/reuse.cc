@@ -26,7 +26,7 @@ std::vector<autouvm::v1::TensorReuse> ReuseDistances(const runtime::AccessTrace&
           uses.emplace_back();
         }
         auto& r = out[static_cast<size_t>(it->second)];
-        r.set_bytes(std::max<int64_t>(r.bytes(), u.offset + std::max(u.extent, u.bytes)));
+        r.set_bytes(std::max<int64_t>(r.bytes(), u.end()));
         auto& u_list = uses[static_cast<size_t>(it->second)];
         if (u_list.empty() || u_list.back() != i) {
           u_list.push_back(i);

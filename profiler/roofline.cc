@@ -20,8 +20,8 @@ void Classify(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, c
     double bytes = 0, link_bytes = 0;
     for (const auto* uses : {&op.reads, &op.writes}) {
       for (const runtime::TensorUse& u : *uses) {
-        const int64_t reach = u.offset + std::max(u.extent, u.bytes);
-        bytes += static_cast<double>(std::max(u.extent, u.bytes));
+        const int64_t reach = u.end();
+        bytes += static_cast<double>(u.span());
         int64_t& s = span[u.id];
         s = std::max(s, reach);
         if (!resident(u.id) && brought.insert(u.id).second) link_bytes += static_cast<double>(reach);

@@ -24,6 +24,9 @@ struct TensorUse {
   int64_t extent = 0;  // bytes of storage the view spans from `offset` (> bytes for strided views)
   int64_t run = 0;     // bytes of its longest contiguous run (a transposed weight's row; all of a contiguous one)
   bool operator==(const TensorUse&) const = default;
+
+  int64_t span() const { return extent > bytes ? extent : bytes; }  // bytes of storage the use reaches
+  int64_t end() const { return offset + span(); }                   // the storage it needs, from its start
 };
 
 struct OpRecord {

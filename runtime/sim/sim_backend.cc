@@ -62,7 +62,11 @@ absl::Status SimBackend::FreeManaged(uint64_t addr) {
   return absl::OkStatus();
 }
 
-double SimBackend::DriverTime(const UvmCounters& before, const UvmWork& work_before, bool prefetch_to_device) const {
+template <typename Change>
+double SimBackend::Charge(Change change, bool prefetch_to_device) {
+  const UvmCounters before = model_.counters();
+  const UvmWork work_before = model_.work();
+  change();
   const UvmCosts& c = options_.spec.uvm;
   const double link = options_.spec.link_bytes_per_s;
   const UvmCounters d = model_.counters() - before;
@@ -101,12 +105,10 @@ KernelTime SimBackend::Launch(const SimKernel& kernel, Stream stream, double hos
     }
   }
   t.wait_s = ready - clock;
-  const UvmCounters before = model_.counters();
-  const UvmWork work_before = model_.work();
-  model_.Kernel(kernel.ranges);
-  t.fault_s = DriverTime(before, work_before, /*prefetch_to_device=*/false);
+  const int64_t remote_before = model_.counters().remote_bytes;
+  t.fault_s = Charge([&] { model_.Kernel(kernel.ranges); }, /*prefetch_to_device=*/false);
   const GpuSpec& s = options_.spec;
-  const double remote = static_cast<double>(model_.counters().remote_bytes - before.remote_bytes);
+  const double remote = static_cast<double>(model_.counters().remote_bytes - remote_before);
   const double local = std::max(0.0, bytes - remote);
   t.compute_s = std::max(kernel.flops / s.peak_flops, local / s.hbm_bytes_per_s + remote / s.uvm.remote_bytes_per_s);
   t.end_s = ready + t.fault_s + s.kernel_launch_s + t.compute_s;
@@ -121,10 +123,8 @@ void SimBackend::Copy(int64_t bytes, Stream stream) {
 absl::Status SimBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) {
   if (bytes < 0) return absl::InvalidArgumentError("prefetch of a negative size");
   double& clock = clock_[Index(stream)];
-  const UvmCounters before = model_.counters();
-  const UvmWork work_before = model_.work();
-  model_.Prefetch(addr, bytes, to);
-  clock += options_.spec.uvm.prefetch_call_s + DriverTime(before, work_before, to == Location::kDevice);
+  clock +=
+      options_.spec.uvm.prefetch_call_s + Charge([&] { model_.Prefetch(addr, bytes, to); }, to == Location::kDevice);
   if (to == Location::kDevice) {
     for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
   }
@@ -143,8 +143,11 @@ void SimBackend::UpdateRemote(uint64_t addr, int64_t bytes) {
 absl::Status SimBackend::Advise(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location) {
   if (bytes < 0) return absl::InvalidArgumentError("advice on a negative size");
   double& clock = clock_[Index(Stream::kCompute)];  // cudaMemAdvise is synchronous
-  const UvmCounters before = model_.counters();
-  const UvmWork work_before = model_.work();
+  clock += Charge([&] { ApplyAdvice(addr, bytes, advice, set, location); }, false);
+  return absl::OkStatus();
+}
+
+void SimBackend::ApplyAdvice(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location) {
   switch (advice) {
     case Advice::kReadMostly: {
       auto it = advice_.find(BlockOf(addr));
@@ -165,16 +168,12 @@ absl::Status SimBackend::Advise(uint64_t addr, int64_t bytes, Advice advice, boo
       UpdateRemote(addr, bytes);
       break;
   }
-  clock += DriverTime(before, work_before, false);
-  return absl::OkStatus();
 }
 
 absl::Status SimBackend::Discard(uint64_t addr, int64_t bytes, Stream stream) {
   if (bytes < 0) return absl::InvalidArgumentError("discard of a negative size");
-  const UvmCounters before = model_.counters();
-  const UvmWork work_before = model_.work();
-  model_.DropDeviceCopies(addr, bytes, /*discard=*/true);
-  clock_[Index(stream)] += options_.spec.uvm.prefetch_call_s + DriverTime(before, work_before, false);
+  clock_[Index(stream)] += options_.spec.uvm.prefetch_call_s +
+                           Charge([&] { model_.DropDeviceCopies(addr, bytes, /*discard=*/true); }, false);
   return absl::OkStatus();
 }
 

@@ -91,9 +91,11 @@ class SimBackend final : public DeviceBackend {
  private:
   explicit SimBackend(SimOptions options);
   static int Index(Stream s) { return s == Stream::kCompute ? 0 : 1; }
-  // Seconds the driver spent on what changed in the model since `counters`/`work` were taken.
-  double DriverTime(const UvmCounters& before, const UvmWork& work_before, bool prefetch_to_device) const;
+  // Applies `change` to the model and returns the seconds the driver spends on what it did.
+  template <typename Change>
+  double Charge(Change change, bool prefetch_to_device);
   void UpdateRemote(uint64_t addr, int64_t bytes);
+  void ApplyAdvice(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location);
 
   struct BlockAdvice {
     bool preferred_host = false;

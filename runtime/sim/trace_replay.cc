@@ -74,8 +74,6 @@ struct Plan {
   std::vector<std::vector<std::string>> dead;               // activations freed after op i
 };
 
-int64_t Span(const TensorUse& u) { return u.offset + std::max(u.extent, u.bytes); }
-
 Plan MakePlan(const AccessTrace& trace) {
   Plan plan;
   std::set<std::string> placed;
@@ -93,7 +91,7 @@ Plan MakePlan(const AccessTrace& trace) {
           order.push_back(u.id);
         }
         last[u.id] = i;
-        plan.bytes[u.id] = std::max(plan.bytes[u.id], Span(u));
+        plan.bytes[u.id] = std::max(plan.bytes[u.id], u.end());
       }
     }
   }
@@ -124,19 +122,17 @@ constexpr double kEntriesPerRow = 2.4;
 constexpr double kMatrixEntries = 12.5;
 constexpr double kElementwiseEntries = 23;
 
-bool IsMatrixOp(const std::string& op);
+bool IsMatrixOp(const std::string& op) {
+  static const std::set<std::string> kOps = {"aten::mm",      "aten::addmm",  "aten::bmm",
+                                             "aten::baddbmm", "aten::matmul", "aten::linear"};
+  return kOps.count(op) > 0;
+}
 
 double EntriesPerPage(const std::string& op, const TensorUse& u) {
   constexpr double kPage = 64 * 1024;
   if (!IsMatrixOp(op)) return kElementwiseEntries;
   if (u.run > 0 && u.run < kPage) return kEntriesPerRow * kPage / static_cast<double>(u.run);
   return kMatrixEntries;
-}
-
-bool IsMatrixOp(const std::string& op) {
-  static const std::set<std::string> kOps = {"aten::mm",      "aten::addmm",  "aten::bmm",
-                                             "aten::baddbmm", "aten::matmul", "aten::linear"};
-  return kOps.count(op) > 0;
 }
 
 // Runs `iterations` of the trace on `backend` (nullptr: only lays the tensors out) and returns the
@@ -164,13 +160,11 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
       if (backend != nullptr) {
         const OpRecord& op = trace.ops[i];
         SimKernel k{.name = op.kernel, .flops = op.flops};
-        for (const TensorUse& u : op.reads) {
-          k.ranges.push_back({where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), false,
-                              EntriesPerPage(op.op, u)});
-        }
-        for (const TensorUse& u : op.writes) {
-          k.ranges.push_back({where.at(u.id) + static_cast<uint64_t>(u.offset), std::max(u.extent, u.bytes), true,
-                              EntriesPerPage(op.op, u)});
+        for (const bool write : {false, true}) {
+          for (const TensorUse& u : write ? op.writes : op.reads) {
+            k.ranges.push_back(
+                {where.at(u.id) + static_cast<uint64_t>(u.offset), u.span(), write, EntriesPerPage(op.op, u)});
+          }
         }
         const KernelTime t = backend->Launch(k, Stream::kCompute, backend->spec().framework_op_s);
         report.fault_seconds += t.fault_s;
