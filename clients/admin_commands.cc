@@ -1,21 +1,18 @@
 // The `models` and `status` subcommands over autouvm.v1.Admin.
 #include "clients/admin_commands.h"
 
-#include <grpcpp/client_context.h>
-
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <cstdint>
 #include <iostream>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "autouvm/v1/admin.grpc.pb.h"
-#include "clients/interrupt_watcher.h"
+#include "clients/admin_call.h"
 #include "clients/json_output.h"
+#include "clients/profile_format.h"
 #include "clients/status_names.h"
+#include "clients/text_output.h"
 
 namespace autouvm::cli {
 namespace {
@@ -24,33 +21,6 @@ using autouvm::v1::ModelStatus;
 
 std::string StateName(autouvm::v1::ModelState state) {
   return EnumShortName(autouvm::v1::ModelState_Name(state), "MODEL_STATE_", static_cast<int>(state));
-}
-
-// 15191712 -> "15.2M"; 0 (not known yet, e.g. while loading) -> "-".
-std::string HumanCount(int64_t n) {
-  if (n <= 0) return "-";
-  if (n >= 1'000'000'000) return absl::StrFormat("%.2fB", n / 1e9);
-  if (n >= 1'000'000) return absl::StrFormat("%.1fM", n / 1e6);
-  if (n >= 1'000) return absl::StrFormat("%.1fK", n / 1e3);
-  return absl::StrCat(n);
-}
-
-// Left-aligned columns two spaces apart; the last column is not padded.
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << "\n";
-  }
-  std::cout.flush();
 }
 
 void PrintModels(const autouvm::v1::ListModelsResponse& response) {
@@ -96,19 +66,11 @@ void PrintStatus(const ModelStatus& status) {
   line("kv_cache_bytes", status.kv_cache_bytes());
   line("decode_steps_total", status.decode_steps_total());
   line("decode_rows_total", status.decode_rows_total());
+  line("model_digest", status.model_digest());
+  line("policy", status.policy());
+  line("device_budget_bytes", status.device_budget_bytes());
+  for (const auto& profile : status.profiles()) line("profile", ProfileOneLine(profile));
   std::cout.flush();
-}
-
-// Makes one Admin call with the deadline and Ctrl-C handling every command gets.
-template <typename Request, typename Response, typename Method>
-int CallAdmin(const ConnectionFlags& connection, Method method, const Request& request, Response* response) {
-  auto stub = autouvm::v1::Admin::NewStub(MakeChannel(connection));
-  grpc::ClientContext context;
-  ApplyDeadline(connection, &context);
-  InterruptWatcher watcher(&context);
-  const grpc::Status status = ((*stub).*method)(&context, request, response);
-  if (watcher.Stop()) return ReportInterrupted();
-  return status.ok() ? kExitOk : ReportRpcError(status);
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // `autouvm-cli models` and `autouvm-cli status MODEL`: what autouvm.v1.Admin reports.
 //
 // Usage: AddModelsCommand / AddStatusCommand before parsing; RunModels / RunStatus if parsed. `models`
-// prints a table, `status` prints `key: value` lines (keys are the ModelStatus / ModelInfo field names);
-// with --json either prints the response as one JSON line. Returns the process exit status
-// (status_names.h). Thread-safety: run from main's thread only.
+// prints a table; `status` prints `key: value` lines, whose keys are the ModelStatus / ModelInfo field
+// names, then one `profile:` line per shape seen. With --json either prints the response as one JSON
+// line. Returns the process exit status (status_names.h). Thread-safety: run from main's thread only.
 #pragma once
 
 #include <string>

@@ -1,16 +1,21 @@
 // autouvm-cli: a command-line client for autouvmd, over gRPC only.
 //
-//   autouvm-cli [--addr HOST:PORT] [--timeout SECONDS] <generate|models|status|health> [options]
+//   autouvm-cli [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH]
+//       <generate|models|status|server|profiles|reprofile|health> [options]
 //
-// Exit status: 0 success, 1 RPC error (or `health` not SERVING), 2 bad command line, 130 Ctrl-C.
+// Exit status: 0 success, 1 RPC error (or `health` not SERVING, or `profiles import` refused an entry),
+// 2 bad command line, 130 Ctrl-C.
 // docs/cli.md is the reference.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 
 #include "clients/admin_commands.h"
 #include "clients/connection.h"
 #include "clients/generate_command.h"
 #include "clients/health_command.h"
 #include "clients/interrupt_watcher.h"
+#include "clients/profile_commands.h"
+#include "clients/server_command.h"
 #include "clients/status_names.h"
 
 #ifndef AUTOUVM_VERSION
@@ -33,20 +38,31 @@ int Main(int argc, char** argv) {
   ConnectionFlags connection;
   app.add_option("--addr", connection.addr, "Server address")->capture_default_str();
   app.add_option("--timeout", connection.timeout_s, "Per-call deadline in seconds; 0: none")->capture_default_str();
+  app.add_option("--token-file", connection.token_file,
+                 "File holding the admin token for Admin calls (default: $AUTOUVM_ADMIN_TOKEN)");
 
   GenerateFlags generate_flags;
   ModelsFlags models_flags;
   StatusFlags status_flags;
   HealthFlags health_flags;
+  ServerFlags server_flags;
+  ProfilesFlags profiles_flags;
+  ReprofileFlags reprofile_flags;
   const CLI::App* generate = AddGenerateCommand(&app, &generate_flags);
   const CLI::App* models = AddModelsCommand(&app, &models_flags);
   const CLI::App* status = AddStatusCommand(&app, &status_flags);
   const CLI::App* health = AddHealthCommand(&app, &health_flags);
+  const CLI::App* server = AddServerCommand(&app, &server_flags);
+  const CLI::App* profiles = AddProfilesCommand(&app, &profiles_flags);
+  const CLI::App* reprofile = AddReprofileCommand(&app, &reprofile_flags);
 
   try {
     app.parse(argc, argv);
     if (!(connection.timeout_s >= 0 && connection.timeout_s <= kMaxTimeoutSeconds)) {  // NaN fails too
       throw CLI::ValidationError("--timeout", "must be between 0 and 1000000 seconds");
+    }
+    if (const absl::Status loaded = LoadAdminToken(&connection, std::getenv(kAdminTokenEnv)); !loaded.ok()) {
+      throw CLI::ValidationError(std::string(loaded.message()));
     }
   } catch (const CLI::ParseError& e) {
     // --help and --version are "errors" with exit code 0; everything else is a usage error.
@@ -57,6 +73,9 @@ int Main(int argc, char** argv) {
   if (models->parsed()) return RunModels(models_flags, connection);
   if (status->parsed()) return RunStatus(status_flags, connection);
   if (health->parsed()) return RunHealth(health_flags, connection);
+  if (server->parsed()) return RunServer(server_flags, connection);
+  if (profiles->parsed()) return RunProfiles(*profiles, profiles_flags, connection);
+  if (reprofile->parsed()) return RunReprofile(reprofile_flags, connection);
   return kExitUsage;  // unreachable: require_subcommand(1)
 }
 

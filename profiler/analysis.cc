@@ -1,19 +1,24 @@
 #include "profiler/analysis.h"
 
+#include "profiler/planner.h"
 #include "profiler/reuse.h"
+#include "profiler/roofline.h"
 #include "runtime/trace_proto.h"
 
 namespace autouvm::profiler {
 
-autouvm::v1::Profile Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                             const runtime::GpuSpec& spec, const Residency& resident, absl::Time now) {
-  autouvm::v1::Profile p;
+Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec,
+                 absl::Time now) {
+  Analysis a;
+  autouvm::v1::Profile& p = a.profile;
   *p.mutable_key() = key;
   *p.mutable_trace() = runtime::ToProto(trace);
-  Classify(trace, spec, resident, &p);
-  for (autouvm::v1::TensorReuse& r : ReuseDistances(trace)) *p.add_tensors() = std::move(r);
+  std::vector<autouvm::v1::TensorReuse> reuse = ReuseDistances(trace);
+  a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes());
+  Classify(trace, spec, PinnedResidency(a.plan), &p);
+  for (autouvm::v1::TensorReuse& r : reuse) *p.add_tensors() = std::move(r);
   p.set_created_unix_ms(absl::ToUnixMillis(now));
-  return p;
+  return a;
 }
 
 }  // namespace autouvm::profiler

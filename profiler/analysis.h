@@ -1,21 +1,28 @@
-// Analyze: turns a recorded AccessTrace into a Profile for a key — the trace itself, each op's roofline
-// class under a residency, the summary, and each tensor's reuse — ready for the repository. What the
-// profiling job runs on its background thread.
+// Analyze: turns a recorded AccessTrace into a Profile and a Plan for a key — the trace itself, each
+// tensor's reuse, the plan for the key's policy and device budget, each op's roofline class under the
+// residency that plan implies, and the summary — ready for the repository. What the profiling job runs
+// on its background thread.
 //
-//   autouvm::v1::Profile p = Analyze(key, trace, spec, residency, clock.Now());
+//   Analysis a = Analyze(key, trace, spec, clock.Now());
+//   RETURN_IF_ERROR(repository.Put(a.profile, a.plan.SerializeAsString()));
 //
 // A pure function; thread-safe.
 #pragma once
 
 #include "absl/time/time.h"
 #include "autouvm/v1/profile.pb.h"
-#include "profiler/roofline.h"
 #include "runtime/access_trace.h"
 #include "runtime/gpu_spec.h"
 
 namespace autouvm::profiler {
 
-autouvm::v1::Profile Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                             const runtime::GpuSpec& spec, const Residency& resident, absl::Time now);
+struct Analysis {
+  autouvm::v1::Profile profile;
+  autouvm::v1::Plan plan;
+};
+
+// The key's device_budget_bytes is the budget planned for.
+Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec,
+                 absl::Time now);
 
 }  // namespace autouvm::profiler

@@ -1,6 +1,8 @@
 #include "profiler/profile_jobs.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "profiler/analysis.h"
@@ -26,6 +28,10 @@ std::string_view ProfileStateName(ProfileState state) {
   return "unknown";
 }
 
+namespace {
+constexpr size_t kHistory = 32;
+}  // namespace
+
 ProfileJobs::ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const runtime::Clock* clock)
     : repository_(repository), spec_(std::move(spec)), clock_(clock), worker_([this] { Work(); }) {}
 
@@ -37,11 +43,20 @@ ProfileJobs::~ProfileJobs() {
   worker_.join();
 }
 
-void ProfileJobs::Set(const autouvm::v1::ProfileKey& key, ProfileState state, std::string reason) {
-  ProfileStatus& s = status_[EncodeKey(key)];
-  s.key = key;
+ProfileStatus& ProfileJobs::Set(const autouvm::v1::ProfileKey& key, ProfileState state, std::string reason) {
+  auto [it, fresh] = status_.try_emplace(EncodeKey(key));
+  ProfileStatus& s = it->second;
+  if (fresh) {
+    s.key = key;
+    s.history.push_back({ProfileState::kUnprofiled, clock_->Now(), ""});
+  }
+  if (s.state != state || s.reason != reason) {
+    if (s.history.size() >= kHistory) s.history.erase(s.history.begin());
+    s.history.push_back({state, clock_->Now(), reason});
+  }
   s.state = state;
   s.reason = std::move(reason);
+  return s;
 }
 
 bool ProfileJobs::ShouldRecord(const autouvm::v1::ProfileKey& key) {
@@ -50,20 +65,20 @@ bool ProfileJobs::ShouldRecord(const autouvm::v1::ProfileKey& key) {
     absl::MutexLock lock(&mu_);
     auto it = status_.find(k);
     if (it != status_.end()) {
-      const ProfileState s = it->second.state;
-      if (s != ProfileState::kUnprofiled && s != ProfileState::kStale) return false;
+      if (it->second.state != ProfileState::kStale) return false;
       Set(key, ProfileState::kRecording, "");
       return true;
     }
-    // First sight: claimed as recording while the store is read, so that a concurrent first request
-    // of the same key does not record too.
-    Set(key, ProfileState::kRecording, "");
+    // First sight: the store is read outside the lock; a concurrent first request of the same key
+    // meanwhile runs unrecorded.
+    if (!looking_up_.insert(k).second) return false;
   }
   // A stored profile makes the key ready; a missing or damaged one is profiled (again).
   auto stored = repository_->Get(key);
   absl::MutexLock lock(&mu_);
+  looking_up_.erase(k);
   if (stored.ok() && stored->has_value()) {
-    Set(key, ProfileState::kReady, "");
+    Set(key, ProfileState::kReady, "found in the profile store").verified = false;
     return false;
   }
   Set(key, ProfileState::kRecording, stored.ok() ? "" : std::string(stored.status().message()));
@@ -73,7 +88,7 @@ bool ProfileJobs::ShouldRecord(const autouvm::v1::ProfileKey& key) {
 void ProfileJobs::Submit(const autouvm::v1::ProfileKey& key, runtime::AccessTrace trace, double recording_seconds) {
   absl::MutexLock lock(&mu_);
   Set(key, ProfileState::kAnalyzing, "");
-  queue_.push_back({key, std::move(trace), recording_seconds});
+  queue_.push_back({key, Analyse{std::move(trace), recording_seconds}});
 }
 
 void ProfileJobs::Fail(const autouvm::v1::ProfileKey& key, const std::string& reason) {
@@ -84,6 +99,24 @@ void ProfileJobs::Fail(const autouvm::v1::ProfileKey& key, const std::string& re
 void ProfileJobs::MarkStale(const autouvm::v1::ProfileKey& key, const std::string& reason) {
   absl::MutexLock lock(&mu_);
   Set(key, ProfileState::kStale, reason);
+}
+
+void ProfileJobs::Forget(const autouvm::v1::ProfileKey& key) {
+  absl::MutexLock lock(&mu_);
+  status_.erase(EncodeKey(key));
+}
+
+bool ProfileJobs::ShouldVerify(const autouvm::v1::ProfileKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = status_.find(EncodeKey(key));
+  if (it == status_.end() || it->second.state != ProfileState::kReady || it->second.verified) return false;
+  it->second.verified = true;  // claimed: one check per profile
+  return true;
+}
+
+void ProfileJobs::Verify(const autouvm::v1::ProfileKey& key, std::vector<std::string> ops) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back({key, Check{std::move(ops)}});
 }
 
 ProfileStatus ProfileJobs::Status(const autouvm::v1::ProfileKey& key) const {
@@ -110,30 +143,74 @@ void ProfileJobs::Drain() {
 
 void ProfileJobs::Work() {
   for (;;) {
-    Job job;
+    std::optional<Job> job;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping, nothing left
-      job = std::move(queue_.front());
+      job.emplace(std::move(queue_.front()));
       queue_.pop_front();
       ++busy_;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    autouvm::v1::Profile profile = Analyze(
-        job.key, job.trace, spec_, [](const std::string&) { return false; }, clock_->Now());
-    profile.set_profiling_seconds(job.recording_seconds +
-                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    absl::Status written = repository_->Put(profile, /*plan=*/"");
-    absl::MutexLock lock(&mu_);
-    if (written.ok()) {
-      Set(job.key, ProfileState::kReady, "");
+    if (auto* analyse = std::get_if<Analyse>(&job->work)) {
+      RunAnalysis(job->key, *analyse);
     } else {
-      Set(job.key, ProfileState::kFailed, absl::StrCat("storing the profile: ", written.message()));
+      RunCheck(job->key, std::get<Check>(job->work));
     }
+    absl::MutexLock lock(&mu_);
     --busy_;
   }
+}
+
+void ProfileJobs::RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Analysis a = Analyze(key, job.trace, spec_, clock_->Now());
+  a.profile.set_profiling_seconds(job.recording_seconds +
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  absl::Status written = repository_->Put(a.profile, a.plan.SerializeAsString());
+  absl::MutexLock lock(&mu_);
+  // Marked stale or forgotten while it was analysed: the key records again rather than trust this one.
+  auto it = status_.find(EncodeKey(key));
+  if (it == status_.end() || it->second.state != ProfileState::kAnalyzing) return;
+  if (written.ok()) {
+    Set(key, ProfileState::kReady, "").verified = true;
+  } else {
+    Set(key, ProfileState::kFailed, absl::StrCat("storing the profile: ", written.message()));
+  }
+}
+
+// Note [Identity check]: a profile names ops by their position and kernel id ("aten::mm#3"). Every
+// iteration of a key runs the same op sequence (ARCHITECTURE.md "Shapes"), so a profile that does not
+// match the ops actually run — a libtorch upgrade that decomposes an op differently, a model file edited
+// in place without a new digest — would mislead the executor. One observed iteration (op names only,
+// no tensors: cheap) is compared with the profile off the serving thread; a mismatch is counted, with
+// the ops that differ, and the key is made stale so the next iteration records a new profile.
+void ProfileJobs::RunCheck(const autouvm::v1::ProfileKey& key, const Check& job) {
+  auto stored = repository_->Get(key);
+  if (!stored.ok() || !stored->has_value()) {
+    absl::MutexLock lock(&mu_);
+    Set(key, ProfileState::kStale,
+        stored.ok() ? "the stored profile is gone"
+                    : absl::StrCat("re-reading the profile: ", stored.status().message()));
+    return;
+  }
+  const auto& ops = (*stored)->trace().ops();
+  const size_t n = std::max(job.ops.size(), static_cast<size_t>(ops.size()));
+  int64_t differ = 0;
+  std::string first;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string ran = i < job.ops.size() ? job.ops[i] : "(none)";
+    const std::string want = i < static_cast<size_t>(ops.size()) ? ops[static_cast<int>(i)].kernel() : "(none)";
+    if (ran == want) continue;
+    if (differ++ == 0) first = absl::StrCat("op ", i, " ran ", ran, ", the profile has ", want);
+  }
+  if (differ == 0) return;
+  identity_mismatches_.fetch_add(1);
+  mismatched_ops_.fetch_add(differ);
+  absl::MutexLock lock(&mu_);
+  Set(key, ProfileState::kStale,
+      absl::StrCat("ops differ from the profile (", differ, " of ", n, "; first: ", first, ")"));
 }
 
 }  // namespace autouvm::profiler

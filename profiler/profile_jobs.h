@@ -1,27 +1,33 @@
 // ProfileJobs: the profiling life of every (model, shape) key — the first iteration of an unprofiled key
-// is recorded while it is served, the recorded trace is analysed on a background thread and written to
-// the repository, and later iterations find the profile ready. Nothing here ever blocks the serving
-// thread on analysis or storage.
+// is recorded while it is served, the recorded trace is analysed and planned on a background thread and
+// written to the repository, and later iterations find the profile ready. Nothing here ever blocks the
+// serving thread on analysis or storage.
 //
 //   if (jobs.ShouldRecord(key)) { observer->BeginIteration(); ...; jobs.Submit(key, observer->EndIteration(), s); }
+//   else if (jobs.ShouldVerify(key)) { observe the iteration's op names; jobs.Verify(key, names); }
 //   ProfileStatus s = jobs.Status(key);     // unprofiled, recording, analyzing, ready, stale, failed
 //
 // States: unprofiled → recording (ShouldRecord said yes) → analyzing (Submit) → ready, or failed with
 // the reason (recording or analysis failed; the model keeps serving without hints). A key whose stored
 // profile is found on first sight is ready at once (a restart does not re-profile); a damaged stored
-// profile is counted and the key profiled again; MarkStale makes a ready key record again.
-// Until the planner exists, profiles are classified against stock residency: nothing pinned.
+// profile is counted and the key profiled again; MarkStale makes a key record again. A profile this
+// process did not record itself (stored before a restart, imported) is verified once: the ops of one
+// iteration are compared with the profile's, and a mismatch makes the key stale (Note [Identity check]).
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "autouvm/v1/profile.pb.h"
 #include "profiler/profile_repository.h"
 #include "runtime/access_trace.h"
@@ -33,16 +39,24 @@ namespace autouvm::profiler {
 enum class ProfileState { kUnprofiled, kRecording, kAnalyzing, kReady, kStale, kFailed };
 std::string_view ProfileStateName(ProfileState state);
 
+struct StateChange {
+  ProfileState state;
+  absl::Time at;
+  std::string reason;
+};
+
 struct ProfileStatus {
   autouvm::v1::ProfileKey key;
   ProfileState state = ProfileState::kUnprofiled;
-  std::string reason;  // why it failed, or why it is stale
+  std::string reason;                // why it failed, or why it is stale
+  std::vector<StateChange> history;  // this process's transitions, oldest first (the last 32)
+  bool verified = false;             // recorded here, or its ops checked against an iteration
 };
 
 class ProfileJobs {
  public:
   ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const runtime::Clock* clock);
-  ~ProfileJobs();  // finishes the analyses already submitted, then stops the worker
+  ~ProfileJobs();  // finishes the work already submitted, then stops the worker
 
   // True exactly once for a key that needs a profile: the caller records the iteration it is about to
   // run and hands the trace to Submit (or reports Fail). Looks the key up in the repository on first
@@ -52,27 +66,50 @@ class ProfileJobs {
   void Fail(const autouvm::v1::ProfileKey& key, const std::string& reason);
   // The key records again at its next iteration; its stored profile stays until the new one replaces it.
   void MarkStale(const autouvm::v1::ProfileKey& key, const std::string& reason);
+  // Forgets what this process knows of the key: the next ShouldRecord reads the store again (after a
+  // profile was deleted or imported).
+  void Forget(const autouvm::v1::ProfileKey& key);
+
+  // True exactly once for a ready key whose profile this process has not checked: the caller observes
+  // the iteration it is about to run and hands its op names (in order) to Verify, which compares them
+  // with the stored profile's on the background thread.
+  bool ShouldVerify(const autouvm::v1::ProfileKey& key);
+  void Verify(const autouvm::v1::ProfileKey& key, std::vector<std::string> ops);
 
   ProfileStatus Status(const autouvm::v1::ProfileKey& key) const;
   std::vector<ProfileStatus> All() const;
-  // Blocks until every submitted analysis has finished (for tests and shutdown).
+  // Iterations whose ops differed from their profile, and the ops that differed in them.
+  int64_t identity_mismatches() const { return identity_mismatches_.load(); }
+  int64_t mismatched_ops() const { return mismatched_ops_.load(); }
+  // Blocks until every submitted analysis and verification has finished (for tests and shutdown).
   void Drain();
 
  private:
-  struct Job {
-    autouvm::v1::ProfileKey key;
+  struct Analyse {
     runtime::AccessTrace trace;
     double recording_seconds = 0;
   };
+  struct Check {
+    std::vector<std::string> ops;
+  };
+  struct Job {
+    autouvm::v1::ProfileKey key;
+    std::variant<Analyse, Check> work;
+  };
   void Work();
-  void Set(const autouvm::v1::ProfileKey& key, ProfileState state, std::string reason)
+  void RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job);
+  void RunCheck(const autouvm::v1::ProfileKey& key, const Check& job);
+  ProfileStatus& Set(const autouvm::v1::ProfileKey& key, ProfileState state, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ProfileRepository* const repository_;
   const runtime::GpuSpec spec_;
   const runtime::Clock* const clock_;
+  std::atomic<int64_t> identity_mismatches_{0};
+  std::atomic<int64_t> mismatched_ops_{0};
   mutable absl::Mutex mu_;
   std::map<std::string, ProfileStatus> status_ ABSL_GUARDED_BY(mu_);  // by encoded key
+  std::set<std::string> looking_up_ ABSL_GUARDED_BY(mu_);             // first sight, store being read
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -113,20 +114,26 @@ std::string Sha256(std::string_view bytes) {
   return d.Final();
 }
 
-absl::StatusOr<std::string> ModelDigest(const std::string& entry_dir) {
+absl::StatusOr<std::string> ModelDigest(const std::string& model_pt, std::string_view model_yaml_text) {
   DigestContext d;
   std::vector<char> buffer(1 << 20);
-  for (const char* name : {"model.pt", "model.yaml"}) {
-    const std::string path = entry_dir + "/" + name;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read it to digest the model"));
-    while (in) {
-      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-      d.Update(buffer.data(), static_cast<size_t>(in.gcount()));
-    }
-    if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": read error while digesting"));
+  std::ifstream in(model_pt, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(model_pt, ": cannot read it to digest the model"));
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    d.Update(buffer.data(), static_cast<size_t>(in.gcount()));
   }
+  if (in.bad()) return absl::UnavailableError(absl::StrCat(model_pt, ": read error while digesting"));
+  d.Update(model_yaml_text.data(), model_yaml_text.size());
   return absl::BytesToHexString(d.Final());
+}
+
+absl::StatusOr<std::string> ModelDigest(const std::string& entry_dir) {
+  const std::string yaml = entry_dir + "/model.yaml";
+  std::ifstream in(yaml, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(yaml, ": cannot read it to digest the model"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return ModelDigest(entry_dir + "/model.pt", text);
 }
 
 }  // namespace autouvm::profiler

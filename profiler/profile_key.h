@@ -38,6 +38,9 @@ absl::StatusOr<autouvm::v1::ProfileKey> ParseKey(std::string_view encoded);
 // sha256 over the bytes of <entry_dir>/model.pt followed by those of <entry_dir>/model.yaml, as 64 hex
 // digits. NOT_FOUND naming a file that cannot be read.
 absl::StatusOr<std::string> ModelDigest(const std::string& entry_dir);
+// The same over a model.pt file and model.yaml text already read (the text the config was parsed from,
+// so that the digest names exactly what was loaded).
+absl::StatusOr<std::string> ModelDigest(const std::string& model_pt, std::string_view model_yaml_text);
 // sha256 of `bytes`, raw (32 bytes).
 std::string Sha256(std::string_view bytes);
 

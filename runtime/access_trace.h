@@ -46,8 +46,8 @@ struct OpRecord {
 
 struct AccessTrace {
   std::vector<OpRecord> ops;
-  // The named tensors (weights, buffers, caches) in the order they were named — the order a model
-  // allocates them in — with their storage sizes (offset and extent unused).
+  // The named tensors (weights, buffers, caches) the iteration touched, in the order they were named —
+  // the order a model allocates them in — with their storage sizes (offset and extent unused).
   std::vector<TensorUse> named;
 };
 

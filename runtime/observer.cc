@@ -228,7 +228,10 @@ struct Observer::Impl {
     {
       std::lock_guard<std::mutex> lock(names_mu);
       auto it = names.find(key);
-      if (it != names.end()) return it->second;
+      if (it != names.end()) {
+        touched_named.insert(it->second.index);
+        return it->second.id;
+      }
     }
     auto it = live.find(key);
     if (it != live.end() && SameStorage(it->second.storage, t)) return it->second.id;
@@ -247,8 +250,14 @@ struct Observer::Impl {
   }
 
   std::mutex names_mu;
-  std::unordered_map<const void*, std::string> names;  // guarded by names_mu
-  std::vector<TensorUse> named;                        // guarded by names_mu
+  struct Name {
+    std::string id;
+    size_t index;  // in `named`
+  };
+  std::unordered_map<const void*, Name> names;  // guarded by names_mu
+  std::vector<TensorUse> named;                 // guarded by names_mu
+  // Indices into `named` of the tensors the iteration being recorded touched (Note [Named per trace]).
+  std::set<size_t> touched_named;
 
   struct Live {
     std::string id;
@@ -354,8 +363,8 @@ int64_t Observer::ops_counted() const { return impl_->counted.load(); }
 void Observer::NameTensor(const void* storage_data, const std::string& name, int64_t storage_bytes) {
   std::lock_guard<std::mutex> lock(impl_->names_mu);
   std::string id = absl::StrCat("param:", name);
-  impl_->named.push_back({id, storage_bytes});
-  impl_->names[storage_data] = std::move(id);
+  impl_->names[storage_data] = {id, impl_->named.size()};
+  impl_->named.push_back({std::move(id), storage_bytes});
 }
 
 void Observer::MakeExecutionRepeatable() {
@@ -370,6 +379,10 @@ void Observer::BeginIteration(IterationMode mode) {
   impl_->inputs_seen = 0;
   impl_->counted = 0;
   impl_->trace = AccessTrace();
+  {
+    std::lock_guard<std::mutex> lock(impl_->names_mu);
+    impl_->touched_named.clear();
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->subscribers_mu);
     impl_->subscribers = impl_->all_subscribers;
@@ -388,14 +401,22 @@ void Observer::BeginIteration(IterationMode mode) {
 }
 
 AccessTrace Observer::EndIteration() {
+  const bool recorded = t_recording != nullptr;
   t_recording = nullptr;
   t_observing = nullptr;
   if (impl_->handle != 0) at::removeCallback(impl_->handle);
   impl_->handle = 0;
   t_stack.clear();
+  // Note [Named per trace]: the observer serves every model of the process, and several models name
+  // the same parameters ("layer0.wq"). A recorded trace lists the named tensors its iteration touched,
+  // in naming order; an observed one, which resolves no tensor, lists all.
   {
     std::lock_guard<std::mutex> lock(impl_->names_mu);
-    impl_->trace.named = impl_->named;
+    if (recorded) {
+      for (size_t i : impl_->touched_named) impl_->trace.named.push_back(impl_->named[i]);
+    } else {
+      impl_->trace.named = impl_->named;
+    }
   }
   return std::move(impl_->trace);
 }

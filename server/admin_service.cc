@@ -1,8 +1,48 @@
 #include "server/admin_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace autouvm::server {
+namespace {
+
+// Equal strings, in time that depends only on the longer one's length.
+bool SameToken(std::string_view a, std::string_view b) {
+  size_t diff = a.size() ^ b.size();
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    diff |= static_cast<unsigned char>(i < a.size() ? a[i] : 0) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+grpc::Status AdminService::Authorize(grpc::CallbackServerContext* context) const {
+  if (facts_.admin_token.empty()) return grpc::Status::OK;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return {grpc::StatusCode::UNAUTHENTICATED, "admin calls need 'authorization: Bearer <token>' (admin.token_file)"};
+  }
+  const std::string_view value(it->second.data(), it->second.size());
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.substr(0, kBearer.size()) != kBearer) {
+    return {grpc::StatusCode::UNAUTHENTICATED, "authorization: expected 'Bearer <token>'"};
+  }
+  if (!SameToken(value.substr(kBearer.size()), facts_.admin_token)) {
+    return {grpc::StatusCode::PERMISSION_DENIED, "authorization: the token is not this daemon's admin token"};
+  }
+  return grpc::Status::OK;
+}
+
+template <typename Handler>
+grpc::ServerUnaryReactor* AdminService::Serve(grpc::CallbackServerContext* context, Handler handler) {
+  auto* reactor = context->DefaultReactor();
+  grpc::Status s = Authorize(context);
+  reactor->Finish(s.ok() ? handler() : s);
+  return reactor;
+}
 
 void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) const {
   const ServedModel& m = *view.model;
@@ -47,34 +87,82 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_tokens_generated_total(stats.tokens_generated_total);
   out->set_decode_steps_total(stats.decode_steps_total);
   out->set_decode_rows_total(stats.batched_rows_total);
+  profiles_->FillModelStatus(m, out);
 }
 
 grpc::ServerUnaryReactor* AdminService::ListModels(grpc::CallbackServerContext* context,
                                                    const autouvm::v1::ListModelsRequest* /*request*/,
                                                    autouvm::v1::ListModelsResponse* response) {
-  for (const ModelView& view : models_->List()) Fill(view, response->add_models());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Serve(context, [&] {
+    for (const ModelView& view : models_->List()) Fill(view, response->add_models());
+    return grpc::Status::OK;
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::GetModelStatus(grpc::CallbackServerContext* context,
                                                        const autouvm::v1::GetModelStatusRequest* request,
                                                        autouvm::v1::ModelStatus* response) {
-  auto* reactor = context->DefaultReactor();
-  if (request->model().empty()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model: must be set"));
-    return reactor;
-  }
-  const ModelView view = models_->Find(request->model());
-  if (view.model == nullptr) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served")));
-    return reactor;
-  }
-  Fill(view, response);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Serve(context, [&] {
+    if (request->model().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model: must be set");
+    const ModelView view = models_->Find(request->model());
+    if (view.model == nullptr) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served"));
+    }
+    Fill(view, response);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* AdminService::GetServerStatus(grpc::CallbackServerContext* context,
+                                                        const autouvm::v1::GetServerStatusRequest* /*request*/,
+                                                        autouvm::v1::ServerStatus* response) {
+  return Serve(context, [&] {
+    response->set_version(facts_.version);
+    response->set_backend(config_->backend);
+    response->set_gpu(config_->gpu);
+    response->set_profile_store(facts_.profile_store);
+    for (const std::string& d : facts_.health_details) response->add_health_details(d);
+    response->set_admin_auth(!facts_.admin_token.empty());
+    if (facts_.repository) response->set_corrupt_profiles_total(facts_.repository->corrupt_reads());
+    if (facts_.jobs) response->set_identity_mismatches_total(facts_.jobs->identity_mismatches());
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* AdminService::Reprofile(grpc::CallbackServerContext* context,
+                                                  const autouvm::v1::ReprofileRequest* request,
+                                                  autouvm::v1::ReprofileResponse* response) {
+  return Serve(context, [&] { return profiles_->Reprofile(*request, response); });
+}
+
+grpc::ServerUnaryReactor* AdminService::ListProfiles(grpc::CallbackServerContext* context,
+                                                     const autouvm::v1::ListProfilesRequest* request,
+                                                     autouvm::v1::ListProfilesResponse* response) {
+  return Serve(context, [&] { return profiles_->List(*request, response); });
+}
+
+grpc::ServerUnaryReactor* AdminService::GetProfile(grpc::CallbackServerContext* context,
+                                                   const autouvm::v1::GetProfileRequest* request,
+                                                   autouvm::v1::GetProfileResponse* response) {
+  return Serve(context, [&] { return profiles_->Get(*request, response); });
+}
+
+grpc::ServerUnaryReactor* AdminService::DeleteProfile(grpc::CallbackServerContext* context,
+                                                      const autouvm::v1::DeleteProfileRequest* request,
+                                                      autouvm::v1::DeleteProfileResponse* response) {
+  return Serve(context, [&] { return profiles_->Delete(*request, response); });
+}
+
+grpc::ServerUnaryReactor* AdminService::ExportProfiles(grpc::CallbackServerContext* context,
+                                                       const autouvm::v1::ExportProfilesRequest* request,
+                                                       autouvm::v1::ProfileBundle* response) {
+  return Serve(context, [&] { return profiles_->Export(*request, response); });
+}
+
+grpc::ServerUnaryReactor* AdminService::ImportProfiles(grpc::CallbackServerContext* context,
+                                                       const autouvm::v1::ImportProfilesRequest* request,
+                                                       autouvm::v1::ImportProfilesResponse* response) {
+  return Serve(context, [&] { return profiles_->Import(*request, response); });
 }
 
 }  // namespace autouvm::server

@@ -1,16 +1,37 @@
-// AdminService: the autouvm.v1.Admin gRPC service — which models are served and in what state.
-// Thread-safe; the ModelManager must outlive it.
+// AdminService: the autouvm.v1.Admin gRPC service — which models are served and in what state, the
+// daemon's own status, and the profile RPCs (handed to ProfileAdmin). When an admin token is set, every
+// call must carry "authorization: Bearer <token>": UNAUTHENTICATED without it, PERMISSION_DENIED with
+// another token (compared in constant time).
+//
+// Thread-safety: thread-safe; the ModelManager, ProfileAdmin and what AdminFacts points to must outlive it.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "autouvm/v1/admin.grpc.pb.h"
+#include "profiler/profile_jobs.h"
+#include "profiler/profile_repository.h"
 #include "server/config.h"
 #include "server/model_manager.h"
+#include "server/profile_admin.h"
 
 namespace autouvm::server {
 
+// What GetServerStatus reports, fixed at start-up, and where its counters come from.
+struct AdminFacts {
+  std::string version;
+  std::string profile_store;                // ProfileStore::Describe()
+  std::vector<std::string> health_details;  // degraded modes, one sentence each
+  std::string admin_token;                  // "" : no authentication
+  const profiler::ProfileRepository* repository = nullptr;
+  const profiler::ProfileJobs* jobs = nullptr;  // null when profiling is off
+};
+
 class AdminService final : public autouvm::v1::Admin::CallbackService {
  public:
-  AdminService(ModelManager* models, const ServerConfig* config) : models_(models), config_(config) {}
+  AdminService(ModelManager* models, const ServerConfig* config, ProfileAdmin* profiles, AdminFacts facts)
+      : models_(models), config_(config), profiles_(profiles), facts_(std::move(facts)) {}
 
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const autouvm::v1::ListModelsRequest* request,
@@ -18,12 +39,40 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* context,
                                            const autouvm::v1::GetModelStatusRequest* request,
                                            autouvm::v1::ModelStatus* response) override;
+  grpc::ServerUnaryReactor* GetServerStatus(grpc::CallbackServerContext* context,
+                                            const autouvm::v1::GetServerStatusRequest* request,
+                                            autouvm::v1::ServerStatus* response) override;
+  grpc::ServerUnaryReactor* Reprofile(grpc::CallbackServerContext* context,
+                                      const autouvm::v1::ReprofileRequest* request,
+                                      autouvm::v1::ReprofileResponse* response) override;
+  grpc::ServerUnaryReactor* ListProfiles(grpc::CallbackServerContext* context,
+                                         const autouvm::v1::ListProfilesRequest* request,
+                                         autouvm::v1::ListProfilesResponse* response) override;
+  grpc::ServerUnaryReactor* GetProfile(grpc::CallbackServerContext* context,
+                                       const autouvm::v1::GetProfileRequest* request,
+                                       autouvm::v1::GetProfileResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteProfile(grpc::CallbackServerContext* context,
+                                          const autouvm::v1::DeleteProfileRequest* request,
+                                          autouvm::v1::DeleteProfileResponse* response) override;
+  grpc::ServerUnaryReactor* ExportProfiles(grpc::CallbackServerContext* context,
+                                           const autouvm::v1::ExportProfilesRequest* request,
+                                           autouvm::v1::ProfileBundle* response) override;
+  grpc::ServerUnaryReactor* ImportProfiles(grpc::CallbackServerContext* context,
+                                           const autouvm::v1::ImportProfilesRequest* request,
+                                           autouvm::v1::ImportProfilesResponse* response) override;
 
  private:
   void Fill(const ModelView& view, autouvm::v1::ModelStatus* out) const;
+  // OK, or why the call may not proceed.
+  grpc::Status Authorize(grpc::CallbackServerContext* context) const;
+  // Authorizes, then finishes the call with `handler`'s status.
+  template <typename Handler>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, Handler handler);
 
   ModelManager* models_;
   const ServerConfig* config_;
+  ProfileAdmin* profiles_;
+  const AdminFacts facts_;
 };
 
 }  // namespace autouvm::server

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/gpu_spec.h"
 #include "runtime/status_macros.h"
 #include "runtime/yaml_fields.h"
 
@@ -32,7 +33,17 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
   f.Int("max_queue", &s->max_queue, 0, 1 << 20);
   f.Int("default_max_tokens", &s->default_max_tokens, 1, kMaxInt);
   f.Int("max_tokens_limit", &s->max_tokens_limit, 1, kMaxInt);
+  f.String("policy", &s->policy);
+  f.Double("device_budget", &s->device_budget, 0, 1e15);
   RETURN_IF_ERROR(f.Finish());
+  if (s->policy != "stock" && s->policy != "paper" && s->policy != "autouvm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".policy: '", s->policy, "' is not one of stock, paper, autouvm"));
+  }
+  if (s->device_budget <= 0 || (s->device_budget > 1 && s->device_budget < 1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".device_budget: ", s->device_budget,
+                                                   " is neither a fraction of the GPU (0-1] nor bytes (>= 1 MiB)"));
+  }
   if (s->default_max_tokens > s->max_tokens_limit) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ".default_max_tokens: larger than max_tokens_limit (", s->max_tokens_limit, ")"));
@@ -56,6 +67,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   YAML::Node defaults = top.Map("model_defaults");
   YAML::Node models = top.Map("models");
   YAML::Node limits = top.Map("limits");
+  YAML::Node profiler = top.Map("profiler");
+  YAML::Node admin = top.Map("admin");
   if (auto s = top.Finish(); !s.ok()) return wrap(s);
 
   YamlFields fs(server, "server");
@@ -78,7 +91,17 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   YamlFields ft(runtime, "runtime");
   ft.String("backend", &c.backend);
   ft.Int("intra_op_threads", &c.intra_op_threads, 0, 1024);
+  ft.String("gpu", &c.gpu);
   if (auto s = ft.Finish(); !s.ok()) return wrap(s);
+  if (auto spec = runtime::FindGpuSpec(c.gpu); !spec.ok()) {
+    return wrap(absl::InvalidArgumentError(absl::StrCat("runtime.gpu: ", spec.status().message())));
+  }
+  YamlFields fp(profiler, "profiler");
+  fp.Bool("enabled", &c.profiling);
+  if (auto s = fp.Finish(); !s.ok()) return wrap(s);
+  YamlFields fa(admin, "admin");
+  fa.String("token_file", &c.admin_token_file);
+  if (auto s = fa.Finish(); !s.ok()) return wrap(s);
   if (c.backend != "cpu") {
     return wrap(absl::InvalidArgumentError(
         absl::StrCat("runtime.backend: '", c.backend, "' is not available in this build (cpu)")));

@@ -17,6 +17,15 @@ struct ModelSettings {
   int64_t max_queue = 64;            // requests waiting for a slot; more get RESOURCE_EXHAUSTED
   int64_t default_max_tokens = 128;  // when a request leaves max_tokens unset
   int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
+  std::string policy = "autouvm";    // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")
+  // The device memory the model's plan may keep resident: a fraction of the GPU's memory when <= 1,
+  // bytes when larger.
+  double device_budget = 0.9;
+
+  int64_t DeviceBudgetBytes(int64_t gpu_memory_bytes) const {
+    return device_budget <= 1 ? static_cast<int64_t>(device_budget * static_cast<double>(gpu_memory_bytes))
+                              : static_cast<int64_t>(device_budget);
+  }
 };
 
 struct Limits {
@@ -36,7 +45,11 @@ struct ServerConfig {
   std::string generate_default_model = "tiny-llama";
   std::string state_dir = "state";
   std::string backend = "cpu";
-  int64_t intra_op_threads = 0;  // 0: libtorch's default
+  int64_t intra_op_threads = 0;    // 0: libtorch's default
+  std::string gpu = "h200-pcie5";  // the GpuSpec profiles are planned for and keyed by (runtime/gpu_spec.h)
+  bool profiling = true;           // profile each (model, shape) on first use (profiler.enabled)
+  // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).
+  std::string admin_token_file;
   ModelSettings model_defaults;
   std::map<std::string, ModelSettings> models;  // per-model settings, on top of model_defaults
   Limits limits;

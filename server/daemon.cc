@@ -7,15 +7,48 @@
 #include <filesystem>
 #include <iostream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "profiler/profile_jobs.h"
+#include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
+#include "runtime/gpu_spec.h"
+#include "runtime/observer.h"
+#include "runtime/status_macros.h"
+#include "runtime/yaml_fields.h"
 #include "server/admin_service.h"
 #include "server/generation_service.h"
 #include "server/model_manager.h"
+#include "server/model_profiler.h"
 #include "server/model_runner.h"
+#include "server/profile_admin.h"
 #include "server/serving_gate.h"
 
+#ifndef AUTOUVM_VERSION
+#define AUTOUVM_VERSION "unknown"
+#endif
+
 namespace autouvm::server {
+
+namespace {
+
+// The admin token: the file admin.token_file names, else AUTOUVM_ADMIN_TOKEN, else none.
+absl::StatusOr<std::string> AdminToken(const ServerConfig& config) {
+  std::string token;
+  if (!config.admin_token_file.empty()) {
+    auto text = runtime::ReadTextFile(config.admin_token_file, "the admin token file");
+    if (!text.ok()) return absl::FailedPreconditionError(absl::StrCat("admin.token_file: ", text.status().message()));
+    token = std::string(absl::StripAsciiWhitespace(*text));
+    if (token.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("admin.token_file: ", config.admin_token_file, " is empty"));
+    }
+  } else if (const char* env = std::getenv("AUTOUVM_ADMIN_TOKEN"); env != nullptr) {
+    token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  return token;
+}
+
+}  // namespace
 
 Daemon::Daemon(const ServerConfig& config) : config_(config) {}
 
@@ -28,6 +61,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
         absl::StrCat("state_dir: cannot create ", config.state_dir, ": ", ec.message()));
   if (config.intra_op_threads > 0) SetIntraOpThreads(static_cast<int>(config.intra_op_threads));
 
+  AdminFacts facts;
+  facts.version = AUTOUVM_VERSION;
+  ASSIGN_OR_RETURN(facts.admin_token, AdminToken(config));
+
   // A profile store that cannot be opened costs the daemon its memory of past profiles, not its service.
   const std::string store_dir = (std::filesystem::path(config.state_dir) / "profiles").string();
   auto store = profiler::OpenRocksDbProfileStore(store_dir);
@@ -35,14 +72,39 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
     d->profiles_ = std::move(*store);
   } else {
     std::cerr << "autouvmd: " << store.status().message() << "; keeping profiles in memory only\n";
+    facts.health_details.push_back(
+        absl::StrCat("profile store: ", store.status().message(), "; profiles are kept in memory and lost at exit"));
     d->profiles_ = profiler::NewInMemoryProfileStore();
   }
   std::cerr << "autouvmd: profile store: " << d->profiles_->Describe() << "\n";
+  d->repository_ = std::make_unique<profiler::ProfileRepository>(d->profiles_.get());
 
-  d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_);
+  ProfilingServices profiling;
+  if (config.profiling) {
+    ASSIGN_OR_RETURN(profiling.gpu, runtime::FindGpuSpec(config.gpu));
+    auto observer = runtime::Observer::Create();
+    if (observer.ok()) {
+      // Every iteration of a shape must run the same ops for its profile to describe the next ones.
+      runtime::Observer::MakeExecutionRepeatable();
+      d->observer_ = std::make_unique<IterationObserver>(std::move(*observer));
+      d->jobs_ = std::make_unique<profiler::ProfileJobs>(d->repository_.get(), profiling.gpu, &d->clock_);
+      profiling.jobs = d->jobs_.get();
+      profiling.observer = d->observer_.get();
+    } else {
+      facts.health_details.push_back(absl::StrCat("profiling: off: ", observer.status().message()));
+    }
+  }
+  facts.profile_store = d->profiles_->Describe();
+  facts.repository = d->repository_.get();
+  facts.jobs = d->jobs_.get();
+
+  d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_, profiling);
   d->gate_ = std::make_unique<ServingGate>();
   d->generation_ = std::make_unique<GenerationService>(d->models_.get(), &d->config_, d->gate_.get());
-  d->admin_ = std::make_unique<AdminService>(d->models_.get(), &d->config_);
+  d->profile_admin_ =
+      std::make_unique<ProfileAdmin>(d->models_.get(), d->jobs_.get(), d->repository_.get(), d->profiles_.get(),
+                                     &d->clock_, absl::StrCat("autouvmd ", AUTOUVM_VERSION));
+  d->admin_ = std::make_unique<AdminService>(d->models_.get(), &d->config_, d->profile_admin_.get(), std::move(facts));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

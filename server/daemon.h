@@ -1,8 +1,9 @@
 // Daemon: assembles autouvmd — model manager, gRPC server (Generation, Admin, grpc.health.v1, reflection)
 // — starts serving at once with health NOT_SERVING, loads the models in the background, then turns
 // health SERVING. It opens the profile store (RocksDB under state_dir/profiles; in memory, with a log
-// line saying why, when that cannot be opened). Drain() is the SIGTERM path: NOT_SERVING, new calls get UNAVAILABLE,
-// calls in flight get up to server.drain_timeout to finish, then the server stops.
+// line and a health detail in GetServerStatus saying why, when that cannot be opened) and starts the
+// profiling jobs and the operator observer every model's profiler shares. Drain() is the SIGTERM path: NOT_SERVING, new
+// calls get UNAVAILABLE, calls in flight get up to server.drain_timeout to finish, then the server stops.
 //
 // Thread-safety: Start and Drain are called from the main thread; port() from any thread.
 #pragma once
@@ -21,7 +22,9 @@ class Server;
 
 namespace autouvm::profiler {
 class ProfileStore;
-}
+class ProfileRepository;
+class ProfileJobs;
+}  // namespace autouvm::profiler
 
 namespace autouvm::server {
 
@@ -29,6 +32,8 @@ class ModelManager;
 class ServingGate;
 class GenerationService;
 class AdminService;
+class IterationObserver;
+class ProfileAdmin;
 
 class Daemon {
  public:
@@ -46,10 +51,15 @@ class Daemon {
 
   ServerConfig config_;
   runtime::RealClock clock_;
+  // Declared in the order they are needed: models use the jobs and the observer, which use the store.
   std::unique_ptr<profiler::ProfileStore> profiles_;
+  std::unique_ptr<profiler::ProfileRepository> repository_;
+  std::unique_ptr<profiler::ProfileJobs> jobs_;  // null when profiling is off
+  std::unique_ptr<IterationObserver> observer_;
   std::unique_ptr<ModelManager> models_;
   std::unique_ptr<ServingGate> gate_;
   std::unique_ptr<GenerationService> generation_;
+  std::unique_ptr<ProfileAdmin> profile_admin_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Server> server_;
   std::thread loader_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "server/grpc_status.h"
 #include "server/request_validation.h"
 
 namespace autouvm::server {
@@ -14,10 +15,6 @@ namespace {
 using autouvm::v1::GenerateRequest;
 using autouvm::v1::GenerateResponse;
 using autouvm::v1::GenerateStreamResponse;
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 autouvm::v1::FinishReason ToProto(FinishReason r) {
   switch (r) {

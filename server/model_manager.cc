@@ -4,14 +4,17 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "profiler/profile_key.h"
 #include "runtime/status_macros.h"
+#include "runtime/yaml_fields.h"
 #include "server/llama_builder.h"
 
 namespace autouvm::server {
 
 namespace fs = std::filesystem;
 
-ModelManager::ModelManager(const ServerConfig& config, const runtime::Clock* clock) : config_(config), clock_(clock) {}
+ModelManager::ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling)
+    : config_(config), clock_(clock), profiling_(std::move(profiling)) {}
 
 ModelManager::~ModelManager() { Shutdown(absl::ZeroDuration()); }
 
@@ -62,16 +65,29 @@ absl::Status ModelManager::LoadAll() {
 }
 
 absl::Status ModelManager::LoadOne(ServedModel* m) {
-  ASSIGN_OR_RETURN(m->config, LoadModelConfig((fs::path(m->dir) / "model.yaml").string()));
+  // Read once: the config and the digest are of the same text.
+  const std::string yaml_path = (fs::path(m->dir) / "model.yaml").string();
+  ASSIGN_OR_RETURN(const std::string yaml, runtime::ReadTextFile(yaml_path, "the model's model.yaml"));
+  ASSIGN_OR_RETURN(m->config, ParseModelConfig(yaml, yaml_path));
   if (m->config.name != m->name) {
     return absl::InvalidArgumentError(absl::StrCat(m->dir, "/model.yaml: name '", m->config.name,
                                                    "' differs from the directory name '", m->name, "'"));
   }
   ASSIGN_OR_RETURN(m->tokenizer, CreateTokenizer(m->config, m->dir));
   ASSIGN_OR_RETURN(m->runner, ModelRunner::Create(m->dir, m->config, static_cast<int>(m->settings.max_batch)));
+  // The digest names the model's profiles: a changed model.pt or model.yaml is a new model to them.
+  ASSIGN_OR_RETURN(m->digest, profiler::ModelDigest((fs::path(m->dir) / "model.pt").string(), yaml));
   SchedulerOptions options;
   options.max_batch = static_cast<int>(m->settings.max_batch);
   options.max_queue = static_cast<int>(m->settings.max_queue);
+  if (profiling_.jobs != nullptr) {
+    m->runner->NameTensors(profiling_.observer->observer());
+    m->profiler = std::make_unique<ModelProfiler>(
+        ProfileIdentity{m->digest, profiling_.gpu.name, m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes),
+                        m->settings.policy},
+        profiling_.jobs, profiling_.observer);
+    options.hooks = m->profiler.get();
+  }
   m->scheduler = std::make_unique<Scheduler>(m->runner.get(), m->tokenizer.get(), options, clock_);
   return absl::OkStatus();
 }

@@ -1,7 +1,7 @@
 // ModelManager: the models the daemon serves. It scans the model repository (writing the embedded tiny
-// default model first if configured and missing), loads each entry into a ServedModel — tokenizer,
-// ModelRunner, Scheduler — and keeps the ones that fail to load listed with their error, so one bad
-// model never stops the others.
+// default model first if configured and missing), loads each entry into a ServedModel — digest,
+// tokenizer, ModelRunner, ModelProfiler, Scheduler — and keeps the ones that fail to load listed with their error, so
+// one bad model never stops the others.
 //
 // Thread-safety: LoadAll runs once, on any thread; Find, List and Shutdown may be called concurrently
 // with it and with each other. A ServedModel's scheduler and tokenizer are immutable once it is READY.
@@ -15,8 +15,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/clock.h"
+#include "runtime/gpu_spec.h"
 #include "server/config.h"
 #include "server/model_config.h"
+#include "server/model_profiler.h"
 #include "server/model_runner.h"
 #include "server/scheduler.h"
 #include "server/tokenizer.h"
@@ -31,9 +33,18 @@ struct ServedModel {
   ModelSettings settings;
   // Set before the state becomes kReady, then never changed.
   ModelConfig config;
+  std::string digest;  // profiler::ModelDigest of model.pt and model.yaml
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<ModelProfiler> profiler;  // null when profiling is off; outlives the scheduler
   std::unique_ptr<Scheduler> scheduler;
+};
+
+// What models need to be profiled; jobs == nullptr turns profiling off.
+struct ProfilingServices {
+  profiler::ProfileJobs* jobs = nullptr;
+  IterationObserver* observer = nullptr;
+  runtime::GpuSpec gpu;  // keys and device budgets are for this GPU
 };
 
 struct ModelView {
@@ -44,7 +55,7 @@ struct ModelView {
 
 class ModelManager {
  public:
-  ModelManager(const ServerConfig& config, const runtime::Clock* clock);
+  ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling = {});
   ~ModelManager();
 
   // Loads every entry of the repository; returns an error only if the repository itself is unusable.
@@ -67,6 +78,7 @@ class ModelManager {
 
   const ServerConfig config_;
   const runtime::Clock* clock_;
+  const ProfilingServices profiling_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;

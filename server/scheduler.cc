@@ -74,7 +74,8 @@ SchedulerStats Scheduler::Stats() const {
 Scheduler::Step Scheduler::AdmitQueued(std::vector<std::unique_ptr<Request>>* admitted) {
   // Waits for work unless requests are active.
   auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return stopping_ || (!queue_.empty() && !free_slots_.empty());
+    return stopping_ || (!queue_.empty() && !free_slots_.empty()) ||
+           (!idle_.empty() && static_cast<size_t>(idle_.front().batch) <= free_slots_.size());
   };
   absl::MutexLock lock(&mu_);
   if (active_.empty()) mu_.Await(absl::Condition(&has_work));
@@ -116,9 +117,65 @@ void Scheduler::Loop() {
       if (!CheckStopConditions(raw)) RunPrefill(raw);
     }
     RetireFinished();
+    std::vector<IdleIteration> idle;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!idle_.empty() && static_cast<size_t>(idle_.front().batch) <= free_slots_.size()) {
+        idle.push_back(idle_.front());
+        idle_.pop_front();
+      }
+    }
+    for (const IdleIteration& it : idle) RunIdle(it);
     RunDecodeStep();
     RetireFinished();
   }
+}
+
+absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_t prompt_len) {
+  const int slots = std::min(options_.max_batch, runner_->max_batch());
+  if (batch < 1 || batch > slots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch, " is not within 1..", slots, " (the model's slots)"));
+  }
+  if (phase == IterationPhase::kPrefill && (prompt_len < 1 || prompt_len >= runner_->config().max_seq)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt length ", prompt_len, " is not within 1..", runner_->config().max_seq - 1));
+  }
+  if (phase == IterationPhase::kPrefill && batch != 1) {
+    return absl::InvalidArgumentError("prefill runs one request at a time: batch must be 1");
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  idle_.push_back({phase, batch, prompt_len});
+  return absl::OkStatus();
+}
+
+// Free slots only: their KV-cache rows are rewritten from position 0 by the next prefill, and attention
+// never reads past a sequence's own position.
+void Scheduler::RunIdle(const IdleIteration& it) {
+  const int32_t bos = static_cast<int32_t>(std::max<int64_t>(runner_->config().bos_id, 0));
+  if (it.phase == IterationPhase::kPrefill) {
+    std::vector<int32_t> prompt(static_cast<size_t>(it.prompt_len), bos);
+    (void)Prefill(free_slots_.back(), prompt);  // output dropped; a failure shows in the profile state
+    return;
+  }
+  std::vector<ModelRunner::DecodeRow> rows;
+  for (int i = 0; i < it.batch; ++i) rows.push_back({free_slots_[free_slots_.size() - 1 - i], bos, 0});
+  (void)Decode(rows);
+}
+
+absl::StatusOr<std::vector<float>> Scheduler::Prefill(int32_t slot, absl::Span<const int32_t> tokens) {
+  if (options_.hooks) options_.hooks->BeforeIteration(IterationPhase::kPrefill, 1, static_cast<int64_t>(tokens.size()));
+  auto logits = runner_->Prefill(slot, tokens, 0);
+  if (options_.hooks) options_.hooks->AfterIteration(logits.status());
+  return logits;
+}
+
+absl::Status Scheduler::Decode(absl::Span<const ModelRunner::DecodeRow> rows) {
+  if (options_.hooks) options_.hooks->BeforeIteration(IterationPhase::kDecode, static_cast<int>(rows.size()), 0);
+  absl::Status s = runner_->Decode(rows, &logits_);
+  if (options_.hooks) options_.hooks->AfterIteration(s);
+  return s;
 }
 
 bool Scheduler::CheckStopConditions(Request* r) {
@@ -135,7 +192,7 @@ bool Scheduler::CheckStopConditions(Request* r) {
 }
 
 void Scheduler::RunPrefill(Request* r) {
-  auto logits = runner_->Prefill(r->slot, r->params.prompt, 0);
+  auto logits = Prefill(r->slot, r->params.prompt);
   if (!logits.ok()) {
     Finish(r, logits.status(), FinishReason::kStop);
     return;
@@ -152,7 +209,7 @@ void Scheduler::RunDecodeStep() {
     rows.push_back({r->slot, r->pending, static_cast<int64_t>(r->tokens.size()) - 1});
   }
   if (rows.empty()) return;
-  absl::Status s = runner_->Decode(rows, &logits_);
+  absl::Status s = Decode(rows);
   {
     absl::MutexLock lock(&mu_);
     ++stats_.decode_steps_total;

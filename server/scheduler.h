@@ -70,9 +70,21 @@ class RequestHandle {
   std::atomic<bool> cancelled_{false};
 };
 
+enum class IterationPhase { kPrefill, kDecode };
+
+// Called on the scheduler's thread around every model iteration (a prefill or a decode step): what the
+// profiler uses to record or check an iteration (server/model_profiler.h).
+class IterationHooks {
+ public:
+  virtual ~IterationHooks() = default;
+  virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
+  virtual void AfterIteration(const absl::Status& status) = 0;
+};
+
 struct SchedulerOptions {
-  int max_batch = 8;   // KV-cache slots = most requests generating at once
-  int max_queue = 64;  // requests waiting for a slot before Submit says RESOURCE_EXHAUSTED
+  int max_batch = 8;                // KV-cache slots = most requests generating at once
+  int max_queue = 64;               // requests waiting for a slot before Submit says RESOURCE_EXHAUSTED
+  IterationHooks* hooks = nullptr;  // must outlive the scheduler
 };
 
 struct SchedulerStats {
@@ -91,6 +103,10 @@ class Scheduler {
   ~Scheduler();  // Shutdown(absl::ZeroDuration())
 
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationParams params, GenerationSink* sink);
+  // Runs one iteration of this shape on free slots, with no request (its output is dropped), as soon as
+  // enough slots are free: what Reprofile's `now` uses to profile without waiting for traffic.
+  // INVALID_ARGUMENT if the shape cannot run here (batch above the slots, prompt beyond max_seq).
+  absl::Status RunIdleIteration(IterationPhase phase, int batch, int64_t prompt_len);
   // Stops accepting work, lets running and queued requests finish for up to `grace`, then finishes the
   // rest with UNAVAILABLE and joins the thread.
   void Shutdown(absl::Duration grace);
@@ -108,6 +124,14 @@ class Scheduler {
   void Finish(Request* r, absl::Status status, FinishReason reason);
   bool CheckStopConditions(Request* r);
   void RetireFinished();
+  struct IdleIteration {
+    IterationPhase phase;
+    int batch;
+    int64_t prompt_len;
+  };
+  void RunIdle(const IdleIteration& it);
+  absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens);
+  absl::Status Decode(absl::Span<const ModelRunner::DecodeRow> rows);
 
   ModelRunner* const runner_;
   const Tokenizer* const tokenizer_;
@@ -120,6 +144,7 @@ class Scheduler {
   absl::Time force_stop_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int active_count_ ABSL_GUARDED_BY(mu_) = 0;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+  std::deque<IdleIteration> idle_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the scheduler thread only.
   std::vector<std::unique_ptr<Request>> active_;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -24,6 +25,7 @@ DaemonProcess::~DaemonProcess() {
 }
 
 bool DaemonProcess::Start() {
+  std::filesystem::remove(dir_.Sub("port"));  // a restart must not read the last run's port
   // Two intra-op threads: ctest runs several daemons at once, and on a many-core host libtorch's default
   // (one thread per core each) oversubscribes the machine until tests time out.
   std::vector<std::string> argv = {AUTOUVMD_PATH,

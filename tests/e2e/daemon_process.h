@@ -35,6 +35,7 @@ class DaemonProcess {
   ~DaemonProcess();  // SIGKILL if still running
 
   // Spawns autouvmd and waits (up to 60 s) for it to report its port. False if it died or timed out.
+  // May be called again after the process exited (a restart on the same repository and state dir).
   bool Start();
   // Watches grpc.health.v1 until the overall status is `want` (up to `timeout_s`).
   bool WaitForHealth(grpc::health::v1::HealthCheckResponse::ServingStatus want, double timeout_s = 60);

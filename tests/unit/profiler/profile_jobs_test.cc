@@ -100,5 +100,67 @@ TEST_F(ProfileJobsTest, FailuresAndStalenessAreVisibleWithTheirReasons) {
   EXPECT_TRUE(jobs->ShouldRecord(key_));
 }
 
+std::vector<ProfileState> States(const ProfileStatus& s) {
+  std::vector<ProfileState> out;
+  for (const StateChange& c : s.history) out.push_back(c.state);
+  return out;
+}
+
+TEST_F(ProfileJobsTest, TheHistoryWalksFromUnprofiledToReadyAndThePlanIsStoredBeside) {
+  auto jobs = Jobs();
+  ASSERT_TRUE(jobs->ShouldRecord(key_));
+  jobs->Submit(key_, Trace(), 0);
+  jobs->Drain();
+  using S = ProfileState;
+  EXPECT_EQ(States(jobs->Status(key_)), (std::vector<S>{S::kUnprofiled, S::kRecording, S::kAnalyzing, S::kReady}));
+  auto plan = repo_->GetPlan(key_);
+  ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
+  autouvm::v1::Plan p;
+  ASSERT_TRUE(p.ParseFromString(**plan));
+  EXPECT_EQ(p.key().SerializeAsString(), key_.SerializeAsString());
+}
+
+TEST_F(ProfileJobsTest, AProfileFromTheStoreIsVerifiedOnceAndAMismatchMakesItStale) {
+  {
+    auto jobs = Jobs();
+    ASSERT_TRUE(jobs->ShouldRecord(key_));
+    jobs->Submit(key_, Trace(), 0);
+    jobs->Drain();
+    EXPECT_FALSE(jobs->ShouldVerify(key_));  // recorded here: nothing to check
+  }
+  auto jobs = Jobs();
+  EXPECT_FALSE(jobs->ShouldRecord(key_));
+  EXPECT_EQ(jobs->Status(key_).reason, "found in the profile store");
+  ASSERT_TRUE(jobs->ShouldVerify(key_));
+  EXPECT_FALSE(jobs->ShouldVerify(key_));  // once
+  jobs->Verify(key_, {"aten::mm#0", "aten::mm#1", "aten::mm#2"});
+  jobs->Drain();
+  EXPECT_EQ(jobs->Status(key_).state, ProfileState::kReady);
+  EXPECT_EQ(jobs->identity_mismatches(), 0);
+
+  jobs->Forget(key_);  // as after an import: read from the store again, checked again
+  EXPECT_FALSE(jobs->ShouldRecord(key_));
+  ASSERT_TRUE(jobs->ShouldVerify(key_));
+  jobs->Verify(key_, {"aten::mm#0", "aten::addmm#0", "aten::mm#1", "aten::mm#2"});
+  jobs->Drain();
+  const ProfileStatus s = jobs->Status(key_);
+  EXPECT_EQ(s.state, ProfileState::kStale);
+  EXPECT_EQ(s.reason,
+            "ops differ from the profile (3 of 4; first: op 1 ran aten::addmm#0, the profile has aten::mm#1)");
+  EXPECT_EQ(jobs->identity_mismatches(), 1);
+  EXPECT_EQ(jobs->mismatched_ops(), 3);
+  EXPECT_TRUE(jobs->ShouldRecord(key_));  // re-profiled at the next iteration
+}
+
+TEST_F(ProfileJobsTest, AKeyMarkedStaleWhileAnalysedRecordsAgain) {
+  auto jobs = Jobs();
+  ASSERT_TRUE(jobs->ShouldRecord(key_));
+  jobs->Submit(key_, Trace(), 0);
+  jobs->MarkStale(key_, "reprofile requested");
+  jobs->Drain();
+  EXPECT_EQ(jobs->Status(key_).state, ProfileState::kStale);
+  EXPECT_TRUE(jobs->ShouldRecord(key_));
+}
+
 }  // namespace
 }  // namespace autouvm::profiler

@@ -181,5 +181,24 @@ TEST(ServerConfigTest, LoadReadsFileAndNamesItInErrors) {
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("server.lisen"));
 }
 
+TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
+  auto c = ParseServerConfig(EmbeddedDefaultConfig(), kOrigin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->gpu, "h200-pcie5");
+  EXPECT_TRUE(c->profiling);
+  EXPECT_EQ(c->admin_token_file, "");
+  EXPECT_EQ(c->model_defaults.policy, "autouvm");
+  EXPECT_EQ(c->model_defaults.DeviceBudgetBytes(1000), 900);  // a fraction of the GPU
+  auto bytes = ParseServerConfig("models: {m: {device_budget: 4294967296, policy: stock}}\n", kOrigin);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->SettingsFor("m").DeviceBudgetBytes(1000), int64_t{4} << 30);  // bytes
+  EXPECT_EQ(bytes->SettingsFor("m").policy, "stock");
+  ExpectInvalid("model_defaults: {policy: fastest}\n", "model_defaults.policy");
+  ExpectInvalid("models: {m: {device_budget: 12}}\n", "models.m.device_budget");
+  ExpectInvalid("runtime: {gpu: h900}\n", "runtime.gpu");
+  ExpectInvalid("profiler: {enabled: maybe}\n", "profiler.enabled");
+  ExpectInvalid("admin: {token: x}\n", "admin.token");
+}
+
 }  // namespace
 }  // namespace autouvm::server

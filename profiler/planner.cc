@@ -1,0 +1,145 @@
+#include "profiler/planner.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace autouvm::profiler {
+namespace {
+
+// Per op, the distinct tensors it touches (indices into `reuse`).
+std::vector<std::vector<int>> TouchedPerOp(const runtime::AccessTrace& trace,
+                                           const std::unordered_map<std::string, int>& index) {
+  std::vector<std::vector<int>> touched(trace.ops.size());
+  for (size_t i = 0; i < trace.ops.size(); ++i) {
+    for (const auto* list : {&trace.ops[i].reads, &trace.ops[i].writes}) {
+      for (const runtime::TensorUse& u : *list) {
+        auto it = index.find(u.id);
+        if (it == index.end()) continue;
+        auto& t = touched[i];
+        if (std::find(t.begin(), t.end(), it->second) == t.end()) t.push_back(it->second);
+      }
+    }
+  }
+  return touched;
+}
+
+}  // namespace
+
+// Note [Pinned partition]: every iteration touches the same tensors in the same order, so the access
+// sequence is a loop. When the loop's bytes exceed the device, LRU (and the driver's FIFO) evicts each
+// tensor just before it is needed again and moves everything every iteration; what Belady's optimal
+// replacement does on a loop is keep a fixed part resident and stream the rest. The plan therefore
+// sets aside a window — twice the bytes of the op that touches the most, so one op's tensors arrive
+// while the previous op's are used — and pins, within the rest of the budget, the tensors that would
+// cost most to stream per byte: those fetched more than once per iteration (uses further apart than
+// the window holds) first, then by first use, so the start of the iteration, where no look-ahead can
+// hide a fetch, is resident. Each streamed tensor is fetched for its op, issued as early as the window
+// allows: as far back (wrapping into the previous iteration) as the fetches queued up to it still fit.
+autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes) {
+  autouvm::v1::Plan plan;
+  *plan.mutable_key() = key;
+  plan.set_budget_bytes(budget_bytes);
+  if (key.policy() == "stock") return plan;
+
+  const int64_t n = static_cast<int64_t>(trace.ops.size());
+  std::unordered_map<std::string, int> index;
+  int64_t total = 0;
+  for (size_t t = 0; t < reuse.size(); ++t) {
+    index[reuse[t].id()] = static_cast<int>(t);
+    total += reuse[t].bytes();
+  }
+  const std::vector<std::vector<int>> touched = TouchedPerOp(trace, index);
+  std::vector<bool> pinned(reuse.size(), false);
+  if (total <= budget_bytes) {
+    std::fill(pinned.begin(), pinned.end(), true);
+  } else {
+    int64_t widest = 0;
+    for (const auto& op : touched) {
+      int64_t b = 0;
+      for (int t : op) b += reuse[static_cast<size_t>(t)].bytes();
+      widest = std::max(widest, b);
+    }
+    const int64_t window = std::min(2 * widest, budget_bytes / 2);
+    plan.set_window_bytes(window);
+    // Bytes each op touches, as prefix sums: what passes through the window between two uses.
+    std::vector<int64_t> prefix(static_cast<size_t>(n) + 1, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t b = 0;
+      for (int t : touched[static_cast<size_t>(i)]) b += reuse[static_cast<size_t>(t)].bytes();
+      prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + b;
+    }
+    std::vector<int> fetches(reuse.size(), 1);
+    std::vector<int64_t> last(reuse.size(), -1);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int t : touched[static_cast<size_t>(i)]) {
+        const int64_t prev = last[static_cast<size_t>(t)];
+        if (prev >= 0 && prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(prev) + 1] > window)
+          ++fetches[static_cast<size_t>(t)];
+        last[static_cast<size_t>(t)] = i;
+      }
+    }
+    std::vector<int> order(reuse.size());
+    for (size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      if (fetches[static_cast<size_t>(a)] != fetches[static_cast<size_t>(b)])
+        return fetches[static_cast<size_t>(a)] > fetches[static_cast<size_t>(b)];
+      return reuse[static_cast<size_t>(a)].first_use() < reuse[static_cast<size_t>(b)].first_use();
+    });
+    int64_t room = budget_bytes - window;
+    for (int t : order) {
+      const int64_t b = reuse[static_cast<size_t>(t)].bytes();
+      if (b <= room) {
+        pinned[static_cast<size_t>(t)] = true;
+        room -= b;
+      }
+    }
+    // Fetches: a streamed tensor is fetched at its first use, and again at a use the window has not
+    // kept it for.
+    std::vector<int64_t> need(static_cast<size_t>(n), 0);
+    std::fill(last.begin(), last.end(), -1);
+    for (int64_t i = 0; i < n; ++i) {
+      autouvm::v1::Prefetch f;
+      for (int t : touched[static_cast<size_t>(i)]) {
+        if (pinned[static_cast<size_t>(t)]) continue;
+        const int64_t prev = last[static_cast<size_t>(t)];
+        last[static_cast<size_t>(t)] = i;
+        if (prev >= 0 && prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(prev) + 1] <= window) continue;
+        f.add_tensors(reuse[static_cast<size_t>(t)].id());
+        f.set_bytes(f.bytes() + reuse[static_cast<size_t>(t)].bytes());
+      }
+      if (f.tensors_size() == 0) continue;
+      f.set_for_op(i);
+      need[static_cast<size_t>(i)] = f.bytes();
+      *plan.add_prefetches() = std::move(f);
+    }
+    for (autouvm::v1::Prefetch& f : *plan.mutable_prefetches()) {
+      // Walk back while everything fetched for ops issue..for_op still fits in the window.
+      int64_t queued = f.bytes(), issue = f.for_op();
+      for (int64_t step = 1; step < n; ++step) {
+        const int64_t j = ((f.for_op() - step) % n + n) % n;
+        if (queued + need[static_cast<size_t>(j)] > window) break;
+        queued += need[static_cast<size_t>(j)];
+        issue = j;
+      }
+      f.set_issue_at_op(issue);
+      plan.set_streamed_bytes(plan.streamed_bytes() + f.bytes());
+    }
+  }
+  for (size_t t = 0; t < reuse.size(); ++t) {
+    if (!pinned[t]) continue;
+    plan.add_pinned(reuse[t].id());
+    plan.set_pinned_bytes(plan.pinned_bytes() + reuse[t].bytes());
+  }
+  return plan;
+}
+
+Residency PinnedResidency(const autouvm::v1::Plan& plan) {
+  auto ids = std::make_shared<std::unordered_set<std::string>>(plan.pinned().begin(), plan.pinned().end());
+  return [ids](const std::string& id) { return ids->count(id) > 0; };
+}
+
+}  // namespace autouvm::profiler

@@ -1,0 +1,30 @@
+// Planner: from a recorded iteration, what stays on the device and when the rest is fetched — the Plan
+// the executor follows and the residency the profile is classified under.
+//
+//   std::vector<TensorReuse> reuse = ReuseDistances(trace);
+//   autouvm::v1::Plan plan = MakePlan(key, trace, reuse, budget_bytes);
+//   Classify(trace, spec, PinnedResidency(plan), &profile);
+//
+// Policies: `stock` plans nothing (the driver alone decides); `autouvm` pins a fixed partition and
+// streams the rest through a window (Note [Pinned partition]); `paper` gets the same plan, which the
+// executor (issue 5) follows with the paper's rules.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "autouvm/v1/profile.pb.h"
+#include "profiler/roofline.h"
+#include "runtime/access_trace.h"
+
+namespace autouvm::profiler {
+
+autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes);
+
+// Resident = pinned by the plan.
+Residency PinnedResidency(const autouvm::v1::Plan& plan);
+
+}  // namespace autouvm::profiler

@@ -1,0 +1,73 @@
+// ModelProfiler: one served model's link to the profiler. The scheduler calls it around every iteration
+// (IterationHooks); it maps the iteration to its ProfileKey — {model digest, phase, shape bucket, GPU
+// spec, device budget, policy} — and, when the profiling jobs ask for it, records the iteration through
+// the process's Observer (or observes its op names to check a stored profile) and hands the result over.
+// It never waits: if another model holds the observer, this iteration runs unobserved and the key is
+// taken up at a later one.
+//
+//   IterationObserver observer(std::move(obs));                  // one per process (the daemon's)
+//   ModelProfiler profiler(identity, &jobs, &observer);          // one per model
+//   options.hooks = &profiler;                                   // SchedulerOptions
+//
+// Thread-safety: the hooks are called on the model's scheduler thread; Key may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "autouvm/v1/profile.pb.h"
+#include "profiler/profile_jobs.h"
+#include "runtime/observer.h"
+#include "server/scheduler.h"
+
+namespace autouvm::server {
+
+// The process's Observer, lent to one iteration at a time (its recording state is not per thread).
+class IterationObserver {
+ public:
+  explicit IterationObserver(std::unique_ptr<runtime::Observer> observer) : observer_(std::move(observer)) {}
+  runtime::Observer* observer() const { return observer_.get(); }
+  bool TryAcquire() { return mu_.TryLock(); }
+  void Release() { mu_.Unlock(); }
+
+ private:
+  std::unique_ptr<runtime::Observer> observer_;
+  absl::Mutex mu_;
+};
+
+// What a model's profile keys are made of, besides the shape.
+struct ProfileIdentity {
+  std::string model_digest;
+  std::string gpu;
+  int64_t device_budget_bytes = 0;
+  std::string policy;
+};
+
+class ModelProfiler final : public IterationHooks, private runtime::OpSubscriber {
+ public:
+  ModelProfiler(ProfileIdentity identity, profiler::ProfileJobs* jobs, IterationObserver* observer);
+  ~ModelProfiler() override;
+
+  autouvm::v1::ProfileKey Key(IterationPhase phase, int batch, int64_t prompt_len) const;
+  const ProfileIdentity& identity() const { return identity_; }
+
+  void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) override;
+  void AfterIteration(const absl::Status& status) override;
+
+ private:
+  void OnOp(const runtime::OpEvent& op) override;
+
+  enum class Mode { kNone, kRecord, kVerify };
+  const ProfileIdentity identity_;
+  profiler::ProfileJobs* const jobs_;
+  IterationObserver* const observer_;
+  // The iteration in progress (scheduler thread only).
+  Mode mode_ = Mode::kNone;
+  autouvm::v1::ProfileKey key_;
+  std::vector<std::string> kernels_;
+  double started_ = 0;
+};
+
+}  // namespace autouvm::server

@@ -1,0 +1,414 @@
+// End-to-end: profiling on the real daemon — the first request of a shape is served while it is
+// profiled in the background; the profile survives a restart, is rebuilt when damaged on disk or when
+// it no longer matches the ops the model runs, is re-made on Reprofile; the database stays consistent
+// through kill -9; profiles move between daemons as bundles; admin calls need the token when one is set;
+// a profile store that cannot be opened leaves the daemon serving, with a health detail.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "profiler/profile_codec.h"
+#include "profiler/profile_key.h"
+#include "profiler/profile_store.h"
+#include "server/llama_builder.h"
+#include "tests/e2e/daemon_process.h"
+#include "tests/testing/temp_dir.h"
+
+namespace autouvm::testing {
+namespace {
+
+using autouvm::v1::GetProfileRequest;
+using autouvm::v1::GetProfileResponse;
+using autouvm::v1::ProfileState;
+using grpc::health::v1::HealthCheckResponse;
+
+constexpr char kModel[] = "tiny-llama";
+
+grpc::Status Generate(DaemonProcess& d, const std::string& text, uint32_t max_tokens) {
+  autouvm::v1::GenerateRequest r;
+  r.set_model(kModel);
+  r.set_text(text);
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  autouvm::v1::GenerateResponse resp;
+  grpc::Status s = d.generation()->Generate(&ctx, r, &resp);
+  if (s.ok() && resp.usage().completion_tokens() != max_tokens) return {grpc::StatusCode::INTERNAL, "short completion"};
+  return s;
+}
+
+autouvm::v1::ShapeBucket Decode(int batch) {
+  autouvm::v1::ShapeBucket s;
+  s.set_phase(autouvm::v1::PHASE_DECODE);
+  s.set_batch(batch);
+  return s;
+}
+
+// Calls an Admin method with an optional bearer token.
+template <typename Req, typename Resp, typename Method>
+grpc::Status Call(DaemonProcess& d, Method method, const Req& req, Resp* resp, const std::string& token = "") {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  return (d.admin()->*method)(&ctx, req, resp);
+}
+
+GetProfileResponse Profile(DaemonProcess& d, const autouvm::v1::ShapeBucket& shape, bool full = false) {
+  GetProfileRequest req;
+  req.set_model(kModel);
+  *req.mutable_shape() = shape;
+  req.set_include_profile(full);
+  GetProfileResponse resp;
+  grpc::Status s = Call(d, &autouvm::v1::Admin::Stub::GetProfile, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
+autouvm::v1::ServerStatus Server(DaemonProcess& d) {
+  autouvm::v1::ServerStatus resp;
+  grpc::Status s = Call(d, &autouvm::v1::Admin::Stub::GetServerStatus, autouvm::v1::GetServerStatusRequest(), &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
+// Polls (every 20 ms, up to 60 s) until `done`; the background analysis has no event a client can wait on.
+bool Eventually(const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+bool Ready(DaemonProcess& d, const autouvm::v1::ShapeBucket& shape) {
+  return Profile(d, shape).summary().state() == autouvm::v1::PROFILE_STATE_READY;
+}
+
+std::vector<ProfileState> History(const autouvm::v1::ProfileSummary& s) {
+  std::vector<ProfileState> out;
+  for (const auto& h : s.history()) out.push_back(h.state());
+  return out;
+}
+
+void StartServing(DaemonProcess& d) {
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+}
+
+void Restart(DaemonProcess& d) {
+  d.Signal(SIGTERM);
+  ASSERT_EQ(d.Wait(), 0) << d.Log();
+  StartServing(d);
+}
+
+// Profiles the decode (batch 1) and prefill shapes of one short request and waits for both.
+void ProfileOnce(DaemonProcess& d) {
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(1)); })) << Profile(d, Decode(1)).DebugString();
+}
+
+using S = ProfileState;
+constexpr S kUnprofiled = autouvm::v1::PROFILE_STATE_UNPROFILED, kRecording = autouvm::v1::PROFILE_STATE_RECORDING,
+            kAnalyzing = autouvm::v1::PROFILE_STATE_ANALYZING, kReady = autouvm::v1::PROFILE_STATE_READY,
+            kStale = autouvm::v1::PROFILE_STATE_STALE;
+
+TEST(ProfileE2E, TheFirstRequestIsServedWhileItsShapesAreProfiledInTheBackground) {
+  DaemonProcess d;
+  StartServing(d);
+  const GetProfileResponse before = Profile(d, Decode(1));
+  EXPECT_EQ(before.summary().state(), kUnprofiled);
+  EXPECT_FALSE(before.summary().stored());
+
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());  // served in full, not held for profiling
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(1)); }));
+  const GetProfileResponse after = Profile(d, Decode(1), /*full=*/true);
+  EXPECT_EQ(History(after.summary()), (std::vector<S>{kUnprofiled, kRecording, kAnalyzing, kReady}));
+  EXPECT_TRUE(after.summary().stored());
+  EXPECT_GT(after.summary().ops(), 20);
+  EXPECT_EQ(after.summary().ops(), after.profile().trace().ops_size());
+  EXPECT_GT(after.summary().bytes_per_iteration(), 0);
+  // The tiny model fits the budget (0.9 of an H200): the plan pins all of it and streams nothing.
+  EXPECT_EQ(after.summary().pinned_bytes(), after.summary().bytes_per_iteration());
+  EXPECT_EQ(after.summary().streamed_bytes(), 0);
+  EXPECT_EQ(after.summary().link_bound_ops(), 0);
+  EXPECT_EQ(after.plan().key().SerializeAsString(), after.summary().profile_key().SerializeAsString());
+  EXPECT_GT(after.summary().profiling_seconds(), 0);
+
+  // GetModelStatus lists the shapes seen: the prefill bucket of the prompt and decode batch 1.
+  autouvm::v1::GetModelStatusRequest sreq;
+  sreq.set_model(kModel);
+  autouvm::v1::ModelStatus status;
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::GetModelStatus, sreq, &status).ok());
+  ASSERT_TRUE(Eventually([&] {
+    autouvm::v1::ModelStatus st;
+    Call(d, &autouvm::v1::Admin::Stub::GetModelStatus, sreq, &st);
+    int ready = 0;
+    for (const auto& p : st.profiles()) ready += p.state() == kReady;
+    status = st;
+    return ready == 2;
+  })) << status.DebugString();
+  EXPECT_EQ(status.model_digest().size(), 64u);
+  EXPECT_EQ(status.policy(), "autouvm");
+  bool prefill = false;
+  for (const auto& p : status.profiles()) prefill |= p.profile_key().phase() == autouvm::v1::PHASE_PREFILL;
+  EXPECT_TRUE(prefill);
+}
+
+TEST(ProfileE2E, ARestartKeepsTheProfileAndChecksItInsteadOfProfilingAgain) {
+  DaemonProcess d;
+  StartServing(d);
+  ProfileOnce(d);
+  const int64_t created = Profile(d, Decode(1)).summary().created_unix_ms();
+  Restart(d);
+  EXPECT_EQ(Profile(d, Decode(1)).summary().state(), kReady);  // stored, not seen yet
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());  // the first use of the stored profile observes its ops
+  const auto s = Profile(d, Decode(1)).summary();
+  EXPECT_EQ(History(s), (std::vector<S>{kUnprofiled, kReady}));
+  EXPECT_EQ(s.history(1).reason(), "found in the profile store");
+  EXPECT_EQ(s.created_unix_ms(), created);
+  EXPECT_EQ(Server(d).identity_mismatches_total(), 0u);
+}
+
+TEST(ProfileE2E, ReprofileMakesANewProfileAtTheNextRequestOrAtOnce) {
+  DaemonProcess d;
+  StartServing(d);
+  ProfileOnce(d);
+  const int64_t first = Profile(d, Decode(1)).summary().created_unix_ms();
+
+  autouvm::v1::ReprofileRequest req;
+  req.set_model(kModel);
+  *req.mutable_shape() = Decode(1);
+  autouvm::v1::ReprofileResponse resp;
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp).ok());
+  ASSERT_EQ(resp.profiles_size(), 1);
+  EXPECT_EQ(resp.profiles(0).state(), kStale);
+  EXPECT_EQ(Profile(d, Decode(1)).summary().state(), kStale);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a later created_unix_ms
+  ASSERT_TRUE(Generate(d, "hello", 2).ok());
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(1)); }));
+  const int64_t second = Profile(d, Decode(1)).summary().created_unix_ms();
+  EXPECT_GT(second, first);
+
+  // With `now`, on an idle slot without any request: decode batch 2, never seen before, and all shapes.
+  *req.mutable_shape() = Decode(2);
+  req.set_now(true);
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp).ok());
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(2)); })) << Profile(d, Decode(2)).DebugString();
+  req.clear_shape();
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp).ok());
+  EXPECT_EQ(resp.profiles_size(), 3);  // prefill bucket, decode b1, decode b2
+  ASSERT_TRUE(Eventually([&] {
+    autouvm::v1::ListProfilesRequest lreq;
+    autouvm::v1::ListProfilesResponse list;
+    Call(d, &autouvm::v1::Admin::Stub::ListProfiles, lreq, &list);
+    int ready = 0;
+    for (const auto& p : list.profiles()) ready += p.state() == kReady && p.created_unix_ms() > second;
+    return ready == 3;
+  }));
+
+  // Errors: an unknown model; a shape the model cannot run.
+  req.set_model("nope");
+  grpc::Status s = Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  req.set_model(kModel);
+  *req.mutable_shape() = Decode(1000);
+  s = Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("shape.batch"), std::string::npos) << s.error_message();
+}
+
+TEST(ProfileE2E, ReprofileWhileTheModelLoadsIsAFailedPrecondition) {
+  DaemonProcess d({.generate_default_model = false});
+  // model.yaml is a FIFO: loading blocks on it until the test writes the text.
+  ASSERT_TRUE(server::WriteLlamaModel(server::DefaultTinyModelConfig(kModel), 3, d.repository()).ok());
+  const std::string yaml = d.repository() + "/" + kModel + "/model.yaml";
+  std::ifstream in(yaml);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(yaml);
+  ASSERT_EQ(mkfifo(yaml.c_str(), 0644), 0);
+  ASSERT_TRUE(d.Start()) << d.Log();
+  autouvm::v1::ReprofileRequest req;
+  req.set_model(kModel);
+  autouvm::v1::ReprofileResponse resp;
+  grpc::Status s;
+  ASSERT_TRUE(Eventually([&] {
+    s = Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp);
+    return s.error_code() != grpc::StatusCode::NOT_FOUND;  // listed once the repository is scanned
+  })) << s.error_message()
+      << d.Log();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("loading"), std::string::npos) << s.error_message();
+  std::ofstream(yaml) << text;
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+}
+
+TEST(ProfileE2E, ADamagedEntryOnDiskIsDetectedCountedAndRebuilt) {
+  DaemonProcess d;
+  StartServing(d);
+  ProfileOnce(d);
+  const std::string key = Profile(d, Decode(1)).summary().key();
+  d.Signal(SIGTERM);
+  ASSERT_EQ(d.Wait(), 0) << d.Log();
+  {
+    auto store = profiler::OpenRocksDbProfileStore(d.state_dir() + "/profiles");
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto value = (*store)->Get(profiler::Family::kProfiles, key);
+    ASSERT_TRUE(value.ok() && value->has_value());
+    std::string damaged = **value;
+    damaged[damaged.size() / 2] ^= 0x40;  // one flipped bit in the payload
+    ASSERT_TRUE((*store)->Write({{profiler::Family::kProfiles, key, damaged}}).ok());
+  }
+  StartServing(d);
+  GetProfileRequest req;
+  req.set_model(kModel);
+  req.set_key(key);
+  GetProfileResponse resp;
+  grpc::Status s = Call(d, &autouvm::v1::Admin::Stub::GetProfile, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());  // still served; the key is profiled again
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(1)); }));
+  EXPECT_EQ(History(Profile(d, Decode(1)).summary()), (std::vector<S>{kUnprofiled, kRecording, kAnalyzing, kReady}));
+  EXPECT_NE(Profile(d, Decode(1)).summary().history(1).reason().find("checksum"), std::string::npos);
+  EXPECT_GE(Server(d).corrupt_profiles_total(), 1u);
+  EXPECT_TRUE(Call(d, &autouvm::v1::Admin::Stub::GetProfile, req, &resp).ok());
+}
+
+TEST(ProfileE2E, AProfileWhoseOpsDoNotMatchTheModelIsMadeStaleAndRebuilt) {
+  DaemonProcess d;
+  StartServing(d);
+  ProfileOnce(d);
+  autouvm::v1::ExportProfilesRequest ereq;
+  autouvm::v1::ProfileBundle bundle;
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::ExportProfiles, ereq, &bundle).ok());
+  const std::string key = Profile(d, Decode(1)).summary().key();
+  // A profile of the right key whose third op is another one (as after a libtorch upgrade).
+  for (auto& e : *bundle.mutable_entries()) {
+    if (e.key() != key) continue;
+    auto p = profiler::OpenValue<autouvm::v1::Profile>(e.profile(), "profile");
+    ASSERT_TRUE(p.ok());
+    p->mutable_trace()->mutable_ops(2)->set_kernel("aten::bogus#0");
+    e.set_profile(profiler::SealValue(*p));
+  }
+  autouvm::v1::ImportProfilesRequest ireq;
+  *ireq.mutable_bundle() = bundle;
+  ireq.set_overwrite(true);
+  autouvm::v1::ImportProfilesResponse iresp;
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::ImportProfiles, ireq, &iresp).ok());
+  EXPECT_EQ(iresp.imported(), bundle.entries_size());
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());  // looks the key up again, observes, finds the mismatch
+  ASSERT_TRUE(Eventually([&] { return Server(d).identity_mismatches_total() == 1; }));
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());  // records again
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(1)); }));
+  const auto s = Profile(d, Decode(1)).summary();
+  EXPECT_EQ(History(s), (std::vector<S>{kUnprofiled, kReady, kStale, kRecording, kAnalyzing, kReady}));
+  EXPECT_NE(s.history(2).reason().find("op 2 ran"), std::string::npos) << s.history(2).reason();
+}
+
+TEST(ProfileE2E, KillNineWhileProfilingLeavesAConsistentDatabase) {
+  DaemonProcess d;
+  // Several rounds, each killed at a different moment of profiling new shapes (prefill buckets).
+  for (int round = 0; round < 4; ++round) {
+    StartServing(d);
+    std::thread load([&] { (void)Generate(d, std::string(static_cast<size_t>(4 << round), 'x'), 3); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(15 * round));
+    d.Signal(SIGKILL);
+    load.join();
+    d.Wait();
+    // Dead: open the database as the daemon would, and check every entry.
+    auto store = profiler::OpenRocksDbProfileStore(d.state_dir() + "/profiles");
+    ASSERT_TRUE(store.ok()) << "round " << round << ": " << store.status();
+    auto profiles = (*store)->List(profiler::Family::kProfiles, "");
+    auto plans = (*store)->List(profiler::Family::kPlans, "");
+    ASSERT_TRUE(profiles.ok() && plans.ok());
+    ASSERT_EQ(profiles->size(), plans->size()) << "round " << round;  // written together or not at all
+    for (size_t i = 0; i < profiles->size(); ++i) {
+      EXPECT_EQ((*profiles)[i].key, (*plans)[i].key);
+      EXPECT_TRUE(profiler::OpenValue<autouvm::v1::Profile>((*profiles)[i].value, "profile").ok());
+      EXPECT_TRUE(profiler::OpenValue<autouvm::v1::Plan>((*plans)[i].value, "plan").ok());
+    }
+  }
+  StartServing(d);  // and the daemon serves on it, profiling what is missing
+  ProfileOnce(d);
+  EXPECT_TRUE(Server(d).health_details().empty());
+}
+
+TEST(ProfileE2E, ProfilesExportedFromOneDaemonMakeAnotherStartReady) {
+  DaemonProcess a;
+  StartServing(a);
+  ProfileOnce(a);
+  autouvm::v1::ExportProfilesRequest ereq;
+  ereq.set_model(kModel);
+  autouvm::v1::ProfileBundle bundle;
+  ASSERT_TRUE(Call(a, &autouvm::v1::Admin::Stub::ExportProfiles, ereq, &bundle).ok());
+  ASSERT_GE(bundle.entries_size(), 2);  // the prefill bucket and decode b1
+
+  DaemonProcess b;
+  StartServing(b);
+  autouvm::v1::ImportProfilesRequest ireq;
+  *ireq.mutable_bundle() = bundle;
+  // One tampered entry besides: refused with its key named, the others imported.
+  autouvm::v1::BundleEntry bad = bundle.entries(0);
+  bad.set_key(bad.key() + "x");
+  *ireq.mutable_bundle()->add_entries() = bad;
+  autouvm::v1::ImportProfilesResponse iresp;
+  ASSERT_TRUE(Call(b, &autouvm::v1::Admin::Stub::ImportProfiles, ireq, &iresp).ok());
+  EXPECT_EQ(iresp.imported(), bundle.entries_size());
+  ASSERT_EQ(iresp.errors_size(), 1);
+  EXPECT_EQ(iresp.errors(0).rfind(bad.key() + ": ", 0), 0u) << iresp.errors(0);
+  // Again without overwrite: everything is there already.
+  ASSERT_TRUE(Call(b, &autouvm::v1::Admin::Stub::ImportProfiles, ireq, &iresp).ok());
+  EXPECT_EQ(iresp.skipped(), bundle.entries_size());
+
+  ASSERT_TRUE(Generate(b, "hello", 4).ok());
+  ASSERT_TRUE(Generate(b, "hello", 4).ok());
+  const auto s = Profile(b, Decode(1)).summary();
+  EXPECT_EQ(History(s), (std::vector<S>{kUnprofiled, kReady}));  // never recorded on b
+  EXPECT_EQ(s.created_unix_ms(), Profile(a, Decode(1)).summary().created_unix_ms());
+  ASSERT_TRUE(Eventually([&] { return Profile(b, Decode(1)).summary().state() == kReady; }));
+  EXPECT_EQ(Server(b).identity_mismatches_total(), 0u);
+}
+
+TEST(ProfileE2E, AdminCallsNeedTheTokenWhenOneIsSet) {
+  TempDir dir;
+  std::ofstream(dir.Sub("token")) << "s3cret\n";
+  DaemonProcess d({.config_yaml = "admin: {token_file: " + dir.Sub("token") + "}"});
+  StartServing(d);
+  autouvm::v1::ListModelsRequest req;
+  autouvm::v1::ListModelsResponse resp;
+  EXPECT_EQ(Call(d, &autouvm::v1::Admin::Stub::ListModels, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Call(d, &autouvm::v1::Admin::Stub::ListModels, req, &resp, "wrong").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Call(d, &autouvm::v1::Admin::Stub::ListModels, req, &resp, "s3cret").error_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(resp.models_size(), 1);
+  autouvm::v1::ServerStatus st;
+  EXPECT_TRUE(
+      Call(d, &autouvm::v1::Admin::Stub::GetServerStatus, autouvm::v1::GetServerStatusRequest(), &st, "s3cret").ok());
+  EXPECT_TRUE(st.admin_auth());
+  EXPECT_TRUE(Generate(d, "hello", 2).ok());  // generation is not an admin call
+}
+
+TEST(ProfileE2E, AProfileStoreThatCannotBeOpenedLeavesTheDaemonServingInMemory) {
+  DaemonProcess d;
+  std::filesystem::create_directories(d.state_dir());
+  std::ofstream(d.state_dir() + "/profiles") << "not a directory";
+  StartServing(d);
+  ProfileOnce(d);  // profiles still work, in memory
+  const auto st = Server(d);
+  EXPECT_EQ(st.profile_store(), "memory");
+  ASSERT_EQ(st.health_details_size(), 1);
+  EXPECT_NE(st.health_details(0).find("profile store"), std::string::npos) << st.health_details(0);
+  EXPECT_NE(st.health_details(0).find(d.state_dir() + "/profiles"), std::string::npos) << st.health_details(0);
+}
+
+}  // namespace
+}  // namespace autouvm::testing
