@@ -22,6 +22,7 @@ void PrintServerStatus(const autouvm::v1::ServerStatus& status) {
   line("admin_auth", status.admin_auth() ? "true" : "false");
   line("corrupt_profiles_total", status.corrupt_profiles_total());
   line("identity_mismatches_total", status.identity_mismatches_total());
+  line("mismatched_ops_total", status.mismatched_ops_total());
   for (const std::string& detail : status.health_details()) line("health_detail", detail);
   std::cout.flush();
 }

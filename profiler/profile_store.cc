@@ -46,11 +46,11 @@ class RocksDbStore final : public ProfileStore {
   absl::Status Write(const std::vector<StoreEntry>& entries) override {
     rocksdb::WriteBatch batch;
     for (const auto& e : entries) batch.Put(Handle(e.family), e.key, e.value);
-    return FromRocks(db_->Write(SyncWrite(), &batch), absl::StrCat("writing ", dir_));
+    return FromRocks(db_->Write(WalWrite(), &batch), absl::StrCat("writing ", dir_));
   }
 
   absl::Status Delete(Family family, std::string_view key) override {
-    return FromRocks(db_->Delete(SyncWrite(), Handle(family), rocksdb::Slice(key.data(), key.size())),
+    return FromRocks(db_->Delete(WalWrite(), Handle(family), rocksdb::Slice(key.data(), key.size())),
                      absl::StrCat("deleting from ", dir_));
   }
 
@@ -68,9 +68,14 @@ class RocksDbStore final : public ProfileStore {
   std::string Describe() const override { return absl::StrCat("rocksdb ", dir_); }
 
  private:
-  static rocksdb::WriteOptions SyncWrite() {
+  // Note [Unsynced writes]: every batch goes to the write-ahead log with write(2) before Write returns,
+  // so a process killed at any point (kill -9, OOM) leaves the batch whole or absent on restart; RocksDB's
+  // recovery drops a torn log tail. The batch is not fsync'ed: a power loss may forget the last profiles,
+  // which only costs profiling them again, while an fsync per profile stalled the iterations served
+  // meanwhile by about one iteration on CI's 2-core VM (bench/results/2026-11-29-profiling-cost.md).
+  static rocksdb::WriteOptions WalWrite() {
     rocksdb::WriteOptions o;
-    o.sync = true;  // profiles are written rarely and must survive a crash right after
+    o.sync = false;
     return o;
   }
   // handles_[0] is the default family; ours follow in Family order.

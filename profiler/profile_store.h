@@ -32,7 +32,8 @@ class ProfileStore {
  public:
   virtual ~ProfileStore() = default;
   virtual absl::StatusOr<std::optional<std::string>> Get(Family family, std::string_view key) const = 0;
-  // All entries become visible together or not at all; durable once this returns OK.
+  // All entries become visible together or not at all; once this returns OK they survive the process
+  // being killed (not necessarily a power loss: Note [Unsynced writes] in profile_store.cc).
   virtual absl::Status Write(const std::vector<StoreEntry>& entries) = 0;
   virtual absl::Status Delete(Family family, std::string_view key) = 0;
   // Every entry of `family` whose key starts with `prefix`, in key order.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace autouvm::profiler {
 
@@ -35,27 +34,52 @@ std::vector<autouvm::v1::TensorReuse> ReuseDistances(const runtime::AccessTrace&
       }
     }
   }
+  // Note [Stack distances]: the distinct bytes between two uses are a distinct-elements range query over
+  // the sequence unrolled twice (so a gap can wrap into the next iteration). Sweeping it left to right,
+  // a Fenwick tree holds each tensor's bytes at its latest touch only; the bytes in [l, r] once the sweep
+  // reaches r are then exactly those of the distinct tensors touched there. O(touches · log n).
+  struct Query {
+    int64_t l, r;
+    size_t tensor;
+  };
+  std::vector<Query> queries;
   for (size_t t = 0; t < out.size(); ++t) {
     const std::vector<int64_t>& at = uses[t];
     out[t].set_uses(static_cast<int32_t>(at.size()));
-    int64_t max_gap = 0, max_stack = 0;
+    int64_t max_gap = 0;
     for (size_t k = 0; k < at.size(); ++k) {
       // From this use to the next one, the last use wrapping to the first of the next iteration.
       const int64_t from = at[k], to = k + 1 < at.size() ? at[k + 1] : at[0] + n;
       max_gap = std::max(max_gap, to - from - 1);
-      std::unordered_set<int> between;
-      int64_t bytes = 0;
-      for (int64_t j = from + 1; j < to; ++j) {
-        for (int other : touched[static_cast<size_t>(j % n)]) {
-          if (other != static_cast<int>(t) && between.insert(other).second)
-            bytes += out[static_cast<size_t>(other)].bytes();
-        }
-      }
-      max_stack = std::max(max_stack, bytes);
+      if (to - from > 1) queries.push_back({from + 1, to - 1, t});
     }
     out[t].set_max_gap_ops(max_gap);
-    out[t].set_max_stack_bytes(max_stack);
   }
+  std::sort(queries.begin(), queries.end(), [](const Query& a, const Query& b) { return a.r < b.r; });
+  std::vector<int64_t> tree(static_cast<size_t>(2 * n) + 1, 0);  // Fenwick, 1-based
+  auto add = [&](int64_t pos, int64_t v) {
+    for (int64_t i = pos + 1; i <= 2 * n; i += i & -i) tree[static_cast<size_t>(i)] += v;
+  };
+  auto prefix = [&](int64_t pos) {  // sum over [0, pos]
+    int64_t sum = 0;
+    for (int64_t i = pos + 1; i > 0; i -= i & -i) sum += tree[static_cast<size_t>(i)];
+    return sum;
+  };
+  std::vector<int64_t> last(out.size(), -1), max_stack(out.size(), 0);
+  size_t q = 0;
+  for (int64_t p = 0; p < 2 * n && q < queries.size(); ++p) {
+    for (int u : touched[static_cast<size_t>(p % n)]) {
+      const int64_t bytes = out[static_cast<size_t>(u)].bytes();
+      if (last[static_cast<size_t>(u)] >= 0) add(last[static_cast<size_t>(u)], -bytes);
+      add(p, bytes);
+      last[static_cast<size_t>(u)] = p;
+    }
+    for (; q < queries.size() && queries[q].r == p; ++q) {
+      const int64_t bytes = prefix(queries[q].r) - prefix(queries[q].l - 1);
+      max_stack[queries[q].tensor] = std::max(max_stack[queries[q].tensor], bytes);
+    }
+  }
+  for (size_t t = 0; t < out.size(); ++t) out[t].set_max_stack_bytes(max_stack[t]);
   return out;
 }
 

@@ -124,7 +124,10 @@ grpc::ServerUnaryReactor* AdminService::GetServerStatus(grpc::CallbackServerCont
     for (const std::string& d : facts_.health_details) response->add_health_details(d);
     response->set_admin_auth(!facts_.admin_token.empty());
     if (facts_.repository) response->set_corrupt_profiles_total(facts_.repository->corrupt_reads());
-    if (facts_.jobs) response->set_identity_mismatches_total(facts_.jobs->identity_mismatches());
+    if (facts_.jobs) {
+      response->set_identity_mismatches_total(facts_.jobs->identity_mismatches());
+      response->set_mismatched_ops_total(facts_.jobs->mismatched_ops());
+    }
     return grpc::Status::OK;
   });
 }

@@ -136,6 +136,7 @@ TEST_F(ProfileJobsTest, AProfileFromTheStoreIsVerifiedOnceAndAMismatchMakesItSta
   jobs->Verify(key_, {"aten::mm#0", "aten::mm#1", "aten::mm#2"});
   jobs->Drain();
   EXPECT_EQ(jobs->Status(key_).state, ProfileState::kReady);
+  EXPECT_EQ(jobs->Status(key_).reason, "its 3 ops match a served iteration");
   EXPECT_EQ(jobs->identity_mismatches(), 0);
 
   jobs->Forget(key_);  // as after an import: read from the store again, checked again

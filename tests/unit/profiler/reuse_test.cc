@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <set>
+
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
 
@@ -50,6 +53,48 @@ TEST(ReuseTest, ATensorUsedTwicePerIterationHasItsLongestGapAndLargestStack) {
   EXPECT_EQ(r[0].first_use(), 0);
   EXPECT_EQ(r[1].first_use(), 1);
   EXPECT_EQ(r[1].bytes(), 10 * kMiB);
+}
+
+TEST(ReuseTest, StackDistancesMatchACountOfTheDistinctBytesInEveryGap) {
+  // A random trace of 300 ops over 40 tensors of different sizes, against the definition counted
+  // directly: for each pair of consecutive uses (wrapping), the bytes of the distinct other tensors
+  // touched between them.
+  std::mt19937 rng(7);
+  runtime::AccessTrace t;
+  for (int i = 0; i < 300; ++i) {
+    runtime::OpRecord op;
+    op.index = i;
+    op.op = "aten::add";
+    for (int k = 0, m = 1 + static_cast<int>(rng() % 3); k < m; ++k) {
+      const int id = static_cast<int>(rng() % 40);
+      op.reads.push_back({"t" + std::to_string(id), (id + 1) * kMiB, 0, (id + 1) * kMiB});
+    }
+    t.ops.push_back(op);
+  }
+  const auto r = ReuseDistances(t);
+  const int64_t n = 300;
+  for (const auto& tensor : r) {
+    std::vector<int64_t> at;
+    for (int64_t i = 0; i < n; ++i) {
+      for (const auto& u : t.ops[static_cast<size_t>(i)].reads) {
+        if (u.id == tensor.id() && (at.empty() || at.back() != i)) at.push_back(i);
+      }
+    }
+    int64_t want = 0;
+    for (size_t k = 0; k < at.size(); ++k) {
+      const int64_t from = at[k], to = k + 1 < at.size() ? at[k + 1] : at[0] + n;
+      std::set<std::string> seen;
+      int64_t bytes = 0;
+      for (int64_t j = from + 1; j < to; ++j) {
+        for (const auto& u : t.ops[static_cast<size_t>(j % n)].reads) {
+          if (u.id != tensor.id() && seen.insert(u.id).second) bytes += u.bytes;
+        }
+      }
+      want = std::max(want, bytes);
+    }
+    EXPECT_EQ(tensor.max_stack_bytes(), want) << tensor.id();
+    EXPECT_EQ(tensor.uses(), static_cast<int32_t>(at.size())) << tensor.id();
+  }
 }
 
 TEST(AnalysisTest, AProfileCarriesItsKeyTraceClassesAndReuse) {
