@@ -79,11 +79,17 @@ int main(int argc, char** argv) {
   app.add_option("--trials", trials)->check(CLI::Range(1, 100))->capture_default_str();
   app.add_option("--sim-gpu", sim_gpu, "also compare with the simulated iteration on this GPU spec");
   app.add_option("--oversubscription", oversubscription)->capture_default_str();
+  bool record_only = false;
+  app.add_flag("--record-only", record_only,
+               "diagnostic: record the first iteration and drop the trace; the next two count as 'while analysing'");
+  int threads = 0;
+  app.add_option("--threads", threads, "libtorch intra-op threads (0: libtorch's default, one per core)");
   std::string sim_trace;
   app.add_option("--sim-trace", sim_trace, "an AccessTrace file (autouvm-sim record) to simulate and analyse");
   CLI11_PARSE(app, argc, argv);
 
   autouvm::runtime::Observer::MakeExecutionRepeatable();
+  if (threads > 0) autouvm::server::SetIntraOpThreads(threads);
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner;
   autouvm::server::ModelConfig config = autouvm::server::DefaultTinyModelConfig("tiny-llama");
   if (model_dir.empty()) {
@@ -140,18 +146,28 @@ int main(int argc, char** argv) {
       iterate(nullptr, i);
       plain.push_back(Now() - t0);
     }
+    // At least `steps` iterations, and on until the profile is ready: every iteration served while it
+    // was being made counts.
     int ready_at = -1;
-    for (int i = 0; i < steps; ++i) {
+    for (int i = 0; i < steps || ready_at < 0; ++i) {
       const double t0 = Now();
-      iterate(&profiler, i);
+      if (record_only && i == 0) {
+        // Diagnostic: record through the observer and drop the trace (no analysis, no store).
+        lent.observer()->BeginIteration(autouvm::runtime::IterationMode::kRecord);
+        iterate(nullptr, i);
+        (void)lent.observer()->EndIteration();
+      } else {
+        iterate(record_only ? nullptr : &profiler, i);
+      }
       profiled.push_back(Now() - t0);
+      if (record_only && i == 2) ready_at = i;
       if (ready_at < 0 && jobs.Status(key).state == autouvm::profiler::ProfileState::kReady) ready_at = i;
+      if (i > 100000) {
+        std::fprintf(stderr, "trial %d: the profile was not ready after %d iterations\n", t, i);
+        return 1;
+      }
     }
     jobs.Drain();
-    if (ready_at < 0) {
-      std::fprintf(stderr, "trial %d: the profile was not ready after %d iterations; use more --steps\n", t, steps);
-      return 1;
-    }
     Trial r;
     r.plain = Median(plain);
     r.recorded = profiled[0];
@@ -159,19 +175,21 @@ int main(int argc, char** argv) {
     for (int i = 1; i <= ready_at; ++i) r.during += profiled[static_cast<size_t>(i)] - r.plain;
     r.after = Median(std::vector<double>(profiled.begin() + ready_at + 1, profiled.end()));
     auto stored = repository.Get(key);
-    if (!stored.ok() || !stored->has_value()) return 1;
-    last = **stored;
-    r.analysis = last.profiling_seconds() - r.recorded;
+    if (!record_only) {
+      if (!stored.ok() || !stored->has_value()) return 1;
+      last = **stored;
+      r.analysis = last.profiling_seconds() - r.recorded;
+    }
     results.push_back(r);
   }
 
   std::printf(
       "model: %s (%lld layers, dim %lld, %s); %s, batch %d%s; %d ops per iteration; %d trials of %d "
-      "iterations per mode\n\n",
+      "iterations per mode; %s intra-op threads\n\n",
       model_dir.empty() ? "embedded tiny-llama" : model_dir.c_str(), static_cast<long long>(config.n_layers),
       static_cast<long long>(config.dim), config.dtype.c_str(), phase.c_str(), rows,
       ph == IterationPhase::kPrefill ? absl::StrCat(", prompt ", prompt_len).c_str() : "", last.trace().ops_size(),
-      trials, steps);
+      trials, steps, threads > 0 ? std::to_string(threads).c_str() : "libtorch's default");
   std::printf(
       "| trial | plain ms | recorded ms | recording overhead (iterations) | analysis+store ms | iterations served "
       "while analysing | their extra ms | hooks after ready (µs / iteration) | extra wall (iterations) |\n"

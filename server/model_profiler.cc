@@ -54,7 +54,7 @@ void ModelProfiler::AfterIteration(const absl::Status& status) {
   const Mode mode = mode_;
   mode_ = Mode::kNone;
   if (mode == Mode::kVerify) {
-    // A failed iteration proves nothing about the profile; it is checked against a later one instead.
+    // A failed iteration proves nothing about the profile either way: it stays ready, unchecked.
     if (status.ok()) jobs_->Verify(key_, std::move(kernels_));
     return;
   }

@@ -98,6 +98,12 @@ grpc::Status ProfileAdmin::KeyOf(const ServedModel& model, const std::string& ke
   return grpc::Status::OK;
 }
 
+template <typename Request>
+grpc::Status ProfileAdmin::Target(const Request& request, const ServedModel** model, ProfileKey* key) const {
+  if (grpc::Status s = ReadyModel(request.model(), model); !s.ok()) return s;
+  return KeyOf(**model, request.key(), request.has_shape() ? &request.shape() : nullptr, key);
+}
+
 autouvm::v1::ProfileSummary ProfileAdmin::Summarize(const std::string& model, const ProfileKey& key,
                                                     const autouvm::v1::Profile* stored, bool with_plan) const {
   autouvm::v1::ProfileSummary s;
@@ -227,10 +233,8 @@ grpc::Status ProfileAdmin::List(const autouvm::v1::ListProfilesRequest& request,
 grpc::Status ProfileAdmin::Get(const autouvm::v1::GetProfileRequest& request,
                                autouvm::v1::GetProfileResponse* response) {
   const ServedModel* model = nullptr;
-  if (grpc::Status s = ReadyModel(request.model(), &model); !s.ok()) return s;
   ProfileKey key;
-  if (grpc::Status s = KeyOf(*model, request.key(), request.has_shape() ? &request.shape() : nullptr, &key); !s.ok())
-    return s;
+  if (grpc::Status s = Target(request, &model, &key); !s.ok()) return s;
   auto stored = repository_->Get(key);
   if (!stored.ok()) return ToGrpc(stored.status());  // DATA_LOSS, named; the key is profiled again when used
   const autouvm::v1::Profile* profile = stored->has_value() ? &**stored : nullptr;
@@ -249,10 +253,8 @@ grpc::Status ProfileAdmin::Get(const autouvm::v1::GetProfileRequest& request,
 grpc::Status ProfileAdmin::Delete(const autouvm::v1::DeleteProfileRequest& request,
                                   autouvm::v1::DeleteProfileResponse* response) {
   const ServedModel* model = nullptr;
-  if (grpc::Status s = ReadyModel(request.model(), &model); !s.ok()) return s;
   ProfileKey key;
-  if (grpc::Status s = KeyOf(*model, request.key(), request.has_shape() ? &request.shape() : nullptr, &key); !s.ok())
-    return s;
+  if (grpc::Status s = Target(request, &model, &key); !s.ok()) return s;
   auto present = store_->Get(profiler::Family::kProfiles, profiler::EncodeKey(key));
   if (!present.ok()) return ToGrpc(present.status());
   if (absl::Status s = repository_->Delete(key); !s.ok()) return ToGrpc(s);

@@ -44,6 +44,9 @@ class ProfileAdmin {
   // The key a request names (`key` or `shape`) for `model`.
   grpc::Status KeyOf(const ServedModel& model, const std::string& key, const autouvm::v1::ShapeBucket* shape,
                      autouvm::v1::ProfileKey* out) const;
+  // The READY model and the key a Get/Delete request names.
+  template <typename Request>
+  grpc::Status Target(const Request& request, const ServedModel** model, autouvm::v1::ProfileKey* key) const;
   // A summary from what the jobs know and what is stored (either may be missing).
   autouvm::v1::ProfileSummary Summarize(const std::string& model, const autouvm::v1::ProfileKey& key,
                                         const autouvm::v1::Profile* stored, bool with_plan) const;
