@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -85,6 +86,9 @@ bool ProfileJobs::ShouldRecord(const autouvm::v1::ProfileKey& key) {
     Set(key, ProfileState::kReady, "found in the profile store").verified = false;
     return false;
   }
+  if (!stored.ok()) {
+    std::cerr << "autouvmd: profiler: " << stored.status().message() << "; profiling " << k << " again\n";
+  }
   Set(key, ProfileState::kRecording, stored.ok() ? "" : std::string(stored.status().message()));
   return true;
 }
@@ -96,6 +100,7 @@ void ProfileJobs::Submit(const autouvm::v1::ProfileKey& key, runtime::AccessTrac
 }
 
 void ProfileJobs::Fail(const autouvm::v1::ProfileKey& key, const std::string& reason) {
+  std::cerr << "autouvmd: profiler: " << EncodeKey(key) << " failed: " << reason << "\n";
   absl::MutexLock lock(&mu_);
   Set(key, ProfileState::kFailed, reason);
 }
@@ -188,6 +193,7 @@ void ProfileJobs::RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job) 
   if (written.ok()) {
     Set(key, ProfileState::kReady, "").verified = true;
   } else {
+    std::cerr << "autouvmd: profiler: storing " << EncodeKey(key) << ": " << written.message() << "\n";
     Set(key, ProfileState::kFailed, absl::StrCat("storing the profile: ", written.message()));
   }
 }
@@ -227,9 +233,10 @@ void ProfileJobs::RunCheck(const autouvm::v1::ProfileKey& key, const Check& job)
   }
   identity_mismatches_.fetch_add(1);
   mismatched_ops_.fetch_add(differ);
+  std::string reason = absl::StrCat("ops differ from the profile (", differ, " of ", n, "; first: ", first, ")");
+  std::cerr << "autouvmd: profiler: " << EncodeKey(key) << ": " << reason << "; profiling it again\n";
   absl::MutexLock lock(&mu_);
-  Set(key, ProfileState::kStale,
-      absl::StrCat("ops differ from the profile (", differ, " of ", n, "; first: ", first, ")"));
+  Set(key, ProfileState::kStale, std::move(reason));
 }
 
 }  // namespace autouvm::profiler

@@ -14,6 +14,8 @@
 // process did not record itself (stored before a restart, imported) is verified once: the ops of one
 // iteration are compared with the profile's, and a mismatch makes the key stale (Note [Identity check]).
 //
+// Damaged stored profiles, failures and identity mismatches are logged to stderr ("autouvmd: profiler:").
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 

@@ -188,6 +188,27 @@ TEST(ProfileE2E, ARestartKeepsTheProfileAndChecksItInsteadOfProfilingAgain) {
   EXPECT_EQ(Server(d).identity_mismatches_total(), 0u);
 }
 
+TEST(ProfileE2E, AChangedModelFileIsANewModelToItsProfiles) {
+  DaemonProcess d;
+  StartServing(d);
+  ProfileOnce(d);
+  autouvm::v1::GetModelStatusRequest sreq;
+  sreq.set_model(kModel);
+  autouvm::v1::ModelStatus before;
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::GetModelStatus, sreq, &before).ok());
+  d.Signal(SIGTERM);
+  ASSERT_EQ(d.Wait(), 0) << d.Log();
+  std::ofstream(d.repository() + "/" + kModel + "/model.yaml", std::ios::app) << "# edited\n";
+  StartServing(d);
+  autouvm::v1::ModelStatus after;
+  ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::GetModelStatus, sreq, &after).ok());
+  EXPECT_NE(after.model_digest(), before.model_digest());
+  EXPECT_EQ(Profile(d, Decode(1)).summary().state(), kUnprofiled);  // the old profile is not applied
+  ASSERT_TRUE(Generate(d, "hello", 4).ok());
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(1)); }));
+  EXPECT_EQ(History(Profile(d, Decode(1)).summary()), (std::vector<S>{kUnprofiled, kRecording, kAnalyzing, kReady}));
+}
+
 TEST(ProfileE2E, ReprofileMakesANewProfileAtTheNextRequestOrAtOnce) {
   DaemonProcess d;
   StartServing(d);
@@ -288,6 +309,8 @@ TEST(ProfileE2E, ADamagedEntryOnDiskIsDetectedCountedAndRebuilt) {
   ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(1)); }));
   EXPECT_EQ(History(Profile(d, Decode(1)).summary()), (std::vector<S>{kUnprofiled, kRecording, kAnalyzing, kReady}));
   EXPECT_NE(Profile(d, Decode(1)).summary().history(1).reason().find("checksum"), std::string::npos);
+  EXPECT_NE(d.Log().find("autouvmd: profiler: profile " + key + ": checksum mismatch; profiling"), std::string::npos)
+      << d.Log();
   EXPECT_GE(Server(d).corrupt_profiles_total(), 1u);
   EXPECT_TRUE(Call(d, &autouvm::v1::Admin::Stub::GetProfile, req, &resp).ok());
 }
