@@ -73,7 +73,7 @@ int RunDelete(const ProfilesFlags::Delete& flags, const ConnectionFlags& connect
   if (flags.json) {
     PrintJsonLine(response);
   } else {
-    std::cout << "deleted: " << (response.deleted() ? "true" : "false") << std::endl;
+    std::cout << "deleted: " << (response.deleted() ? "true" : "false") << "\nkey: " << response.key() << std::endl;
   }
   return kExitOk;
 }

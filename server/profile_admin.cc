@@ -260,6 +260,7 @@ grpc::Status ProfileAdmin::Delete(const autouvm::v1::DeleteProfileRequest& reque
   if (absl::Status s = repository_->Delete(key); !s.ok()) return ToGrpc(s);
   if (jobs_ != nullptr) jobs_->Forget(key);  // profiled again at its next iteration
   response->set_deleted(present->has_value());
+  response->set_key(profiler::EncodeKey(key));
   return grpc::Status::OK;
 }
 

@@ -212,10 +212,11 @@ TEST_F(CliProfileChangesE2E, DeleteRemovesTheStoredProfileOnce) {
   std::string out, err;
   ASSERT_EQ(Cli(daemon_, {"profiles", "delete", "tiny-llama", "--phase", "decode", "--batch", "1"}, &out, &err), 0)
       << err;
-  EXPECT_EQ(out, "deleted: true\n");
+  EXPECT_EQ(out.rfind("deleted: true\nkey: v1/", 0), 0u) << out;
+  EXPECT_NE(out.find("/decode/b1/p0/"), std::string::npos) << out;
   ASSERT_EQ(Cli(daemon_, {"profiles", "delete", "tiny-llama", "--phase", "decode", "--batch", "1"}, &out, &err), 0)
       << err;
-  EXPECT_EQ(out, "deleted: false\n");
+  EXPECT_EQ(out.rfind("deleted: false\nkey: v1/", 0), 0u) << out;
 }
 
 TEST_F(CliProfileChangesE2E, ReprofileMarksProfilesStale) {
