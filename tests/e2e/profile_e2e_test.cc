@@ -431,6 +431,15 @@ TEST(ProfileE2E, AdminCallsNeedTheTokenWhenOneIsSet) {
   EXPECT_TRUE(Generate(d, "hello", 2).ok());  // generation is not an admin call
 }
 
+TEST(ProfileE2E, AnEmptyAdminTokenFileStopsStartUpNamingIt) {
+  TempDir dir;
+  std::ofstream(dir.Sub("token")) << "\n";
+  DaemonProcess d({.config_yaml = "admin: {token_file: " + dir.Sub("token") + "}"});
+  EXPECT_FALSE(d.Start());
+  EXPECT_NE(d.Wait(), 0);
+  EXPECT_NE(d.Log().find("admin.token_file: " + dir.Sub("token") + " is empty"), std::string::npos) << d.Log();
+}
+
 TEST(ProfileE2E, AProfileStoreThatCannotBeOpenedLeavesTheDaemonServingInMemory) {
   DaemonProcess d;
   std::filesystem::create_directories(d.state_dir());
