@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/strings/match.h"
+
 namespace autouvm::profiler {
 namespace {
 
@@ -38,6 +40,9 @@ std::vector<std::vector<int>> TouchedPerOp(const runtime::AccessTrace& trace,
 // the window holds) first, then by first use, so the start of the iteration, where no look-ahead can
 // hide a fetch, is resident. Each streamed tensor is fetched for its op, issued as early as the window
 // allows: as far back (wrapping into the previous iteration) as the fetches queued up to it still fit.
+// Only persistent tensors (weights, caches, inputs) are placed: activations come and go within an
+// iteration wherever the allocator puts them, so the budget first sets aside the most of them alive at
+// once (summing every activation instead made a model that fits look 30% too big at batch 16).
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes) {
   autouvm::v1::Plan plan;
@@ -48,22 +53,38 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   const int64_t n = static_cast<int64_t>(trace.ops.size());
   std::unordered_map<std::string, int> index;
   int64_t total = 0;
+  std::vector<bool> transient(reuse.size(), false);
   for (size_t t = 0; t < reuse.size(); ++t) {
     index[reuse[t].id()] = static_cast<int>(t);
-    total += reuse[t].bytes();
+    transient[t] = IsTransient(reuse[t].id());
+    if (!transient[t]) total += reuse[t].bytes();
   }
   const std::vector<std::vector<int>> touched = TouchedPerOp(trace, index);
+  // Activations live from their first use to their last and are placed anew by the allocator: the plan
+  // leaves room for the most of them alive at once and places only the persistent tensors.
+  std::vector<int64_t> last_use(reuse.size(), -1), live_delta(static_cast<size_t>(n) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int t : touched[static_cast<size_t>(i)]) last_use[static_cast<size_t>(t)] = i;
+  }
+  for (size_t t = 0; t < reuse.size(); ++t) {
+    if (!transient[t] || last_use[t] < 0) continue;
+    live_delta[static_cast<size_t>(reuse[t].first_use())] += reuse[t].bytes();
+    live_delta[static_cast<size_t>(last_use[t]) + 1] -= reuse[t].bytes();
+  }
+  int64_t live = 0, peak_transient = 0;
+  for (int64_t i = 0; i < n; ++i) peak_transient = std::max(peak_transient, live += live_delta[static_cast<size_t>(i)]);
+  const int64_t room_total = std::max<int64_t>(0, budget_bytes - peak_transient);
   std::vector<bool> pinned(reuse.size(), false);
-  if (total <= budget_bytes) {
-    std::fill(pinned.begin(), pinned.end(), true);
+  if (total <= room_total) {
+    for (size_t t = 0; t < reuse.size(); ++t) pinned[t] = !transient[t];
   } else {
     int64_t widest = 0;
     for (const auto& op : touched) {
       int64_t b = 0;
-      for (int t : op) b += reuse[static_cast<size_t>(t)].bytes();
+      for (int t : op) b += transient[static_cast<size_t>(t)] ? 0 : reuse[static_cast<size_t>(t)].bytes();
       widest = std::max(widest, b);
     }
-    const int64_t window = std::min(2 * widest, budget_bytes / 2);
+    const int64_t window = std::min(2 * widest, room_total / 2);
     plan.set_window_bytes(window);
     // Bytes each op touches, as prefix sums: what passes through the window between two uses.
     std::vector<int64_t> prefix(static_cast<size_t>(n) + 1, 0);
@@ -89,8 +110,9 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
         return fetches[static_cast<size_t>(a)] > fetches[static_cast<size_t>(b)];
       return reuse[static_cast<size_t>(a)].first_use() < reuse[static_cast<size_t>(b)].first_use();
     });
-    int64_t room = budget_bytes - window;
+    int64_t room = room_total - window;
     for (int t : order) {
+      if (transient[static_cast<size_t>(t)]) continue;
       const int64_t b = reuse[static_cast<size_t>(t)].bytes();
       if (b <= room) {
         pinned[static_cast<size_t>(t)] = true;
@@ -104,7 +126,7 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
     for (int64_t i = 0; i < n; ++i) {
       autouvm::v1::Prefetch f;
       for (int t : touched[static_cast<size_t>(i)]) {
-        if (pinned[static_cast<size_t>(t)]) continue;
+        if (pinned[static_cast<size_t>(t)] || transient[static_cast<size_t>(t)]) continue;
         const int64_t prev = last[static_cast<size_t>(t)];
         last[static_cast<size_t>(t)] = i;
         if (prev >= 0 && prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(prev) + 1] <= window) continue;
@@ -137,9 +159,11 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   return plan;
 }
 
+bool IsTransient(const std::string& id) { return absl::StartsWith(id, "act:"); }
+
 Residency PinnedResidency(const autouvm::v1::Plan& plan) {
   auto ids = std::make_shared<std::unordered_set<std::string>>(plan.pinned().begin(), plan.pinned().end());
-  return [ids](const std::string& id) { return ids->count(id) > 0; };
+  return [ids](const std::string& id) { return IsTransient(id) || ids->count(id) > 0; };
 }
 
 }  // namespace autouvm::profiler

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "autouvm/v1/profile.pb.h"
@@ -24,7 +25,10 @@ namespace autouvm::profiler {
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes);
 
-// Resident = pinned by the plan.
+// Resident = pinned by the plan, or an activation (made on the device by the op that produces it).
 Residency PinnedResidency(const autouvm::v1::Plan& plan);
+// An activation ("act:..."): placed anew by the allocator each iteration, so never pinned or streamed;
+// the plan leaves room for the most of them alive at once.
+bool IsTransient(const std::string& id);
 
 }  // namespace autouvm::profiler

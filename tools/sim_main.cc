@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autouvm/v1/profile.pb.h"
+#include "profiler/analysis.h"
+#include "profiler/profile_key.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
 #include "runtime/sim/trace_replay.h"
@@ -150,6 +152,11 @@ absl::Status Replay(const ReplayArgs& a) {
                                                    .oversubscription = factor,
                                                    .device_bytes = static_cast<int64_t>(a.device_gib * (1 << 30)),
                                                    .iterations = a.iterations};
+      // `autouvm`: the profiler's plan for this trace, made for the capacity the replay runs with.
+      options.make_plan = [&trace, &spec, &a](int64_t device_bytes) {
+        const auto key = autouvm::profiler::DecodeKey("replay", 1, spec.name, device_bytes, a.policy);
+        return autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;
+      };
       ASSIGN_OR_RETURN(auto r, autouvm::runtime::sim::ReplayTrace(trace, spec, options));
       const auto& last = r.iterations.back();
       const auto& m = last.moved;

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/executor.h"
 #include "runtime/sim/sim_backend.h"
 #include "runtime/status_macros.h"
 
@@ -138,7 +140,8 @@ double EntriesPerPage(const std::string& op, const TensorUse& u) {
 // Runs `iterations` of the trace on `backend` (nullptr: only lays the tensors out) and returns the
 // layout's segment bytes.
 absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBackend* backend, int iterations,
-                            std::vector<IterationReport>* reports, std::vector<double>* op_seconds = nullptr) {
+                            std::vector<IterationReport>* reports, std::vector<double>* op_seconds = nullptr,
+                            const autouvm::v1::Plan* follow = nullptr) {
   uint64_t fake_next = 0;
   Layout layout([&](int64_t bytes) -> absl::StatusOr<uint64_t> {
     if (backend != nullptr) return backend->AllocateManaged(bytes);
@@ -149,10 +152,18 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
   for (const auto& [id, bytes] : plan.persistent) {
     ASSIGN_OR_RETURN(where[id], layout.Allocate(bytes));
   }
+  std::unique_ptr<Executor> executor;
+  if (follow != nullptr && backend != nullptr) {
+    std::unordered_map<std::string, TensorRange> ranges;
+    for (const auto& [id, bytes] : plan.persistent) ranges[id] = {where.at(id), bytes};
+    executor = std::make_unique<Executor>(backend, *follow, trace, std::move(ranges));
+  }
   for (int it = 0; it < iterations; ++it) {
     const double start = backend != nullptr ? backend->Elapsed() : 0;
     const UvmCounters before = backend != nullptr ? *backend->ReadCounters() : UvmCounters();
     IterationReport report;
+    // The first iteration pays for bringing the pinned tensors in (a cold start).
+    if (executor && it == 0) RETURN_IF_ERROR(executor->Prepare());
     for (size_t i = 0; i < trace.ops.size(); ++i) {
       for (const std::string& id : plan.born[i]) {
         ASSIGN_OR_RETURN(where[id], layout.Allocate(plan.bytes.at(id)));
@@ -166,7 +177,9 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
                 {where.at(u.id) + static_cast<uint64_t>(u.offset), u.span(), write, EntriesPerPage(op.op, u)});
           }
         }
+        if (executor) RETURN_IF_ERROR(executor->BeforeOp(static_cast<int64_t>(i)));
         const KernelTime t = backend->Launch(k, Stream::kCompute, backend->spec().framework_op_s);
+        if (executor) RETURN_IF_ERROR(executor->AfterOp(static_cast<int64_t>(i)));
         report.fault_seconds += t.fault_s;
         if (op_seconds != nullptr && it == iterations - 1) op_seconds->push_back(t.end_s - t.start_s);
       }
@@ -185,7 +198,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
 }  // namespace
 
 const std::vector<std::string>& ReplayPolicies() {
-  static const std::vector<std::string>* const kPolicies = new std::vector<std::string>{"stock"};
+  static const std::vector<std::string>* const kPolicies = new std::vector<std::string>{"stock", "autouvm"};
   return *kPolicies;
 }
 
@@ -195,6 +208,9 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   if (std::find(policies.begin(), policies.end(), options.policy) == policies.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown policy \"", options.policy, "\" (known: ", absl::StrJoin(policies, ", "), ")"));
+  }
+  if (options.policy == "autouvm" && !options.make_plan) {
+    return absl::InvalidArgumentError("policy autouvm needs a plan (ReplayOptions::make_plan)");
   }
   if (options.iterations < 1 || options.iterations > 1000) {
     return absl::InvalidArgumentError("iterations must be between 1 and 1000");
@@ -224,7 +240,11 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   ASSIGN_OR_RETURN(
       auto sim,
       SimBackend::Create({.spec = spec, .device_budget_bytes = report.device_bytes, .allow_oversubscription = true}));
-  RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds).status());
+  autouvm::v1::Plan follow;
+  if (options.policy == "autouvm") follow = options.make_plan(report.device_bytes);
+  RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds,
+                      options.policy == "autouvm" ? &follow : nullptr)
+                      .status());
   return report;
 }
 

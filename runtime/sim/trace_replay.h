@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autouvm/v1/profile.pb.h"
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/gpu_spec.h"
@@ -25,7 +27,10 @@
 namespace autouvm::runtime::sim {
 
 struct ReplayOptions {
-  std::string policy = "stock";  // no hints: the driver alone (the only policy so far)
+  // `stock`: no hints, the driver alone. `autouvm`: the Executor follows the plan make_plan returns for
+  // the capacity the replay runs with (runtime/executor.h).
+  std::string policy = "stock";
+  std::function<autouvm::v1::Plan(int64_t device_bytes)> make_plan;
   // Device capacity for managed memory: footprint / oversubscription, unless device_bytes is set.
   double oversubscription = 1.0;
   int64_t device_bytes = 0;

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "profiler/analysis.h"
+#include "profiler/profile_key.h"
+
 namespace autouvm::runtime::sim {
 namespace {
 
@@ -73,7 +76,40 @@ TEST(TraceReplayTest, ActivationBlocksAreReusedAfterTheirLastUse) {
   EXPECT_LE(r->footprint_bytes, 3 * 4 * kMiB);  // two live at a time, one freed block reused
 }
 
+// The profiler's plan for the trace and a capacity, as autouvm-sim makes it.
+std::function<autouvm::v1::Plan(int64_t)> ProfilerPlan(const AccessTrace& t) {
+  return [t](int64_t device_bytes) {
+    const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", device_bytes, "autouvm");
+    return profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
+  };
+}
+
+TEST(TraceReplayTest, FollowingThePlanStreamsWithoutFaultsAndBeatsStock) {
+  const AccessTrace t = DecodeLike(16, 64);  // 1 GiB of weights
+  auto stock = ReplayTrace(t, H200(), {.oversubscription = 1.5, .iterations = 3});
+  auto planned = ReplayTrace(
+      t, H200(), {.policy = "autouvm", .make_plan = ProfilerPlan(t), .oversubscription = 1.5, .iterations = 3});
+  ASSERT_TRUE(stock.ok() && planned.ok()) << stock.status() << planned.status();
+  const IterationReport& s = stock->iterations.back();
+  const IterationReport& p = planned->iterations.back();
+  // The executor's prefetches bring every streamed weight in before its op: no fault, no fault stall,
+  // and nothing is copied back (weights are read-mostly, so eviction drops them).
+  EXPECT_EQ(p.moved.gpu_faults, 0);
+  EXPECT_EQ(p.fault_seconds, 0);
+  EXPECT_EQ(p.moved.d2h_total(), 0);
+  EXPECT_GT(p.moved.dropped_bytes, 0);
+  EXPECT_GT(s.moved.gpu_faults, 0);
+  EXPECT_LT(p.seconds, s.seconds / 3);
+  EXPECT_GE(p.seconds, planned->link_floor_seconds);
+  // At 1.0x everything is pinned: after the cold first iteration, the resident time.
+  auto fits = ReplayTrace(t, H200(), {.policy = "autouvm", .make_plan = ProfilerPlan(t), .iterations = 2});
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_NEAR(fits->iterations.back().seconds, fits->resident_seconds, 1e-9);
+}
+
 TEST(TraceReplayTest, BadOptionsAreRefusedByName) {
+  EXPECT_THAT(ReplayTrace(DecodeLike(2, 4), H200(), {.policy = "autouvm"}).status().message(),
+              HasSubstr("needs a plan"));
   auto policy = ReplayTrace(DecodeLike(2, 4), H200(), {.policy = "magic"});
   ASSERT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(policy.status().message(), HasSubstr("known: stock"));
