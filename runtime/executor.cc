@@ -100,12 +100,15 @@ absl::Status Executor::BeforeOp(int64_t index) {
   return absl::OkStatus();
 }
 
+// Note [Evictions on the compute stream]: a streamed tensor is dropped once the op that last needs it
+// has run. Queued on the copy stream behind an event of that op, the drop held every later fetch until
+// the op finished, so the copy stream idled through each such op's compute (1.6x the link floor in
+// bench/results/2026-11-29-autouvm-sim-executor.md); queued on the compute stream it is ordered after
+// the op for free, and a read-mostly drop costs little there (no copy back).
 absl::Status Executor::AfterOp(int64_t index) {
   if (index < 0 || index >= ops_ || evict_after_[static_cast<size_t>(index)].empty()) return absl::OkStatus();
-  // The copy stream waits for the op to finish with the tensors before dropping them.
-  backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
   for (const TensorRange* r : evict_after_[static_cast<size_t>(index)]) {
-    RETURN_IF_ERROR(backend_->Prefetch(r->addr, r->bytes, Location::kHost, Stream::kCopy));
+    RETURN_IF_ERROR(backend_->Prefetch(r->addr, r->bytes, Location::kHost, Stream::kCompute));
     evicted_bytes_ += r->bytes;
   }
   return absl::OkStatus();

@@ -1,7 +1,8 @@
 // Executor: follows a profiler Plan at the op boundaries of an iteration, through a DeviceBackend —
 // pinned tensors kept on the device, streamed ones prefetched on the copy stream ahead of the op that
 // needs them (the compute stream waits on their events) and evicted after their last use before their
-// next fetch. Weights are marked read-mostly, so evicting one drops the device copy without a copy back.
+// next fetch, on the compute stream (Note [Evictions on the compute stream]). Weights are marked
+// read-mostly, so evicting one drops the device copy without a copy back.
 //
 //   Executor ex(backend, plan, trace, ranges);       // ranges: where each tensor the plan names lives
 //   RETURN_IF_ERROR(ex.Prepare());                    // once: advice, pinned tensors in
