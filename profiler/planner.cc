@@ -7,28 +7,9 @@
 #include <unordered_set>
 
 #include "absl/strings/match.h"
+#include "profiler/reuse.h"
 
 namespace autouvm::profiler {
-namespace {
-
-// Per op, the distinct tensors it touches (indices into `reuse`).
-std::vector<std::vector<int>> TouchedPerOp(const runtime::AccessTrace& trace,
-                                           const std::unordered_map<std::string, int>& index) {
-  std::vector<std::vector<int>> touched(trace.ops.size());
-  for (size_t i = 0; i < trace.ops.size(); ++i) {
-    for (const auto* list : {&trace.ops[i].reads, &trace.ops[i].writes}) {
-      for (const runtime::TensorUse& u : *list) {
-        auto it = index.find(u.id);
-        if (it == index.end()) continue;
-        auto& t = touched[i];
-        if (std::find(t.begin(), t.end(), it->second) == t.end()) t.push_back(it->second);
-      }
-    }
-  }
-  return touched;
-}
-
-}  // namespace
 
 // Note [Pinned partition]: every iteration touches the same tensors in the same order, so the access
 // sequence is a loop. When the loop's bytes exceed the device, LRU (and the driver's FIFO) evicts each
@@ -51,15 +32,13 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   if (key.policy() == "stock") return plan;
 
   const int64_t n = static_cast<int64_t>(trace.ops.size());
-  std::unordered_map<std::string, int> index;
   int64_t total = 0;
   std::vector<bool> transient(reuse.size(), false);
   for (size_t t = 0; t < reuse.size(); ++t) {
-    index[reuse[t].id()] = static_cast<int>(t);
     transient[t] = IsTransient(reuse[t].id());
     if (!transient[t]) total += reuse[t].bytes();
   }
-  const std::vector<std::vector<int>> touched = TouchedPerOp(trace, index);
+  const std::vector<std::vector<int>> touched = TensorsPerOp(trace, reuse);
   // Activations live from their first use to their last and are placed anew by the allocator: the plan
   // leaves room for the most of them alive at once and places only the persistent tensors.
   std::vector<int64_t> last_use(reuse.size(), -1), live_delta(static_cast<size_t>(n) + 1, 0);

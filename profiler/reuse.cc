@@ -6,13 +6,29 @@
 
 namespace autouvm::profiler {
 
+std::vector<std::vector<int>> TensorsPerOp(const runtime::AccessTrace& trace,
+                                           const std::vector<autouvm::v1::TensorReuse>& tensors) {
+  std::unordered_map<std::string, int> index;
+  for (size_t t = 0; t < tensors.size(); ++t) index.emplace(tensors[t].id(), static_cast<int>(t));
+  std::vector<std::vector<int>> touched(trace.ops.size());
+  for (size_t i = 0; i < trace.ops.size(); ++i) {
+    for (const auto* list : {&trace.ops[i].reads, &trace.ops[i].writes}) {
+      for (const runtime::TensorUse& u : *list) {
+        auto it = index.find(u.id);
+        if (it == index.end()) continue;
+        auto& t = touched[i];
+        if (std::find(t.begin(), t.end(), it->second) == t.end()) t.push_back(it->second);
+      }
+    }
+  }
+  return touched;
+}
+
 std::vector<autouvm::v1::TensorReuse> ReuseDistances(const runtime::AccessTrace& trace) {
   const int64_t n = static_cast<int64_t>(trace.ops.size());
-  // Per op, the distinct tensors it touches; per tensor, its size and the ops that touch it.
-  std::vector<std::vector<int>> touched(static_cast<size_t>(n));
+  // Each tensor in order of first use, with the most of it any op reaches.
   std::unordered_map<std::string, int> index;
   std::vector<autouvm::v1::TensorReuse> out;
-  std::vector<std::vector<int64_t>> uses;
   for (int64_t i = 0; i < n; ++i) {
     const runtime::OpRecord& op = trace.ops[static_cast<size_t>(i)];
     for (const auto* list : {&op.reads, &op.writes}) {
@@ -22,17 +38,17 @@ std::vector<autouvm::v1::TensorReuse> ReuseDistances(const runtime::AccessTrace&
           out.emplace_back();
           out.back().set_id(u.id);
           out.back().set_first_use(static_cast<int32_t>(i));
-          uses.emplace_back();
         }
         auto& r = out[static_cast<size_t>(it->second)];
         r.set_bytes(std::max<int64_t>(r.bytes(), u.end()));
-        auto& u_list = uses[static_cast<size_t>(it->second)];
-        if (u_list.empty() || u_list.back() != i) {
-          u_list.push_back(i);
-          touched[static_cast<size_t>(i)].push_back(it->second);
-        }
       }
     }
+  }
+  // Per op, the distinct tensors it touches; per tensor, the ops that touch it.
+  const std::vector<std::vector<int>> touched = TensorsPerOp(trace, out);
+  std::vector<std::vector<int64_t>> uses(out.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int t : touched[static_cast<size_t>(i)]) uses[static_cast<size_t>(t)].push_back(i);
   }
   // Note [Stack distances]: the distinct bytes between two uses are a distinct-elements range query over
   // the sequence unrolled twice (so a gap can wrap into the next iteration). Sweeping it left to right,

@@ -18,4 +18,9 @@ namespace autouvm::profiler {
 // One entry per distinct tensor, in order of first use.
 std::vector<autouvm::v1::TensorReuse> ReuseDistances(const runtime::AccessTrace& trace);
 
+// Per op, the distinct tensors it touches (reads, then writes), as indices into `tensors`; tensors not
+// listed there are left out.
+std::vector<std::vector<int>> TensorsPerOp(const runtime::AccessTrace& trace,
+                                           const std::vector<autouvm::v1::TensorReuse>& tensors);
+
 }  // namespace autouvm::profiler

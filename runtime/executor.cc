@@ -44,14 +44,13 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     for (const auto* list : {&trace.ops[i].reads, &trace.ops[i].writes}) {
       for (const TensorUse& u : *list) {
+        if (fetched_for.count(u.id) == 0) continue;
         auto& at = uses[u.id];
-        if (fetched_for.count(u.id) && (at.empty() || at.back() != static_cast<int64_t>(i)))
-          at.push_back(static_cast<int64_t>(i));
+        if (at.empty() || at.back() != static_cast<int64_t>(i)) at.push_back(static_cast<int64_t>(i));
       }
     }
   }
   for (const auto& [id, at] : uses) {
-    if (at.empty()) continue;
     const std::set<int64_t>& fetch_points = fetched_for[id];
     for (size_t k = 0; k < at.size(); ++k) {
       const int64_t next = k + 1 < at.size() ? at[k + 1] : at[0];

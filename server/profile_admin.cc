@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "profiler/profile_bundle.h"
@@ -105,7 +106,8 @@ grpc::Status ProfileAdmin::Target(const Request& request, const ServedModel** mo
 }
 
 autouvm::v1::ProfileSummary ProfileAdmin::Summarize(const std::string& model, const ProfileKey& key,
-                                                    const autouvm::v1::Profile* stored, bool with_plan) const {
+                                                    const autouvm::v1::Profile* stored,
+                                                    const autouvm::v1::Plan* plan) const {
   autouvm::v1::ProfileSummary s;
   s.set_model(model);
   s.set_key(profiler::EncodeKey(key));
@@ -137,12 +139,19 @@ autouvm::v1::ProfileSummary ProfileAdmin::Summarize(const std::string& model, co
   s.set_top20_share(stored->top20_share());
   s.set_created_unix_ms(stored->created_unix_ms());
   s.set_profiling_seconds(stored->profiling_seconds());
-  if (with_plan) {
-    auto plan = repository_->GetPlan(key);
-    autouvm::v1::Plan p;
-    if (plan.ok() && plan->has_value() && p.ParseFromString(**plan)) s.set_streamed_bytes(p.streamed_bytes());
-  }
+  if (plan != nullptr) s.set_streamed_bytes(plan->streamed_bytes());
   return s;
+}
+
+absl::StatusOr<std::optional<autouvm::v1::Plan>> ProfileAdmin::ReadPlan(const ProfileKey& key) const {
+  auto bytes = repository_->GetPlan(key);
+  if (!bytes.ok()) return bytes.status();
+  if (!bytes->has_value()) return std::optional<autouvm::v1::Plan>();
+  autouvm::v1::Plan plan;
+  if (!plan.ParseFromString(**bytes)) {
+    return absl::DataLossError(absl::StrCat("plan ", profiler::EncodeKey(key), ": does not parse"));
+  }
+  return std::optional<autouvm::v1::Plan>(std::move(plan));
 }
 
 grpc::Status ProfileAdmin::Reprofile(const autouvm::v1::ReprofileRequest& request,
@@ -184,7 +193,7 @@ grpc::Status ProfileAdmin::Reprofile(const autouvm::v1::ReprofileRequest& reques
       const absl::Status s = model->scheduler->RunIdleIteration(PhaseOf(key.phase()), key.batch(), len);
       if (!s.ok()) return ToGrpc(s);
     }
-    *response->add_profiles() = Summarize(model->name, key, nullptr, false);
+    *response->add_profiles() = Summarize(model->name, key, nullptr, nullptr);
   }
   return grpc::Status::OK;
 }
@@ -210,9 +219,10 @@ grpc::Status ProfileAdmin::List(const autouvm::v1::ListProfilesRequest& request,
       auto key = profiler::ParseKey(e.key);
       if (!key.ok()) continue;
       if (e.profile.ok()) {
-        out[e.key] = Summarize(m->name, *key, &*e.profile, true);
+        auto plan = ReadPlan(*key);  // a damaged plan only leaves streamed_bytes out of the listing
+        out[e.key] = Summarize(m->name, *key, &*e.profile, plan.ok() && plan->has_value() ? &**plan : nullptr);
       } else {
-        autouvm::v1::ProfileSummary s = Summarize(m->name, *key, nullptr, false);
+        autouvm::v1::ProfileSummary s = Summarize(m->name, *key, nullptr, nullptr);
         s.set_state(autouvm::v1::PROFILE_STATE_FAILED);
         s.set_reason(std::string(e.profile.status().message()));
         out[e.key] = std::move(s);
@@ -222,7 +232,7 @@ grpc::Status ProfileAdmin::List(const autouvm::v1::ListProfilesRequest& request,
       for (const profiler::ProfileStatus& st : jobs_->All()) {
         if (st.key.model_digest() != m->digest) continue;
         const std::string k = profiler::EncodeKey(st.key);
-        if (out.count(k) == 0) out[k] = Summarize(m->name, st.key, nullptr, false);
+        if (out.count(k) == 0) out[k] = Summarize(m->name, st.key, nullptr, nullptr);
       }
     }
     for (auto& [k, s] : out) *response->add_profiles() = std::move(s);
@@ -238,14 +248,14 @@ grpc::Status ProfileAdmin::Get(const autouvm::v1::GetProfileRequest& request,
   auto stored = repository_->Get(key);
   if (!stored.ok()) return ToGrpc(stored.status());  // DATA_LOSS, named; the key is profiled again when used
   const autouvm::v1::Profile* profile = stored->has_value() ? &**stored : nullptr;
-  *response->mutable_summary() = Summarize(model->name, key, profile, true);
+  absl::StatusOr<std::optional<autouvm::v1::Plan>> plan = std::optional<autouvm::v1::Plan>();
+  if (profile != nullptr) plan = ReadPlan(key);
+  const autouvm::v1::Plan* found = plan.ok() && plan->has_value() ? &**plan : nullptr;
+  *response->mutable_summary() = Summarize(model->name, key, profile, found);
   if (request.include_profile() && profile != nullptr) {
     *response->mutable_profile() = *profile;
-    auto plan = repository_->GetPlan(key);
-    if (!plan.ok()) return ToGrpc(plan.status());
-    if (plan->has_value() && !response->mutable_plan()->ParseFromString(**plan)) {
-      return {grpc::StatusCode::DATA_LOSS, absl::StrCat("plan ", profiler::EncodeKey(key), ": does not parse")};
-    }
+    if (!plan.ok()) return ToGrpc(plan.status());  // asked for in full: a damaged plan is an error
+    if (found != nullptr) *response->mutable_plan() = *found;
   }
   return grpc::Status::OK;
 }
@@ -303,7 +313,7 @@ void ProfileAdmin::FillModelStatus(const ServedModel& model, autouvm::v1::ModelS
   if (model.profiler == nullptr || jobs_ == nullptr) return;
   out->set_device_budget_bytes(model.profiler->identity().device_budget_bytes);
   for (const profiler::ProfileStatus& st : jobs_->All()) {
-    if (st.key.model_digest() == model.digest) *out->add_profiles() = Summarize(model.name, st.key, nullptr, false);
+    if (st.key.model_digest() == model.digest) *out->add_profiles() = Summarize(model.name, st.key, nullptr, nullptr);
   }
 }
 

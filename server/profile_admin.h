@@ -11,6 +11,7 @@
 
 #include <grpcpp/support/status.h>
 
+#include <optional>
 #include <string>
 
 #include "autouvm/v1/admin.pb.h"
@@ -47,9 +48,11 @@ class ProfileAdmin {
   // The READY model and the key a Get/Delete request names.
   template <typename Request>
   grpc::Status Target(const Request& request, const ServedModel** model, autouvm::v1::ProfileKey* key) const;
-  // A summary from what the jobs know and what is stored (either may be missing).
+  // A summary from what the jobs know and what is stored (profile and plan may each be missing).
   autouvm::v1::ProfileSummary Summarize(const std::string& model, const autouvm::v1::ProfileKey& key,
-                                        const autouvm::v1::Profile* stored, bool with_plan) const;
+                                        const autouvm::v1::Profile* stored, const autouvm::v1::Plan* plan) const;
+  // The stored plan of `key`; DATA_LOSS if it fails its checksum or does not parse.
+  absl::StatusOr<std::optional<autouvm::v1::Plan>> ReadPlan(const autouvm::v1::ProfileKey& key) const;
 
   ModelManager* const models_;
   profiler::ProfileJobs* const jobs_;
