@@ -14,16 +14,17 @@ namespace autouvm::profiler {
 // Note [Pinned partition]: every iteration touches the same tensors in the same order, so the access
 // sequence is a loop. When the loop's bytes exceed the device, LRU (and the driver's FIFO) evicts each
 // tensor just before it is needed again and moves everything every iteration; what Belady's optimal
-// replacement does on a loop is keep a fixed part resident and stream the rest. The plan therefore
-// sets aside a window — twice the bytes of the op that touches the most, so one op's tensors arrive
-// while the previous op's are used — and pins, within the rest of the budget, the tensors that would
-// cost most to stream per byte: those fetched more than once per iteration (uses further apart than
-// the window holds) first, then by first use, so the start of the iteration, where no look-ahead can
-// hide a fetch, is resident. Each streamed tensor is fetched for its op, issued as early as the window
-// allows: as far back (wrapping into the previous iteration) as the fetches queued up to it still fit.
-// Only persistent tensors (weights, caches, inputs) are placed: activations come and go within an
-// iteration wherever the allocator puts them, so the budget first sets aside the most of them alive at
-// once (summing every activation instead made a model that fits look 30% too big at batch 16).
+// replacement does on a loop is keep a fixed part resident and stream the rest. The plan pins, within
+// the budget, the tensors that would cost most to stream per byte: those that cannot be read in place
+// (Note [Remote tensors]) first, then those fetched more than once per iteration (uses further apart
+// than the window holds), then by first use, so the start of the iteration, where no look-ahead can
+// hide a fetch, is resident. The rest is read in place where it can be, and otherwise streamed
+// through a window set aside from the budget — twice the streamed bytes of the widest op, so one op's
+// tensors arrive while the previous op's are used. Each streamed tensor is fetched for its op, issued as early as the
+// window allows: as far back (wrapping into the previous iteration) as the fetches queued up to it still fit. Only
+// persistent tensors (weights, caches, inputs) are placed: activations come and go within an iteration wherever the
+// allocator puts them, so the budget first sets aside the most of them alive at once (summing every activation instead
+// made a model that fits look 30% too big at batch 16).
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes) {
   autouvm::v1::Plan plan;
@@ -53,18 +54,52 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   int64_t live = 0, peak_transient = 0;
   for (int64_t i = 0; i < n; ++i) peak_transient = std::max(peak_transient, live += live_delta[static_cast<size_t>(i)]);
   const int64_t room_total = std::max<int64_t>(0, budget_bytes - peak_transient);
-  std::vector<bool> pinned(reuse.size(), false);
+  std::vector<bool> pinned(reuse.size(), false), remote(reuse.size(), false);
   if (total <= room_total) {
     for (size_t t = 0; t < reuse.size(); ++t) pinned[t] = !transient[t];
   } else {
-    int64_t widest = 0;
-    for (const auto& op : touched) {
-      int64_t b = 0;
-      for (int t : op) b += transient[static_cast<size_t>(t)] ? 0 : reuse[static_cast<size_t>(t)].bytes();
-      widest = std::max(widest, b);
+    // Note [Remote tensors]: a tensor one op reads once per iteration, at an arithmetic intensity low
+    // enough that a tiled kernel reads it once (a decode step's weights), costs the same link time read
+    // in place from host memory as migrated (../shared/gpu/NOTES.md: 51 GB/s remote reads against 50
+    // for large prefetches), and read in place it takes no device memory, no window and no eviction —
+    // which on the real driver is the expensive part (a read-mostly copy is not dropped by a prefetch
+    // to the host). Such tensors that are not pinned are read remotely; the others are streamed.
+    std::vector<int> users(reuse.size(), 0), user(reuse.size(), -1);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int t : touched[static_cast<size_t>(i)]) {
+        ++users[static_cast<size_t>(t)];
+        user[static_cast<size_t>(t)] = static_cast<int>(i);
+      }
     }
-    const int64_t window = std::min(2 * widest, room_total / 2);
-    plan.set_window_bytes(window);
+    std::unordered_set<std::string> written;
+    for (const runtime::OpRecord& op : trace.ops) {
+      for (const runtime::TensorUse& w : op.writes) written.insert(w.id);
+    }
+    std::vector<bool> remote_ok(reuse.size(), false);
+    for (size_t t = 0; t < reuse.size(); ++t) {
+      if (transient[t] || users[t] != 1 || written.count(reuse[t].id()) || reuse[t].bytes() <= 0) continue;
+      const double intensity = trace.ops[static_cast<size_t>(user[t])].flops / static_cast<double>(reuse[t].bytes());
+      remote_ok[t] = intensity <= kMaxRemoteFlopsPerByte;
+    }
+    // Pins within `room`: tensors that could not be read remotely first (streaming them costs a window
+    // and evictions), then those fetched most often per iteration, then by first use.
+    auto pin = [&](int64_t room, const std::vector<int>& fetches) {
+      std::vector<int> order(reuse.size());
+      for (size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+        if (remote_ok[ua] != remote_ok[ub]) return !remote_ok[ua];
+        if (fetches[ua] != fetches[ub]) return fetches[ua] > fetches[ub];
+        return reuse[ua].first_use() < reuse[ub].first_use();
+      });
+      std::fill(pinned.begin(), pinned.end(), false);
+      for (int t : order) {
+        const auto u = static_cast<size_t>(t);
+        if (transient[u] || reuse[u].bytes() > room) continue;
+        pinned[u] = true;
+        room -= reuse[u].bytes();
+      }
+    };
     // Bytes each op touches, as prefix sums: what passes through the window between two uses.
     std::vector<int64_t> prefix(static_cast<size_t>(n) + 1, 0);
     for (int64_t i = 0; i < n; ++i) {
@@ -72,45 +107,57 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
       for (int t : touched[static_cast<size_t>(i)]) b += reuse[static_cast<size_t>(t)].bytes();
       prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + b;
     }
-    std::vector<int> fetches(reuse.size(), 1);
-    std::vector<int64_t> last(reuse.size(), -1);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int t : touched[static_cast<size_t>(i)]) {
-        const int64_t prev = last[static_cast<size_t>(t)];
-        if (prev >= 0 && prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(prev) + 1] > window)
-          ++fetches[static_cast<size_t>(t)];
-        last[static_cast<size_t>(t)] = i;
+    auto count_fetches = [&](int64_t window) {
+      std::vector<int> fetches(reuse.size(), 1);
+      std::vector<int64_t> last(reuse.size(), -1);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int t : touched[static_cast<size_t>(i)]) {
+          const int64_t prev = last[static_cast<size_t>(t)];
+          if (prev >= 0 && prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(prev) + 1] > window)
+            ++fetches[static_cast<size_t>(t)];
+          last[static_cast<size_t>(t)] = i;
+        }
       }
+      return fetches;
+    };
+    pin(room_total, count_fetches(0));
+    // What is neither pinned nor readable in place streams through a window: twice the widest op's
+    // streamed bytes, so one op's tensors arrive while the previous op's are used.
+    int64_t widest = 0;
+    for (const auto& op : touched) {
+      int64_t b = 0;
+      for (int t : op) {
+        const auto u = static_cast<size_t>(t);
+        if (!transient[u] && !pinned[u] && !remote_ok[u]) b += reuse[u].bytes();
+      }
+      widest = std::max(widest, b);
     }
-    std::vector<int> order(reuse.size());
-    for (size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      if (fetches[static_cast<size_t>(a)] != fetches[static_cast<size_t>(b)])
-        return fetches[static_cast<size_t>(a)] > fetches[static_cast<size_t>(b)];
-      return reuse[static_cast<size_t>(a)].first_use() < reuse[static_cast<size_t>(b)].first_use();
-    });
-    int64_t room = room_total - window;
-    for (int t : order) {
-      if (transient[static_cast<size_t>(t)]) continue;
-      const int64_t b = reuse[static_cast<size_t>(t)].bytes();
-      if (b <= room) {
-        pinned[static_cast<size_t>(t)] = true;
-        room -= b;
-      }
+    int64_t window = 0;
+    if (widest > 0) {
+      window = std::min(2 * widest, room_total / 2);
+      pin(room_total - window, count_fetches(window));
+    }
+    plan.set_window_bytes(window);
+    for (size_t t = 0; t < reuse.size(); ++t) {
+      if (transient[t] || pinned[t] || !remote_ok[t]) continue;
+      remote[t] = true;
+      plan.add_remote(reuse[t].id());
+      plan.set_remote_bytes(plan.remote_bytes() + reuse[t].bytes());
     }
     // Fetches: a streamed tensor is fetched at its first use, and again at a use the window has not
     // kept it for.
     std::vector<int64_t> need(static_cast<size_t>(n), 0);
-    std::fill(last.begin(), last.end(), -1);
+    std::vector<int64_t> last(reuse.size(), -1);
     for (int64_t i = 0; i < n; ++i) {
       autouvm::v1::Prefetch f;
       for (int t : touched[static_cast<size_t>(i)]) {
-        if (pinned[static_cast<size_t>(t)] || transient[static_cast<size_t>(t)]) continue;
-        const int64_t prev = last[static_cast<size_t>(t)];
-        last[static_cast<size_t>(t)] = i;
+        const auto u = static_cast<size_t>(t);
+        if (pinned[u] || transient[u] || remote[u]) continue;
+        const int64_t prev = last[u];
+        last[u] = i;
         if (prev >= 0 && prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(prev) + 1] <= window) continue;
-        f.add_tensors(reuse[static_cast<size_t>(t)].id());
-        f.set_bytes(f.bytes() + reuse[static_cast<size_t>(t)].bytes());
+        f.add_tensors(reuse[u].id());
+        f.set_bytes(f.bytes() + reuse[u].bytes());
       }
       if (f.tensors_size() == 0) continue;
       f.set_for_op(i);

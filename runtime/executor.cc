@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
 
 namespace autouvm::runtime {
@@ -12,83 +13,130 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
                    std::unordered_map<std::string, TensorRange> ranges)
     : backend_(backend),
       ops_(static_cast<int64_t>(trace.ops.size())),
-      ranges_(std::move(ranges)),
       issue_at_(trace.ops.size()),
       needed_by_(trace.ops.size()),
       evict_after_(trace.ops.size()) {
-  auto range = [&](const std::string& id) -> const TensorRange* {
-    auto it = ranges_.find(id);
-    return it == ranges_.end() ? nullptr : &it->second;
+  // Tensors with a range, in the order the trace names them, then any others by id.
+  std::unordered_map<std::string, size_t> index;
+  auto add = [&](const std::string& id) {
+    auto it = ranges.find(id);
+    if (it == ranges.end() || index.count(id)) return;
+    index[id] = ranges_list_.size();
+    ranges_list_.push_back(it->second);
+    ids_.push_back(id);
   };
+  for (const TensorUse& n : trace.named) add(n.id);
+  std::vector<std::string> rest;
+  for (const auto& [id, r] : ranges) {
+    if (!index.count(id)) rest.push_back(id);
+  }
+  std::sort(rest.begin(), rest.end());
+  for (const std::string& id : rest) add(id);
+  on_device_.assign(ranges_list_.size(), false);
+
   for (const std::string& id : plan.pinned()) {
-    if (range(id) != nullptr) pinned_.push_back(id);
+    if (auto it = index.find(id); it != index.end()) pinned_.push_back(it->second);
+  }
+  for (const std::string& id : plan.remote()) {
+    if (auto it = index.find(id); it != index.end()) remote_.push_back(it->second);
   }
   // Where each streamed tensor is fetched: an op it is fetched for needs it fresh; the use before that
   // fetch (cyclically) is its last use in the window, after which it is evicted.
-  std::unordered_map<std::string, std::set<int64_t>> fetched_for;
+  std::unordered_map<size_t, std::set<int64_t>> fetched_for;
   for (const autouvm::v1::Prefetch& p : plan.prefetches()) {
     if (p.for_op() < 0 || p.for_op() >= ops_ || p.issue_at_op() < 0 || p.issue_at_op() >= ops_) continue;
     Fetch f;
     for (const std::string& id : p.tensors()) {
-      if (const TensorRange* r = range(id)) {
-        f.ranges.push_back(r);
-        fetched_for[id].insert(p.for_op());
+      if (auto it = index.find(id); it != index.end()) {
+        f.tensors.push_back(it->second);
+        fetched_for[it->second].insert(p.for_op());
       }
     }
-    if (f.ranges.empty()) continue;
+    if (f.tensors.empty()) continue;
     issue_at_[static_cast<size_t>(p.issue_at_op())].push_back(fetches_.size());
     needed_by_[static_cast<size_t>(p.for_op())].push_back(fetches_.size());
     fetches_.push_back(std::move(f));
   }
-  std::unordered_map<std::string, std::vector<int64_t>> uses;
+  std::unordered_map<size_t, std::vector<int64_t>> uses;
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     for (const auto* list : {&trace.ops[i].reads, &trace.ops[i].writes}) {
       for (const TensorUse& u : *list) {
-        if (fetched_for.count(u.id) == 0) continue;
-        auto& at = uses[u.id];
+        auto it = index.find(u.id);
+        if (it == index.end() || fetched_for.count(it->second) == 0) continue;
+        auto& at = uses[it->second];
         if (at.empty() || at.back() != static_cast<int64_t>(i)) at.push_back(static_cast<int64_t>(i));
       }
     }
   }
-  for (const auto& [id, at] : uses) {
-    const std::set<int64_t>& fetch_points = fetched_for[id];
+  for (const auto& [tensor, at] : uses) {
+    const std::set<int64_t>& fetch_points = fetched_for[tensor];
     for (size_t k = 0; k < at.size(); ++k) {
       const int64_t next = k + 1 < at.size() ? at[k + 1] : at[0];
-      if (fetch_points.count(next)) evict_after_[static_cast<size_t>(at[k])].push_back(range(id));
+      if (fetch_points.count(next)) evict_after_[static_cast<size_t>(at[k])].push_back(tensor);
     }
   }
 }
 
-// Weights are read-mostly (the host copy stays valid, so dropping the device copy costs no copy back);
-// pinned tensors are brought in once and never evicted by the executor.
+void Executor::Count(size_t tensor, bool on_device) {
+  if (on_device_[tensor] == on_device) return;
+  on_device_[tensor] = on_device;
+  resident_bytes_ += on_device ? ranges_list_[tensor].bytes : -ranges_list_[tensor].bytes;
+  peak_resident_bytes_ = std::max(peak_resident_bytes_, resident_bytes_);
+}
+
+// Streamed weights are read-mostly (the host copy stays valid, so dropping the device copy costs no
+// copy back); remote tensors are mapped for the device in host memory; pinned tensors are brought in
+// once and never evicted by the executor.
 absl::Status Executor::Prepare() {
-  for (const auto& [id, r] : ranges_) {
-    if (absl::StartsWith(id, "param:") && !absl::StartsWith(id, "param:kv_cache")) {
-      RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kReadMostly, true));
+  std::vector<bool> streamed(ranges_list_.size(), false);
+  for (const Fetch& f : fetches_) {
+    for (size_t t : f.tensors) streamed[t] = true;
+  }
+  for (size_t t = 0; t < ranges_list_.size(); ++t) {
+    if (streamed[t] && absl::StartsWith(ids_[t], "param:") && !absl::StartsWith(ids_[t], "param:kv_cache")) {
+      RETURN_IF_ERROR(backend_->Advise(ranges_list_[t].addr, ranges_list_[t].bytes, Advice::kReadMostly, true));
     }
   }
-  for (const std::string& id : pinned_) {
-    const TensorRange& r = ranges_.at(id);
-    RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kPreferredLocation, true, Location::kDevice));
+  for (size_t t : remote_) {
+    const TensorRange& r = ranges_list_[t];
+    RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kPreferredLocation, true, Location::kHost));
+    RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kAccessedBy, true, Location::kDevice));
+    RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCopy));
+  }
+  // One call per tensor: adjacent tensors may lie in different allocations, and a prefetch may not
+  // span two (cudaErrorInvalidValue).
+  for (size_t t : pinned_) {
+    const TensorRange& r = ranges_list_[t];
+    if (r.bytes <= 0) continue;
     RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
     prefetched_bytes_ += r.bytes;
+    Count(t, true);
   }
   return absl::OkStatus();
 }
 
 absl::Status Executor::Issue(Fetch& f) {
-  for (const TensorRange* r : f.ranges) {
-    RETURN_IF_ERROR(backend_->Prefetch(r->addr, r->bytes, Location::kDevice, Stream::kCopy));
-    prefetched_bytes_ += r->bytes;
+  for (size_t t : f.tensors) {
+    const TensorRange& r = ranges_list_[t];
+    RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
+    prefetched_bytes_ += r.bytes;
+    Count(t, true);
   }
   f.done = backend_->RecordEvent(Stream::kCopy);
   f.issued = true;
   return absl::OkStatus();
 }
 
+// Note [Copies behind the compute stream]: the thread that launches ops runs ahead of the GPU, so a
+// fetch issued "at op i" on the CPU could start long before op i runs, ahead of the evictions queued
+// on the compute stream before it, and put more on the device than the plan allows. The copy stream
+// therefore waits for the compute stream to reach op i before the fetches issued there.
 absl::Status Executor::BeforeOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();  // an op the plan does not know: left to the driver
-  for (size_t f : issue_at_[static_cast<size_t>(index)]) RETURN_IF_ERROR(Issue(fetches_[f]));
+  if (!issue_at_[static_cast<size_t>(index)].empty()) {
+    backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
+    for (size_t f : issue_at_[static_cast<size_t>(index)]) RETURN_IF_ERROR(Issue(fetches_[f]));
+  }
   for (size_t f : needed_by_[static_cast<size_t>(index)]) {
     Fetch& fetch = fetches_[f];
     // Its issue point was in the previous iteration and there was none (the first iteration): now.
@@ -105,12 +153,66 @@ absl::Status Executor::BeforeOp(int64_t index) {
 // bench/results/2026-11-29-autouvm-sim-executor.md); queued on the compute stream it is ordered after
 // the op for free, and a read-mostly drop costs little there (no copy back).
 absl::Status Executor::AfterOp(int64_t index) {
-  if (index < 0 || index >= ops_ || evict_after_[static_cast<size_t>(index)].empty()) return absl::OkStatus();
-  for (const TensorRange* r : evict_after_[static_cast<size_t>(index)]) {
-    RETURN_IF_ERROR(backend_->Prefetch(r->addr, r->bytes, Location::kHost, Stream::kCompute));
-    evicted_bytes_ += r->bytes;
+  if (index < 0 || index >= ops_) return absl::OkStatus();
+  for (size_t t : evict_after_[static_cast<size_t>(index)]) {
+    const TensorRange& r = ranges_list_[t];
+    RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCompute));
+    evicted_bytes_ += r.bytes;
+    Count(t, false);
   }
   return absl::OkStatus();
+}
+
+void Executor::AbandonIteration() {
+  for (Fetch& f : fetches_) f.issued = false;
+}
+
+PlanFollower::PlanFollower(Executor* executor, const AccessTrace& trace) : executor_(executor) {
+  kernels_.reserve(trace.ops.size());
+  for (const OpRecord& op : trace.ops) kernels_.push_back(op.kernel);
+}
+
+void PlanFollower::BeforeOp(int64_t index) {
+  if (stopped_) return;
+  if (absl::Status s = executor_->BeforeOp(index); !s.ok()) {
+    stopped_ = true;
+    status_ = s;
+  }
+}
+
+void PlanFollower::OnOp(const OpEvent& op) {
+  if (stopped_) return;
+  const size_t i = static_cast<size_t>(op.index);
+  if (i >= kernels_.size() || kernels_[i] != op.kernel) {
+    stopped_ = true;
+    ++mismatches_;
+    status_ = absl::FailedPreconditionError(absl::StrCat(
+        "op ", op.index, " is ", std::string(op.kernel), ", the plan expected ",
+        i < kernels_.size() ? kernels_[i]
+                            : std::string("none (the plan has ") + std::to_string(kernels_.size()) + " ops)"));
+    return;
+  }
+  if (absl::Status s = executor_->AfterOp(op.index); !s.ok()) {
+    stopped_ = true;
+    status_ = s;
+    return;
+  }
+  ++ops_followed_;
+}
+
+absl::Status PlanFollower::EndIteration() {
+  if (!stopped_ && ops_followed_ != static_cast<int64_t>(kernels_.size())) {
+    ++mismatches_;
+    status_ = absl::FailedPreconditionError(
+        absl::StrCat("the iteration ran ", ops_followed_, " ops, the plan has ", kernels_.size()));
+    stopped_ = true;
+  }
+  if (stopped_) executor_->AbandonIteration();
+  absl::Status why = std::move(status_);
+  status_ = absl::OkStatus();
+  stopped_ = false;
+  ops_followed_ = 0;
+  return why;
 }
 
 }  // namespace autouvm::runtime

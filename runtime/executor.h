@@ -1,14 +1,16 @@
 // Executor: follows a profiler Plan at the op boundaries of an iteration, through a DeviceBackend —
 // pinned tensors kept on the device, streamed ones prefetched on the copy stream ahead of the op that
 // needs them (the compute stream waits on their events) and evicted after their last use before their
-// next fetch, on the compute stream (Note [Evictions on the compute stream]). Weights are marked
-// read-mostly, so evicting one drops the device copy without a copy back.
+// next fetch, on the compute stream (Note [Evictions on the compute stream]). Streamed weights are
+// marked read-mostly, so evicting one drops the device copy without a copy back. Remote tensors stay in
+// host memory, mapped for the GPU to read in place (preferred location host, accessed by the device).
 //
 //   Executor ex(backend, plan, trace, ranges);       // ranges: where each tensor the plan names lives
 //   RETURN_IF_ERROR(ex.Prepare());                    // once: advice, pinned tensors in
 //   for each op i: RETURN_IF_ERROR(ex.BeforeOp(i)); launch op i; RETURN_IF_ERROR(ex.AfterOp(i));
 //
 // Tensors without a range (activations, which the allocator places anew) are left to the driver.
+// On a model run through the Observer, a PlanFollower (below) calls BeforeOp/AfterOp at each leaf op.
 // Not thread-safe: one iteration's thread drives it.
 #pragma once
 
@@ -21,6 +23,7 @@
 #include "autouvm/v1/profile.pb.h"
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
+#include "runtime/observer.h"
 
 namespace autouvm::runtime {
 
@@ -37,28 +40,74 @@ class Executor {
   absl::Status Prepare();
   absl::Status BeforeOp(int64_t index);
   absl::Status AfterOp(int64_t index);
+  // After an iteration that stopped following the plan part way: the next one starts afresh.
+  void AbandonIteration();
 
+  // Whether BeforeOp/AfterOp do anything: a plan that pins or reads in place everything needs no
+  // op boundaries after Prepare().
+  bool follows_ops() const { return !fetches_.empty(); }
   int64_t prefetched_bytes() const { return prefetched_bytes_; }
   int64_t evicted_bytes() const { return evicted_bytes_; }
+  // The named bytes the executor has placed on the device and not yet evicted (pinned, and streamed
+  // tensors between their fetch and their eviction), now and at most since Prepare().
+  int64_t resident_bytes() const { return resident_bytes_; }
+  int64_t peak_resident_bytes() const { return peak_resident_bytes_; }
 
  private:
   struct Fetch {
-    std::vector<const TensorRange*> ranges;
+    std::vector<size_t> tensors;  // into ranges_list_
     EventId done = 0;
     bool issued = false;
   };
   absl::Status Issue(Fetch& f);
+  void Count(size_t tensor, bool on_device);
 
   DeviceBackend* const backend_;
   const int64_t ops_;
-  std::unordered_map<std::string, TensorRange> ranges_;
-  std::vector<std::string> pinned_;
+  std::vector<TensorRange> ranges_list_;  // every tensor with a range, in the order named
+  std::vector<std::string> ids_;          // parallel to ranges_list_
+  std::vector<bool> on_device_;           // parallel: placed on the device by the executor
+  std::vector<size_t> pinned_;
+  std::vector<size_t> remote_;
   std::vector<Fetch> fetches_;
-  std::vector<std::vector<size_t>> issue_at_;                 // per op: fetches to issue when it starts
-  std::vector<std::vector<size_t>> needed_by_;                // per op: fetches it must wait for
-  std::vector<std::vector<const TensorRange*>> evict_after_;  // per op: streamed tensors done with
+  std::vector<std::vector<size_t>> issue_at_;     // per op: fetches to issue when it starts
+  std::vector<std::vector<size_t>> needed_by_;    // per op: fetches it must wait for
+  std::vector<std::vector<size_t>> evict_after_;  // per op: streamed tensors done with
   int64_t prefetched_bytes_ = 0;
   int64_t evicted_bytes_ = 0;
+  int64_t resident_bytes_ = 0;
+  int64_t peak_resident_bytes_ = 0;
+};
+
+// Drives an Executor from the Observer's op boundaries during observed iterations, checking each op
+// against the kernel the plan was made for. On the first op that differs (another op sequence than
+// the profiled one), or a backend error, it stops following for the rest of the iteration: the ops
+// left fault as without a plan. Counted in mismatches(); the caller re-profiles the key.
+//
+//   PlanFollower follower(&executor, trace);
+//   observer->AddSubscriber(&follower);
+//   observer->BeginIteration(IterationMode::kObserve); forward(); observer->EndIteration();
+//   absl::Status why = follower.EndIteration();   // OK if the whole iteration followed the plan
+class PlanFollower final : public OpSubscriber {
+ public:
+  PlanFollower(Executor* executor, const AccessTrace& trace);
+
+  void BeforeOp(int64_t index) override;
+  void OnOp(const OpEvent& op) override;
+  // Why following stopped in the iteration that ended (FAILED_PRECONDITION naming the first op that
+  // differs, or the backend's error); ready for the next iteration.
+  absl::Status EndIteration();
+
+  int64_t mismatches() const { return mismatches_; }
+  int64_t ops_followed() const { return ops_followed_; }
+
+ private:
+  Executor* const executor_;
+  std::vector<std::string> kernels_;  // the plan's op sequence
+  bool stopped_ = false;
+  absl::Status status_;
+  int64_t mismatches_ = 0;
+  int64_t ops_followed_ = 0;
 };
 
 }  // namespace autouvm::runtime

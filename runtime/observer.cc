@@ -211,6 +211,13 @@ struct Observer::Impl {
     for (OpSubscriber* s : subscribers) s->OnOp(e);
   }
 
+  // The next leaf op will be numbered `counted`: tells the subscribers once, before it can launch.
+  void Announce() {
+    if (announced == counted) return;
+    announced = counted;
+    for (OpSubscriber* s : subscribers) s->BeforeOp(announced);
+  }
+
   // An observed (not recorded) leaf op: numbered and handed to the subscribers by name.
   void Observe(const char* op) {
     const std::string name(op);
@@ -270,6 +277,7 @@ struct Observer::Impl {
   AccessTrace trace;
   std::vector<OpSubscriber*> subscribers;  // the iteration's copy of all_subscribers
   std::atomic<int64_t> counted{0};
+  int64_t announced = -1;                // the last index Announce() told the subscribers of
   at::CallbackHandle handle = 0;         // the recording thread's callback, while recording
   at::CallbackHandle global_handle = 0;  // the global callback, for the Observer's lifetime
 
@@ -314,6 +322,7 @@ std::unique_ptr<at::ObserverContext> OnObservedStart(const at::RecordFunction& f
   if (t_observing == nullptr) return nullptr;
   auto ctx = std::make_unique<OpContext>();
   ctx->bookkeeping = IsBookkeeping(fn.name());
+  if (!ctx->bookkeeping) t_observing->Announce();
   t_stack.push_back(ctx.get());
   return ctx;
 }
@@ -378,6 +387,7 @@ void Observer::BeginIteration(IterationMode mode) {
   impl_->launches.clear();
   impl_->inputs_seen = 0;
   impl_->counted = 0;
+  impl_->announced = -1;
   impl_->trace = AccessTrace();
   {
     std::lock_guard<std::mutex> lock(impl_->names_mu);

@@ -51,6 +51,9 @@ struct OpEvent {
 class OpSubscriber {
  public:
   virtual ~OpSubscriber() = default;
+  // Before the leaf op numbered `index` launches anything: called once per index, at the start of the
+  // first op that may contain it (a composite op, or the leaf itself). Observed iterations only.
+  virtual void BeforeOp(int64_t /*index*/) {}
   virtual void OnOp(const OpEvent& op) = 0;
 };
 
@@ -73,7 +76,8 @@ class Observer {
   // loading models; process-wide.
   static void MakeExecutionRepeatable();
 
-  // Subscribers are called, in the order added, on the iteration's thread after each leaf op.
+  // Subscribers are called, in the order added, on the iteration's thread before (observed iterations)
+  // and after each leaf op.
   void AddSubscriber(OpSubscriber* subscriber);
   void RemoveSubscriber(OpSubscriber* subscriber);
 

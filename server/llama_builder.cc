@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
@@ -114,6 +115,12 @@ def full(self, tokens):
                       full_calls, "    return self.head(x)\n");
 }
 
+// A parameter of `shape` whose weights are generated at load (generated_weights_seed): one element
+// broadcast, so model.pt stays small (server/generated_weights.h replaces it).
+torch::Tensor Placeholder(std::vector<int64_t> shape, c10::ScalarType dtype) {
+  return torch::zeros({1}, dtype).expand(shape);
+}
+
 void AddCommonAttributes(torch::jit::Module& m, const ModelConfig& c) {
   m.register_attribute("training", c10::BoolType::get(), false);
   m.register_attribute("eps", c10::FloatType::get(), c.norm_eps);
@@ -126,8 +133,14 @@ torch::jit::Module BuildLayer(const ModelConfig& c, c10::ScalarType dtype) {
   layer.register_attribute("n_kv_heads", c10::IntType::get(), c.n_kv_heads);
   layer.register_attribute("head_dim", c10::IntType::get(), c.head_dim);
   layer.register_attribute("scale", c10::FloatType::get(), 1.0 / std::sqrt(double(c.head_dim)));
-  auto linear = [&](int64_t out, int64_t in) { return (torch::randn({out, in}) / std::sqrt(double(in))).to(dtype); };
-  auto norm = [&]() { return (1.0 + 0.1 * torch::randn({c.dim})).to(dtype); };
+  auto linear = [&](int64_t out, int64_t in) {
+    if (c.generated_weights_seed != 0) return Placeholder({out, in}, dtype);
+    return (torch::randn({out, in}) / std::sqrt(double(in))).to(dtype);
+  };
+  auto norm = [&]() {
+    if (c.generated_weights_seed != 0) return Placeholder({c.dim}, dtype);
+    return (1.0 + 0.1 * torch::randn({c.dim})).to(dtype);
+  };
   const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   layer.register_parameter("attn_norm", norm(), false);
   layer.register_parameter("wq", linear(q_dim, c.dim), false);
@@ -150,10 +163,17 @@ torch::jit::Module BuildModel(const ModelConfig& c, uint64_t seed) {
   const c10::ScalarType dtype = TorchDtype(c.dtype);
   torch::jit::Module m("LlamaForCausalLM");
   AddCommonAttributes(m, c);
-  m.register_parameter("tok_embeddings", torch::randn({c.vocab_size, c.dim}).to(dtype), false);
+  const bool generated = c.generated_weights_seed != 0;
+  m.register_parameter(
+      "tok_embeddings",
+      generated ? Placeholder({c.vocab_size, c.dim}, dtype) : torch::randn({c.vocab_size, c.dim}).to(dtype), false);
   for (int64_t i = 0; i < c.n_layers; ++i) m.register_module(absl::StrCat("layer", i), BuildLayer(c, dtype));
-  m.register_parameter("norm", (1.0 + 0.1 * torch::randn({c.dim})).to(dtype), false);
-  m.register_parameter("lm_head", (torch::randn({c.vocab_size, c.dim}) / std::sqrt(double(c.dim))).to(dtype), false);
+  m.register_parameter("norm", generated ? Placeholder({c.dim}, dtype) : (1.0 + 0.1 * torch::randn({c.dim})).to(dtype),
+                       false);
+  m.register_parameter("lm_head",
+                       generated ? Placeholder({c.vocab_size, c.dim}, dtype)
+                                 : (torch::randn({c.vocab_size, c.dim}) / std::sqrt(double(c.dim))).to(dtype),
+                       false);
   // Rotary tables in fp32, indexed by absolute position.
   const int64_t half = c.head_dim / 2;
   auto inv_freq = torch::pow(c.rope_theta, -torch::arange(0, half, torch::kDouble) / double(half));

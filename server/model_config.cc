@@ -1,5 +1,7 @@
 #include "server/model_config.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
 #include "runtime/yaml_fields.h"
@@ -68,6 +70,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const
   f.Int("bos_id", &c.bos_id, -1, kBig);
   f.Int("eos_id", &c.eos_id, -1, kBig);
   f.String("tokenizer", &c.tokenizer);
+  f.Int("generated_weights_seed", &c.generated_weights_seed, 0, std::numeric_limits<int64_t>::max());
   if (absl::Status s = f.Finish(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
   }
@@ -102,6 +105,9 @@ std::string ModelConfigToYaml(const ModelConfig& c) {
   out << YAML::Key << "bos_id" << YAML::Value << c.bos_id;
   out << YAML::Key << "eos_id" << YAML::Value << c.eos_id;
   out << YAML::Key << "tokenizer" << YAML::Value << c.tokenizer;
+  if (c.generated_weights_seed != 0) {
+    out << YAML::Key << "generated_weights_seed" << YAML::Value << c.generated_weights_seed;
+  }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -28,6 +28,9 @@ struct ModelConfig {
   int64_t bos_id = -1;         // -1: none
   int64_t eos_id = -1;
   std::string tokenizer = "byte";  // byte | sentencepiece (tokenizer.model beside model.yaml)
+  // Not 0: model.pt holds placeholders and the weights are generated at load time from this seed
+  // (server/generated_weights.h), so that a benchmark's 13 GB model needs no 13 GB file.
+  int64_t generated_weights_seed = 0;
 };
 
 // Checks every field's range and the relations between them; the error names the field.

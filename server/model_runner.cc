@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "server/generated_weights.h"
 #include "server/torch_dtype.h"
 
 namespace autouvm::server {
@@ -66,6 +67,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
   }
   if (!impl->module.find_method("forward")) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": has no forward method"));
+  }
+  if (config.generated_weights_seed != 0) {
+    if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, torch::kCPU); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+    }
   }
   int64_t params = 0, bytes = 0;
   for (const auto& p : impl->module.parameters()) {

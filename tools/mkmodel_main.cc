@@ -27,8 +27,18 @@ int main(int argc, char** argv) {
   app.add_option("--eos-id", c.eos_id, "-1 for none")->capture_default_str();
   app.add_option("--tokenizer", c.tokenizer)->check(CLI::IsMember({"byte", "sentencepiece"}))->capture_default_str();
   app.add_option("--seed", seed, "weight initialisation seed")->capture_default_str();
+  bool at_load = false;
+  app.add_flag("--generate-weights-at-load", at_load,
+               "write placeholders; the weights are generated from --seed (>= 1) when the model loads");
   CLI11_PARSE(app, argc, argv);
   if (c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
+  if (at_load) {
+    if (seed == 0) {
+      std::cerr << "autouvm-mkmodel: --generate-weights-at-load needs a --seed of at least 1\n";
+      return 1;
+    }
+    c.generated_weights_seed = static_cast<int64_t>(seed);
+  }
   if (auto s = autouvm::server::WriteLlamaModel(c, seed, repo); !s.ok()) {
     std::cerr << "autouvm-mkmodel: " << s.message() << "\n";
     return 1;

@@ -2,6 +2,7 @@
 // steps in slots) must give the logits of a full forward without any cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +143,34 @@ TEST_F(EngineTest, LowPrecisionModelsRun) {
     std::vector<float> want(full->end() - c.vocab_size, full->end());
     EXPECT_LT(MaxRelErr(*cached, want), 2e-2) << dtype;
   }
+}
+
+TEST_F(EngineTest, GeneratedWeightsAreSmallOnDiskAndTheSameForTheSameSeed) {
+  ModelConfig c = SmallConfig("gen", "bf16");
+  c.generated_weights_seed = 5;
+  auto a = Make(c, 1);
+  ASSERT_NE(a, nullptr);
+  // A placeholder per parameter on disk, the full parameters once loaded.
+  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(dir_.Sub("gen/model.pt")));
+  EXPECT_LT(file_bytes, a->parameter_bytes() / 4) << "model.pt holds weights";
+  ASSERT_TRUE(LoadModelConfig(dir_.Sub("gen/model.yaml")).ok());
+  EXPECT_EQ(LoadModelConfig(dir_.Sub("gen/model.yaml"))->generated_weights_seed, 5);
+  const std::vector<int32_t> seq = {256, 70, 71, 72};
+  auto la = a->Prefill(0, seq);
+  auto b = ModelRunner::Create(dir_.Sub("gen"), c, 1);
+  ASSERT_TRUE(la.ok() && b.ok());
+  auto lb = (*b)->Prefill(0, seq);
+  ASSERT_TRUE(lb.ok());
+  EXPECT_EQ(*la, *lb);
+  // The cached path still agrees with the full forward: real weights, not broadcast placeholders.
+  auto full = a->FullForward(seq);
+  ASSERT_TRUE(full.ok());
+  EXPECT_LT(MaxRelErr(*la, std::vector<float>(full->end() - c.vocab_size, full->end())), 2e-2);
+  EXPECT_GT(*std::max_element(la->begin(), la->end()) - *std::min_element(la->begin(), la->end()), 0.1f);
+  c.generated_weights_seed = 6;
+  auto other = ModelRunner::Create(dir_.Sub("gen"), c, 1);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*(*other)->Prefill(0, seq), *la);
 }
 
 TEST_F(EngineTest, RejectsAFileThatIsNotAModel) {

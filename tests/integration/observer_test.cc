@@ -149,7 +149,9 @@ struct Collector : OpSubscriber {
     std::vector<bool> writes;
     std::vector<const void*> data;
   };
+  void BeforeOp(int64_t index) override { order.push_back({'b', index}); }
   void OnOp(const OpEvent& e) override {
+    order.push_back({'a', e.index});
     Seen s{e.index, std::string(e.kernel), {}, {}, {}, {}, {}};
     for (const TensorAccess& t : e.tensors) {
       s.ids.emplace_back(t.id);
@@ -161,6 +163,7 @@ struct Collector : OpSubscriber {
     seen.push_back(std::move(s));
   }
   std::vector<Seen> seen;
+  std::vector<std::pair<char, int64_t>> order;  // 'b': BeforeOp, 'a': OnOp, with the index
 };
 
 TEST_F(ObserverTest, SubscribersSeeEachRecordedOpWithItsTensors) {
@@ -224,6 +227,12 @@ TEST_F(ObserverTest, AnObservedIterationNumbersTheSameOpsAsARecordedOne) {
   for (size_t i = 0; i < recorded.ops.size(); ++i) {
     EXPECT_EQ(collector.seen[i].kernel, recorded.ops[i].kernel) << "op " << i;
     EXPECT_TRUE(collector.seen[i].ids.empty());
+  }
+  // Each op is announced exactly once, before it runs and after the previous one finished.
+  ASSERT_EQ(collector.order.size(), 2 * recorded.ops.size());
+  for (size_t i = 0; i < recorded.ops.size(); ++i) {
+    EXPECT_EQ(collector.order[2 * i], (std::pair<char, int64_t>{'b', static_cast<int64_t>(i)}));
+    EXPECT_EQ(collector.order[2 * i + 1], (std::pair<char, int64_t>{'a', static_cast<int64_t>(i)}));
   }
   // Outside an iteration nothing is counted or delivered.
   ASSERT_TRUE(runner->Decode({&row, 1}, &logits).ok());

@@ -1,6 +1,7 @@
 // The planner: everything pinned when it fits; over budget, a window for streaming, the tensors used
 // more than once per iteration pinned first, then the earliest; prefetches issued as early as the window
-// allows, wrapping into the previous iteration; `stock` plans nothing.
+// allows, wrapping into the previous iteration; a decode step's weights read in place instead of
+// streamed; `stock` plans nothing.
 #include "profiler/planner.h"
 
 #include <gtest/gtest.h>
@@ -13,19 +14,24 @@ namespace {
 
 constexpr int64_t kMiB = 1 << 20;
 
-runtime::OpRecord Op(int64_t i, std::vector<std::string> ids, int64_t mib) {
+// An op reading `ids`, `mib` each, at `flops_per_byte` of what it reads: 1024 is a prefill's product
+// (its weights streamed), 1 a decode step's (read in place when not pinned).
+runtime::OpRecord Op(int64_t i, std::vector<std::string> ids, int64_t mib, double flops_per_byte = 1024) {
   runtime::OpRecord op;
   op.index = i;
   op.op = "aten::mm";
   op.kernel = "aten::mm#" + std::to_string(i);
   for (auto& id : ids) op.reads.push_back({id, mib * kMiB, 0, mib * kMiB});
+  op.flops = flops_per_byte * static_cast<double>(ids.size() * mib * kMiB);
   return op;
 }
 
 // Eight 10 MiB weights used once each, and a 10 MiB cache used by every op.
-runtime::AccessTrace Loop() {
+runtime::AccessTrace Loop(double flops_per_byte = 1024) {
   runtime::AccessTrace t;
-  for (int i = 0; i < 8; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i), "param:kv"}, 10));
+  for (int i = 0; i < 8; ++i) {
+    t.ops.push_back(Op(i, {"param:w" + std::to_string(i), "param:kv"}, 10, flops_per_byte));
+  }
   return t;
 }
 
@@ -51,43 +57,65 @@ TEST(PlannerTest, StockPlansNothing) {
 }
 
 TEST(PlannerTest, OverBudgetTheReusedTensorAndTheFirstWeightsArePinnedAndTheRestStreamed) {
-  // 80 MiB budget: window = 2 x 20 MiB (the widest op), 40 MiB to pin: the cache (used by all eight
-  // ops; streaming it would fetch it again and again) and w0..w2 (earliest first).
+  // 80 MiB budget. Pinned first: the cache (used by all eight ops; streaming it would fetch it again and
+  // again), then weights by first use. w7 would not fit; streaming it needs a window of twice the widest
+  // op's streamed bytes (20 MiB), so 60 MiB are pinned: the cache and w0..w4.
   const auto p = Plan(Loop(), "autouvm", 80 * kMiB);
-  EXPECT_EQ(p.window_bytes(), 40 * kMiB);
+  EXPECT_EQ(p.window_bytes(), 20 * kMiB);
   EXPECT_EQ(std::vector<std::string>(p.pinned().begin(), p.pinned().end()),
-            (std::vector<std::string>{"param:w0", "param:kv", "param:w1", "param:w2"}));
-  EXPECT_EQ(p.pinned_bytes(), 40 * kMiB);
-  // w3..w7 stream: 50 MiB per iteration, one fetch each, for ops 3..7.
-  EXPECT_EQ(p.streamed_bytes(), 50 * kMiB);
-  ASSERT_EQ(p.prefetches_size(), 5);
-  for (int k = 0; k < 5; ++k) {
-    EXPECT_EQ(p.prefetches(k).for_op(), 3 + k);
-    EXPECT_EQ(p.prefetches(k).tensors(0), "param:w" + std::to_string(3 + k));
+            (std::vector<std::string>{"param:w0", "param:kv", "param:w1", "param:w2", "param:w3", "param:w4"}));
+  EXPECT_EQ(p.pinned_bytes(), 60 * kMiB);
+  EXPECT_EQ(p.remote_size(), 0);  // a prefill's products read their weights many times
+  // w5..w7 stream: 30 MiB per iteration, one fetch each, for ops 5..7.
+  EXPECT_EQ(p.streamed_bytes(), 30 * kMiB);
+  ASSERT_EQ(p.prefetches_size(), 3);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(p.prefetches(k).for_op(), 5 + k);
+    EXPECT_EQ(p.prefetches(k).tensors(0), "param:w" + std::to_string(5 + k));
   }
-  // The 40 MiB window holds four 10 MiB fetches. w3's walks back over ops 2..0 (nothing fetched there)
-  // into the previous iteration, past w7's, w6's and w5's fetches: issued at op 5 of the iteration
-  // before. w7's has w4..w6 queued ahead of it: issued at op 4.
-  EXPECT_EQ(p.prefetches(0).issue_at_op(), 5);
-  EXPECT_EQ(p.prefetches(4).issue_at_op(), 4);
+  // The 20 MiB window holds two fetches. w5's walks back over ops 4..0 (nothing fetched there) into the
+  // previous iteration, past w7's: issued at op 7 of the iteration before. w7's has w6's ahead: op 6.
+  EXPECT_EQ(p.prefetches(0).issue_at_op(), 7);
+  EXPECT_EQ(p.prefetches(2).issue_at_op(), 6);
 }
 
 TEST(PlannerTest, AFetchIsIssuedInThePreviousIterationWhenTheWindowAllows) {
-  // Four 10 MiB weights (ops 0-3), then four 1 MiB norms (ops 4-7). Budget 42 MiB: window 20 MiB, 22 to
-  // pin: w0, w1, s4, s5. w2, w3, s6, s7 stream.
+  // Four 10 MiB weights (ops 0-3), then four 1 MiB norms (ops 4-7). Budget 42 MiB: the norms s6 and s7
+  // would not fit; the window for them is 2 MiB, which leaves 40 to pin: w0..w3. s4..s7 stream.
   runtime::AccessTrace t;
   for (int i = 0; i < 4; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i)}, 10));
   for (int i = 4; i < 8; ++i) t.ops.push_back(Op(i, {"param:s" + std::to_string(i)}, 1));
   const auto p = Plan(t, "autouvm", 42 * kMiB);
-  EXPECT_EQ(p.window_bytes(), 20 * kMiB);
+  EXPECT_EQ(p.window_bytes(), 2 * kMiB);
   EXPECT_EQ(std::vector<std::string>(p.pinned().begin(), p.pinned().end()),
-            (std::vector<std::string>{"param:w0", "param:w1", "param:s4", "param:s5"}));
-  EXPECT_EQ(p.streamed_bytes(), 22 * kMiB);
+            (std::vector<std::string>{"param:w0", "param:w1", "param:w2", "param:w3"}));
+  EXPECT_EQ(p.streamed_bytes(), 4 * kMiB);
   ASSERT_EQ(p.prefetches_size(), 4);
-  EXPECT_EQ(p.prefetches(0).for_op(), 2);
-  // w2 walks back over ops 1, 0, 7 (s7: 11 MiB queued), 6 (s6: 12), 5, 4, and stops at op 3 (w3 would
-  // make 22 > 20): issued at op 4 of the previous iteration.
-  EXPECT_EQ(p.prefetches(0).issue_at_op(), 4);
+  EXPECT_EQ(p.prefetches(0).for_op(), 4);
+  // s4 walks back over ops 3..0 and into the previous iteration, over op 7 (s7: 2 MiB queued), and
+  // stops at op 6 (s6 would make 3 > 2): issued at op 7 of the previous iteration.
+  EXPECT_EQ(p.prefetches(0).issue_at_op(), 7);
+  EXPECT_EQ(p.prefetches(3).issue_at_op(), 6);
+}
+
+TEST(PlannerTest, ADecodeStepsWeightsThatAreNotPinnedAreReadInPlace) {
+  // The cache is used by every op and cannot be read in place: pinned first; then w0..w6 by first use;
+  // w7 is read over the link where it is. Nothing streams, so no window is set aside.
+  const auto p = Plan(Loop(/*flops_per_byte=*/1), "autouvm", 80 * kMiB);
+  EXPECT_EQ(p.window_bytes(), 0);
+  EXPECT_EQ(p.pinned_bytes(), 80 * kMiB);
+  EXPECT_EQ(p.pinned(1), "param:kv");
+  EXPECT_EQ(std::vector<std::string>(p.remote().begin(), p.remote().end()), std::vector<std::string>{"param:w7"});
+  EXPECT_EQ(p.remote_bytes(), 10 * kMiB);
+  EXPECT_EQ(p.prefetches_size(), 0);
+  EXPECT_EQ(p.streamed_bytes(), 0);
+  // A weight written during the iteration cannot be read in place: it is pinned ahead of those that
+  // can, and the last of them is read in place instead.
+  runtime::AccessTrace t = Loop(1);
+  t.ops[7].writes.push_back({"param:w7", 10 * kMiB, 0, 10 * kMiB});
+  const auto q = Plan(t, "autouvm", 80 * kMiB);
+  EXPECT_EQ(std::vector<std::string>(q.remote().begin(), q.remote().end()), std::vector<std::string>{"param:w6"});
+  EXPECT_EQ(q.prefetches_size(), 0);
 }
 
 }  // namespace

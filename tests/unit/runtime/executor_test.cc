@@ -1,0 +1,191 @@
+// The executor against the simulated backend: what it keeps resident, the follower's identity check,
+// and the driver eviction the baselines get under a software budget.
+#include "runtime/executor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "profiler/analysis.h"
+#include "profiler/profile_key.h"
+#include "runtime/driver_eviction.h"
+#include "runtime/sim/sim_backend.h"
+
+namespace autouvm::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kMiB = 1 << 20;
+
+// `layers` weights of `weight_mib`, one mm each, in order (as trace_replay_test's decode-like trace);
+// `rows` rows of activations multiply each weight (1: decode, read in place by the plan; 512: prefill,
+// streamed).
+AccessTrace DecodeLike(int layers, int64_t weight_mib, int rows = 1) {
+  AccessTrace t;
+  std::string x = "input:0";
+  for (int i = 0; i < layers; ++i) {
+    const std::string w = "param:w" + std::to_string(i);
+    t.named.push_back({w, weight_mib * kMiB});
+    OpRecord op;
+    op.index = i;
+    op.op = "aten::mm";
+    op.kernel = "aten::mm#" + std::to_string(i);
+    op.reads = {{x, 8192, 0, 8192}, {w, weight_mib * kMiB, 0, weight_mib * kMiB}};
+    const std::string y = "act:aten::mm@" + std::to_string(i) + ".0";
+    op.writes = {{y, 8192, 0, 8192}};
+    op.flops = 2.0 * rows * static_cast<double>(weight_mib * kMiB / 2);
+    t.ops.push_back(op);
+    x = y;
+  }
+  return t;
+}
+
+struct Fixture {
+  std::unique_ptr<sim::SimBackend> sim;
+  std::unordered_map<std::string, TensorRange> ranges;
+  std::vector<std::string> ids;  // allocation order
+
+  explicit Fixture(const AccessTrace& t) {
+    sim = *sim::SimBackend::Create({.spec = *FindGpuSpec("h200-pcie5")});
+    for (const TensorUse& n : t.named) {
+      ranges[n.id] = {*sim->AllocateManaged(n.bytes), n.bytes};
+      ids.push_back(n.id);
+    }
+  }
+  void Launch(const OpRecord& op) {
+    sim::SimKernel k{op.kernel, {}, op.flops};
+    for (const auto* list : {&op.reads, &op.writes}) {
+      for (const TensorUse& u : *list) {
+        if (auto it = ranges.find(u.id); it != ranges.end()) k.ranges.push_back({it->second.addr, it->second.bytes});
+      }
+    }
+    sim->Launch(k);
+  }
+  int64_t Resident(const std::string& id) { return *sim->ResidentBytes(ranges[id].addr, ranges[id].bytes); }
+  int64_t AllResident() {
+    int64_t sum = 0;
+    for (const std::string& id : ids) sum += Resident(id);
+    return sum;
+  }
+};
+
+autouvm::v1::Plan PlanFor(const AccessTrace& t, int64_t budget) {
+  const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", budget, "autouvm");
+  return profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
+}
+
+TEST(ExecutorTest, FollowingAPlanKeepsTheDeviceUnderItsBudget) {
+  const AccessTrace t = DecodeLike(16, 64, /*rows=*/512);
+  const int64_t budget = 16 * 64 * kMiB * 2 / 3;  // 1.5x oversubscribed
+  Fixture f(t);
+  Executor ex(f.sim.get(), PlanFor(t, budget), t, f.ranges);
+  ASSERT_TRUE(ex.Prepare().ok());
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+      f.Launch(t.ops[i]);
+      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+      ASSERT_TRUE(f.sim->Synchronize().ok());
+      // What the simulated driver holds, not only the executor's own count.
+      EXPECT_LE(f.AllResident(), budget) << "iteration " << iteration << " op " << i;
+      EXPECT_EQ(f.AllResident(), ex.resident_bytes()) << "iteration " << iteration << " op " << i;
+    }
+  }
+  EXPECT_LE(ex.peak_resident_bytes(), budget);
+  EXPECT_GT(ex.evicted_bytes(), 0);
+  EXPECT_EQ(f.sim->ReadCounters()->gpu_faults, 0);  // each weight arrived before its op
+}
+
+TEST(ExecutorTest, TheFollowerStopsAtTheFirstOpThePlanDoesNotKnow) {
+  const AccessTrace t = DecodeLike(8, 16, /*rows=*/512);
+  Fixture f(t);
+  Executor ex(f.sim.get(), PlanFor(t, 4 * 16 * kMiB), t, f.ranges);
+  ASSERT_TRUE(ex.follows_ops());
+  ASSERT_TRUE(ex.Prepare().ok());
+  PlanFollower follower(&ex, t);
+  auto run = [&](const std::vector<std::string>& kernels) {
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      follower.BeforeOp(static_cast<int64_t>(i));
+      follower.OnOp({.index = static_cast<int64_t>(i), .op = "aten::mm", .kernel = kernels[i]});
+    }
+    return follower.EndIteration();
+  };
+  std::vector<std::string> same;
+  for (const OpRecord& op : t.ops) same.push_back(op.kernel);
+  EXPECT_TRUE(run(same).ok());
+  const int64_t fetched = ex.prefetched_bytes();
+  EXPECT_GT(fetched, 0);
+  EXPECT_EQ(follower.mismatches(), 0);
+
+  std::vector<std::string> other = same;
+  other[3] = "aten::addmm#0";
+  absl::Status why = run(other);
+  EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(why.message(), HasSubstr("op 3 is aten::addmm#0, the plan expected aten::mm#3"));
+  EXPECT_EQ(follower.mismatches(), 1);
+  const int64_t after_mismatch = ex.prefetched_bytes();
+  EXPECT_LT(after_mismatch - fetched, fetched);  // ops 4.. were left to the driver
+
+  // A shorter iteration is a mismatch too; a matching one afterwards is followed again.
+  EXPECT_THAT(run({same.begin(), same.begin() + 5}).message(), HasSubstr("ran 5 ops, the plan has 8"));
+  EXPECT_EQ(follower.mismatches(), 2);
+  EXPECT_TRUE(run(same).ok());
+}
+
+TEST(ExecutorTest, ADecodeStepReadsWhatIsNotPinnedInPlace) {
+  const AccessTrace t = DecodeLike(16, 64);
+  const int64_t budget = 16 * 64 * kMiB / 2;
+  Fixture f(t);
+  const autouvm::v1::Plan plan = PlanFor(t, budget);
+  EXPECT_GT(plan.remote_size(), 0);
+  EXPECT_EQ(plan.prefetches_size(), 0);
+  EXPECT_EQ(plan.window_bytes(), 0);
+  int64_t pinned_named = 0;  // the plan also pins the step's input, which has no range here
+  for (const std::string& id : plan.pinned()) pinned_named += f.ranges.count(id) ? f.ranges[id].bytes : 0;
+  EXPECT_EQ(plan.remote_bytes() + pinned_named, 16 * 64 * kMiB);
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ASSERT_TRUE(ex.Prepare().ok());
+  EXPECT_FALSE(ex.follows_ops());
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    for (const OpRecord& op : t.ops) f.Launch(op);
+  }
+  ASSERT_TRUE(f.sim->Synchronize().ok());
+  // Pinned weights came in once; the others were read over the link where they are, never migrated.
+  EXPECT_LE(f.AllResident(), budget);
+  EXPECT_EQ(f.AllResident(), pinned_named);
+  const UvmCounters moved = *f.sim->ReadCounters();
+  EXPECT_EQ(moved.gpu_faults, 0);
+  EXPECT_GE(moved.remote_bytes, 2 * plan.remote_bytes());
+}
+
+TEST(DriverEvictionTest, TheChunksGivenGpuMemoryFirstGoBackWhenAnOpNeedsRoom) {
+  const AccessTrace t = DecodeLike(6, 4);  // six 4 MiB weights, two 2 MiB chunks each
+  Fixture f(t);
+  DriverEviction ev(f.sim.get(), t, f.ranges, 3 * 4 * kMiB);
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      ASSERT_TRUE(ev.BeforeOp(static_cast<int64_t>(i)).ok());
+      f.Launch(t.ops[i]);
+      ASSERT_TRUE(f.sim->Synchronize().ok());
+      EXPECT_LE(f.AllResident(), 3 * 4 * kMiB);
+      EXPECT_EQ(f.AllResident(), ev.resident_bytes());
+      EXPECT_EQ(f.Resident(f.ids[i]), 4 * kMiB);  // the op's own weight is never a victim
+    }
+  }
+  // First in, first out: a cyclic sweep finds none of its weights left (the driver's pathology).
+  EXPECT_EQ(f.Resident("param:w0"), 0);
+  EXPECT_EQ(f.Resident("param:w2"), 0);
+  EXPECT_EQ(f.Resident("param:w3"), 4 * kMiB);
+  EXPECT_EQ(f.Resident("param:w5"), 4 * kMiB);
+  // Evicted weights were migrated back (not read-mostly): device→host bytes, the driver's way.
+  EXPECT_GT(f.sim->ReadCounters()->d2h_total(), 0);
+  EXPECT_EQ(ev.evicted_bytes(), (6 + 3) * 4 * kMiB);  // 3 in the first sweep, all 6 in the second
+  EXPECT_EQ(ev.peak_resident_bytes(), 3 * 4 * kMiB);
+  // A tensor a policy prefetched itself is counted, room made first.
+  ASSERT_TRUE(ev.Prefetched("param:w0").ok());
+  EXPECT_EQ(ev.resident_bytes(), 3 * 4 * kMiB);
+  EXPECT_EQ(f.Resident("param:w3"), 0);
+}
+
+}  // namespace
+}  // namespace autouvm::runtime
