@@ -44,6 +44,14 @@ std::vector<autouvm::v1::TensorReuse> ReuseDistances(const runtime::AccessTrace&
       }
     }
   }
+  // A named tensor (a weight, a cache) is placed whole, whatever part of it this iteration reached (one
+  // slot of a cache): its bytes are its storage's.
+  for (const runtime::TensorUse& n : trace.named) {
+    if (auto it = index.find(n.id); it != index.end()) {
+      auto& r = out[static_cast<size_t>(it->second)];
+      r.set_bytes(std::max(r.bytes(), n.bytes));
+    }
+  }
   // Per op, the distinct tensors it touches; per tensor, the ops that touch it.
   const std::vector<std::vector<int>> touched = TensorsPerOp(trace, out);
   std::vector<std::vector<int64_t>> uses(out.size());

@@ -38,6 +38,17 @@ TEST(ReuseTest, AWeightSweptOncePerIterationWaitsForEveryOtherWeight) {
   EXPECT_EQ(r[1].max_stack_bytes(), 0);
 }
 
+TEST(ReuseTest, ANamedTensorCountsItsWholeStorageWhateverPartTheIterationReached) {
+  // A cache of 16 slots of which the step touched one: it is placed whole, so it counts whole.
+  runtime::AccessTrace t;
+  t.named = {{"param:kv_cache.k", 160 * kMiB}};
+  t.ops.push_back(Op(0, {"param:kv_cache.k", "act:x"}));
+  const auto r = ReuseDistances(t);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].bytes(), 160 * kMiB);
+  EXPECT_EQ(r[1].bytes(), 10 * kMiB);  // unnamed: what the ops reached
+}
+
 TEST(ReuseTest, ATensorUsedTwicePerIterationHasItsLongestGapAndLargestStack) {
   runtime::AccessTrace t;
   t.ops.push_back(Op(0, {"param:a"}));
