@@ -14,7 +14,10 @@
 // Policies: `stock` — no hints; under a budget the driver's eviction is emulated (DriverEviction,
 // runtime/driver_eviction.h: chunks given GPU memory first go back first, migrated to the host, at the
 // op that needs room), since the card itself is never oversubscribed (../shared/gpu/NOTES.md).
-// `autouvm` — the profiler's plan for the budget, followed by the Executor at each op.
+// `autouvm` — the profiler's plan for the budget, followed by the Executor at each op. `paper` — AutoUVM
+// as published (profiler::MakePaperPlan), the driver's eviction emulated as for stock; `paper-prefetch`
+// and `paper-pin` are its ablation (tensor prefetch only; + affinity pinning; `paper` adds the roofline
+// gate).
 //
 // Device memory: cudaMemGetInfo does not count managed memory (the probe below shows it), so residency
 // is the policy's own account (Executor / DriverEviction peak), checked by CUPTI: pages reach the device
@@ -41,7 +44,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "profiler/analysis.h"
+#include "profiler/planner.h"
 #include "profiler/profile_key.h"
+#include "profiler/reuse.h"
+#include "profiler/roofline.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
 #include "runtime/driver_eviction.h"
@@ -352,8 +358,9 @@ int main(int argc, char** argv) {
   for (auto s : absl::StrSplit(factors_flag, ',')) factors.push_back(std::stod(std::string(s)));
   std::vector<std::string> policies = absl::StrSplit(policies_flag, ',');
   for (const auto& p : policies) {
-    if (p != "stock" && p != "autouvm" && p != "explicit" && p != "prefetched") {
-      Die("unknown policy " + p + " (known: stock, autouvm, explicit, prefetched)");
+    if (p != "stock" && p != "autouvm" && p != "explicit" && p != "prefetched" && p != "paper" &&
+        p != "paper-prefetch" && p != "paper-pin") {
+      Die("unknown policy " + p + " (known: stock, paper-prefetch, paper-pin, paper, autouvm, explicit, prefetched)");
     }
   }
 
@@ -512,11 +519,26 @@ int main(int argc, char** argv) {
         UvmCounters before_last;
         {
           const auto t_prepare = Clock::now();
-          if (policy == "autouvm") {
+          const bool paper = policy.rfind("paper", 0) == 0;
+          if (policy == "autouvm" || paper) {
             const auto key = autouvm::profiler::DecodeKey("offload-bench", static_cast<int32_t>(batch), "h200-pcie5",
-                                                          budget, "autouvm");
-            plan = autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;
+                                                          budget, paper ? "paper" : "autouvm");
+            if (paper) {
+              // The paper's plan and its ablation: tensor prefetch only, + affinity pinning, + roofline gate.
+              autouvm::v1::Profile stock_classes;
+              autouvm::profiler::Classify(trace, spec, autouvm::profiler::PinnedResidency(autouvm::v1::Plan()),
+                                          &stock_classes);
+              plan = autouvm::profiler::MakePaperPlan(
+                  key, trace, autouvm::profiler::ReuseDistances(trace), stock_classes,
+                  {.affinity_pinning = policy != "paper-prefetch", .roofline_gate = policy == "paper"});
+            } else {
+              plan = autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;
+            }
             executor = std::make_unique<autouvm::runtime::Executor>(backend.get(), plan, trace, ranges);
+            if (paper && factor > 1.0) {
+              eviction = std::make_unique<autouvm::runtime::DriverEviction>(backend.get(), trace, ranges, budget);
+              executor->set_driver_eviction(eviction.get());
+            }
             Check(executor->Prepare(), "executor prepare");
             if (executor->follows_ops()) {
               follower = std::make_unique<autouvm::runtime::PlanFollower>(executor.get(), trace);
@@ -567,8 +589,8 @@ int main(int argc, char** argv) {
         r.cold_s = times.front();
         r.steady_s = Median(std::vector<double>(times.begin() + 1, times.end()));
         r.tokens_match = tokens == reference;
-        r.accounted_peak = executor   ? executor->peak_resident_bytes()
-                           : eviction ? eviction->peak_resident_bytes()
+        r.accounted_peak = eviction   ? eviction->peak_resident_bytes()
+                           : executor ? executor->peak_resident_bytes()
                            : offload  ? offload->accounted()
                                       : 0;
         // The simulator on the same trace, capacity = the budget plus the activations' room.
@@ -578,8 +600,11 @@ int main(int argc, char** argv) {
           const int64_t activations = probe.ok() ? std::max<int64_t>(0, probe->footprint_bytes - m.named_bytes) : 0;
           autouvm::runtime::sim::ReplayOptions o{
               .policy = policy, .device_bytes = budget + activations, .iterations = 3};
-          if (policy == "autouvm") o.make_plan = [&](int64_t) { return plan; };
-          if (policy == "stock" || policy == "autouvm") {
+          if (policy == "autouvm" || policy.rfind("paper", 0) == 0) {
+            o.policy = policy == "autouvm" ? "autouvm" : "paper";
+            o.make_plan = [&](int64_t) { return plan; };
+          }
+          if (policy != "explicit" && policy != "prefetched") {
             auto sim = autouvm::runtime::sim::ReplayTrace(trace, spec, o);
             if (sim.ok()) sim_s = sim->iterations.back().seconds;
           }
@@ -587,11 +612,12 @@ int main(int argc, char** argv) {
         const UvmCounters& mv = r.steady_moved;
         const double other =
             static_cast<double>(mv.h2d(MigrationCause::kFault) + mv.h2d(MigrationCause::kDriverPrefetch));
-        const std::string plan_cell =
-            policy == "autouvm"    ? absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB,
-                                                     plan.remote_bytes() / kGiB, plan.streamed_bytes() / kGiB)
-            : policy == "explicit" ? absl::StrFormat("copied per step: %.2f", offload->offloaded_gib())
-                                   : "-";
+        const std::string plan_cell = policy == "autouvm" || policy.rfind("paper", 0) == 0
+                                          ? absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB,
+                                                            plan.remote_bytes() / kGiB, plan.streamed_bytes() / kGiB)
+                                      : policy == "explicit"
+                                          ? absl::StrFormat("copied per step: %.2f", offload->offloaded_gib())
+                                          : "-";
         std::printf(
             "| %s | %lld | %.2f | %s | %.2f | %.1f (%.1f) | %.2f | %.1f | %.2f | %.0f%% | %.2f | %.2f | %s | %.2f | "
             "%.2f | %.2f | %.2f | %lld | %s |%s\n",

@@ -14,7 +14,13 @@ Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace&
   *p.mutable_key() = key;
   *p.mutable_trace() = runtime::ToProto(trace);
   std::vector<autouvm::v1::TensorReuse> reuse = ReuseDistances(trace);
-  a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes());
+  if (key.policy() == "paper") {
+    autouvm::v1::Profile stock;
+    Classify(trace, spec, PinnedResidency(autouvm::v1::Plan()), &stock);
+    a.plan = MakePaperPlan(key, trace, reuse, stock);
+  } else {
+    a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes());
+  }
   Classify(trace, spec, PinnedResidency(a.plan), &p);
   for (autouvm::v1::TensorReuse& r : reuse) *p.add_tensors() = std::move(r);
   p.set_created_unix_ms(absl::ToUnixMillis(now));

@@ -185,10 +185,71 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   return plan;
 }
 
+// Note [The paper's plan]: AutoUVM as published knows each op's roofline class and each tensor's reuse
+// but not the budget, and leaves eviction to the driver. It prefetches, on a copy stream, the persistent
+// tensors of the ops the roofline calls link-bound (CGI-bound: the roofline gate; without it, of every
+// op), issued as many ops ahead as the ops in between take, by their roofline (their own copies
+// included), while the copy crosses the link — a decode step's weight one op ahead;
+// it advises the tensors reused within a window of ops to stay on the device (affinity pinning:
+// preferred location device), which the driver then avoids evicting; everything else faults.
+autouvm::v1::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                                const std::vector<autouvm::v1::TensorReuse>& reuse,
+                                const autouvm::v1::Profile& stock_classes, const PaperOptions& options) {
+  autouvm::v1::Plan plan;
+  *plan.mutable_key() = key;
+  plan.set_budget_bytes(key.device_budget_bytes());
+  plan.set_driver_evicts(true);
+  const int64_t n = static_cast<int64_t>(trace.ops.size());
+  const std::vector<std::vector<int>> touched = TensorsPerOp(trace, reuse);
+  std::vector<bool> affinity(reuse.size(), false);
+  if (options.affinity_pinning) {
+    for (size_t t = 0; t < reuse.size(); ++t) {
+      if (IsTransient(reuse[t].id()) || reuse[t].uses() < 2 || reuse[t].max_gap_ops() > options.affinity_window_ops) {
+        continue;
+      }
+      affinity[t] = true;
+      plan.add_affinity(reuse[t].id());
+    }
+  }
+  auto op_seconds = [&](int64_t i) {  // the op's time by its roofline, its own link time included
+    if (i >= stock_classes.ops_size()) return 0.0;
+    const autouvm::v1::OpClass& c = stock_classes.ops(static_cast<int>(i));
+    return std::max({c.compute_seconds(), c.hbm_seconds(), c.link_seconds()});
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (options.roofline_gate && i < stock_classes.ops_size() &&
+        stock_classes.ops(static_cast<int>(i)).bound() != autouvm::v1::BOUND_LINK) {
+      continue;
+    }
+    autouvm::v1::Prefetch f;
+    for (int t : touched[static_cast<size_t>(i)]) {
+      const auto u = static_cast<size_t>(t);
+      if (IsTransient(reuse[u].id()) || affinity[u]) continue;
+      f.add_tensors(reuse[u].id());
+      f.set_bytes(f.bytes() + reuse[u].bytes());
+    }
+    if (f.tensors_size() == 0) continue;
+    f.set_for_op(i);
+    // Look ahead as far as the ops in between take to compute while this copy crosses the link.
+    const double copy_s = i < stock_classes.ops_size() ? stock_classes.ops(static_cast<int>(i)).link_seconds() : 0;
+    double covered = 0;
+    int64_t issue = i;
+    for (int64_t step = 1; step < n && covered < copy_s; ++step) {
+      issue = ((i - step) % n + n) % n;
+      covered += op_seconds(issue);
+    }
+    f.set_issue_at_op(issue);
+    plan.set_streamed_bytes(plan.streamed_bytes() + f.bytes());
+    *plan.add_prefetches() = std::move(f);
+  }
+  return plan;
+}
+
 bool IsTransient(const std::string& id) { return absl::StartsWith(id, "act:"); }
 
 Residency PinnedResidency(const autouvm::v1::Plan& plan) {
   auto ids = std::make_shared<std::unordered_set<std::string>>(plan.pinned().begin(), plan.pinned().end());
+  ids->insert(plan.affinity().begin(), plan.affinity().end());
   return [ids](const std::string& id) { return IsTransient(id) || ids->count(id) > 0; };
 }
 

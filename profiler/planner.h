@@ -5,9 +5,10 @@
 //   autouvm::v1::Plan plan = MakePlan(key, trace, reuse, budget_bytes);
 //   Classify(trace, spec, PinnedResidency(plan), &profile);
 //
-// Policies: `stock` plans nothing (the driver alone decides); `autouvm` pins a fixed partition and
-// streams the rest through a window (Note [Pinned partition]); `paper` gets the same plan, which the
-// executor (issue 5) follows with the paper's rules.
+// Policies: `stock` plans nothing (the driver alone decides); `autouvm` pins a fixed partition, reads
+// in place what it can and streams the rest through a window (Note [Pinned partition]); `paper` is
+// AutoUVM as published (MakePaperPlan, Note [The paper's plan]), which knows no budget and leaves
+// eviction to the driver.
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -25,7 +26,21 @@ namespace autouvm::profiler {
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes);
 
-// Resident = pinned by the plan, or an activation (made on the device by the op that produces it).
+// AutoUVM as published, and the steps of its ablation.
+struct PaperOptions {
+  bool affinity_pinning = true;  // tensors reused within affinity_window_ops: preferred location device
+  bool roofline_gate = true;     // prefetch only for the ops the roofline says are link-bound
+  int64_t affinity_window_ops = 64;
+};
+
+// `stock_classes`: the trace classified with no persistent tensor resident (PinnedResidency of an empty
+// plan): which ops are link-bound, and each op's times for the look-ahead.
+autouvm::v1::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                                const std::vector<autouvm::v1::TensorReuse>& reuse,
+                                const autouvm::v1::Profile& stock_classes, const PaperOptions& options = {});
+
+// Resident = pinned (or, in a paper plan, advised to stay) by the plan, or an activation (made on the device by the op
+// that produces it).
 Residency PinnedResidency(const autouvm::v1::Plan& plan);
 // An activation ("act:..."): placed anew by the allocator each iteration, so never pinned or streamed;
 // the plan leaves room for the most of them alive at once.

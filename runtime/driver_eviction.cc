@@ -21,6 +21,7 @@ DriverEviction::DriverEviction(DeviceBackend* backend, const AccessTrace& trace,
     }
     chunks_of_.push_back({first, chunks_.size()});
   }
+  protected_.assign(chunks_of_.size(), false);
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     for (const auto* list : {&trace.ops[i].reads, &trace.ops[i].writes}) {
       for (const TensorUse& u : *list) {
@@ -44,6 +45,10 @@ absl::Status DriverEviction::Prefetched(const std::string& id) {
   return BringIn({it->second});
 }
 
+void DriverEviction::Protect(const std::string& id) {
+  if (auto it = index_.find(id); it != index_.end()) protected_[it->second] = true;
+}
+
 absl::Status DriverEviction::BringIn(const std::vector<size_t>& tensors) {
   int64_t need = 0;
   for (size_t t : tensors) {
@@ -62,20 +67,24 @@ absl::Status DriverEviction::BringIn(const std::vector<size_t>& tensors) {
     run_bytes = 0;
     return absl::OkStatus();
   };
-  for (auto it = order_.begin(); it != order_.end() && resident_bytes_ + need > budget_;) {
-    Chunk& chunk = chunks_[*it];
-    if (std::find(tensors.begin(), tensors.end(), chunk.tensor) != tensors.end()) {
-      ++it;
-      continue;
+  // Protected chunks only once the others are gone.
+  for (const bool take_protected : {false, true}) {
+    for (auto it = order_.begin(); it != order_.end() && resident_bytes_ + need > budget_;) {
+      Chunk& chunk = chunks_[*it];
+      if (std::find(tensors.begin(), tensors.end(), chunk.tensor) != tensors.end() ||
+          protected_[chunk.tensor] != take_protected) {
+        ++it;
+        continue;
+      }
+      if (run_bytes != 0 && run_addr + static_cast<uint64_t>(run_bytes) != chunk.addr) RETURN_IF_ERROR(flush());
+      if (run_bytes == 0) run_addr = chunk.addr;
+      run_bytes += chunk.bytes;
+      chunk.resident = false;
+      resident_bytes_ -= chunk.bytes;
+      it = order_.erase(it);
     }
-    if (run_bytes != 0 && run_addr + static_cast<uint64_t>(run_bytes) != chunk.addr) RETURN_IF_ERROR(flush());
-    if (run_bytes == 0) run_addr = chunk.addr;
-    run_bytes += chunk.bytes;
-    chunk.resident = false;
-    resident_bytes_ -= chunk.bytes;
-    it = order_.erase(it);
+    RETURN_IF_ERROR(flush());
   }
-  RETURN_IF_ERROR(flush());
   for (size_t t : tensors) {
     for (size_t c = chunks_of_[t].first; c < chunks_of_[t].second; ++c) {
       if (chunks_[c].resident) continue;

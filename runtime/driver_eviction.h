@@ -37,6 +37,8 @@ class DriverEviction {
   absl::Status BeforeOp(int64_t index);
   // Makes room for, and counts as resident, a tensor a policy brings in itself.
   absl::Status Prefetched(const std::string& id);
+  // A tensor advised to stay on the device (preferred location): evicted only when nothing else is left.
+  void Protect(const std::string& id);
 
   int64_t resident_bytes() const { return resident_bytes_; }
   int64_t peak_resident_bytes() const { return peak_resident_bytes_; }
@@ -49,6 +51,7 @@ class DriverEviction {
     size_t tensor;
     bool resident = false;
   };
+  std::vector<bool> protected_;  // per tensor
   absl::Status BringIn(const std::vector<size_t>& tensors);
 
   DeviceBackend* const backend_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/driver_eviction.h"
 #include "runtime/status_macros.h"
 
 namespace autouvm::runtime {
@@ -13,6 +14,7 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
                    std::unordered_map<std::string, TensorRange> ranges)
     : backend_(backend),
       ops_(static_cast<int64_t>(trace.ops.size())),
+      driver_evicts_(plan.driver_evicts()),
       issue_at_(trace.ops.size()),
       needed_by_(trace.ops.size()),
       evict_after_(trace.ops.size()) {
@@ -40,6 +42,9 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
   for (const std::string& id : plan.remote()) {
     if (auto it = index.find(id); it != index.end()) remote_.push_back(it->second);
   }
+  for (const std::string& id : plan.affinity()) {
+    if (auto it = index.find(id); it != index.end()) affinity_.push_back(it->second);
+  }
   // Where each streamed tensor is fetched: an op it is fetched for needs it fresh; the use before that
   // fetch (cyclically) is its last use in the window, after which it is evicted.
   std::unordered_map<size_t, std::set<int64_t>> fetched_for;
@@ -57,6 +62,7 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
     needed_by_[static_cast<size_t>(p.for_op())].push_back(fetches_.size());
     fetches_.push_back(std::move(f));
   }
+  if (driver_evicts_) return;  // the driver decides what leaves
   std::unordered_map<size_t, std::vector<int64_t>> uses;
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     for (const auto* list : {&trace.ops[i].reads, &trace.ops[i].writes}) {
@@ -93,9 +99,15 @@ absl::Status Executor::Prepare() {
     for (size_t t : f.tensors) streamed[t] = true;
   }
   for (size_t t = 0; t < ranges_list_.size(); ++t) {
-    if (streamed[t] && absl::StartsWith(ids_[t], "param:") && !absl::StartsWith(ids_[t], "param:kv_cache")) {
+    if (!driver_evicts_ && streamed[t] && absl::StartsWith(ids_[t], "param:") &&
+        !absl::StartsWith(ids_[t], "param:kv_cache")) {
       RETURN_IF_ERROR(backend_->Advise(ranges_list_[t].addr, ranges_list_[t].bytes, Advice::kReadMostly, true));
     }
+  }
+  for (size_t t : affinity_) {
+    const TensorRange& r = ranges_list_[t];
+    RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kPreferredLocation, true, Location::kDevice));
+    if (eviction_ != nullptr) eviction_->Protect(ids_[t]);
   }
   for (size_t t : remote_) {
     const TensorRange& r = ranges_list_[t];
@@ -134,6 +146,11 @@ absl::Status Executor::Issue(Fetch& f) {
 absl::Status Executor::BeforeOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();  // an op the plan does not know: left to the driver
   if (!issue_at_[static_cast<size_t>(index)].empty()) {
+    if (eviction_ != nullptr) {  // room for what is fetched here, made first on the compute stream
+      for (size_t f : issue_at_[static_cast<size_t>(index)]) {
+        for (size_t t : fetches_[f].tensors) RETURN_IF_ERROR(eviction_->Prefetched(ids_[t]));
+      }
+    }
     backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
     for (size_t f : issue_at_[static_cast<size_t>(index)]) RETURN_IF_ERROR(Issue(fetches_[f]));
   }
@@ -144,6 +161,8 @@ absl::Status Executor::BeforeOp(int64_t index) {
     backend_->WaitEvent(Stream::kCompute, fetch.done);
     fetch.issued = false;  // the next iteration issues it again
   }
+  // The op's other tensors fault in; under an emulated driver, room is made for them first.
+  if (eviction_ != nullptr) RETURN_IF_ERROR(eviction_->BeforeOp(index));
   return absl::OkStatus();
 }
 

@@ -26,6 +26,10 @@
 #include "runtime/observer.h"
 
 namespace autouvm::runtime {
+class DriverEviction;
+}
+
+namespace autouvm::runtime {
 
 struct TensorRange {
   uint64_t addr = 0;
@@ -36,6 +40,11 @@ class Executor {
  public:
   Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const AccessTrace& trace,
            std::unordered_map<std::string, TensorRange> ranges);
+
+  // A plan that leaves eviction to the driver (`paper`) under a software budget on a card that is not
+  // really oversubscribed: the emulated driver evicts for the executor's fetches and the ops' faults.
+  // Call before Prepare(); `eviction` outlives the executor.
+  void set_driver_eviction(DriverEviction* eviction) { eviction_ = eviction; }
 
   absl::Status Prepare();
   absl::Status BeforeOp(int64_t index);
@@ -69,6 +78,9 @@ class Executor {
   std::vector<bool> on_device_;           // parallel: placed on the device by the executor
   std::vector<size_t> pinned_;
   std::vector<size_t> remote_;
+  std::vector<size_t> affinity_;
+  const bool driver_evicts_;
+  DriverEviction* eviction_ = nullptr;
   std::vector<Fetch> fetches_;
   std::vector<std::vector<size_t>> issue_at_;     // per op: fetches to issue when it starts
   std::vector<std::vector<size_t>> needed_by_;    // per op: fetches it must wait for

@@ -152,7 +152,7 @@ absl::Status Replay(const ReplayArgs& a) {
                                                    .oversubscription = factor,
                                                    .device_bytes = static_cast<int64_t>(a.device_gib * (1 << 30)),
                                                    .iterations = a.iterations};
-      // `autouvm`: the profiler's plan for this trace, made for the capacity the replay runs with.
+      // `paper`, `autouvm`: the profiler's plan for this trace, made for the capacity the replay runs with.
       options.make_plan = [&trace, &spec, &a](int64_t device_bytes) {
         const auto key = autouvm::profiler::DecodeKey("replay", 1, spec.name, device_bytes, a.policy);
         return autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;

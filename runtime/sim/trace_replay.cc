@@ -198,7 +198,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
 }  // namespace
 
 const std::vector<std::string>& ReplayPolicies() {
-  static const std::vector<std::string>* const kPolicies = new std::vector<std::string>{"stock", "autouvm"};
+  static const std::vector<std::string>* const kPolicies = new std::vector<std::string>{"stock", "paper", "autouvm"};
   return *kPolicies;
 }
 
@@ -209,8 +209,9 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
     return absl::InvalidArgumentError(
         absl::StrCat("unknown policy \"", options.policy, "\" (known: ", absl::StrJoin(policies, ", "), ")"));
   }
-  if (options.policy == "autouvm" && !options.make_plan) {
-    return absl::InvalidArgumentError("policy autouvm needs a plan (ReplayOptions::make_plan)");
+  if (options.policy != "stock" && !options.make_plan) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy ", options.policy, " needs a plan (ReplayOptions::make_plan)"));
   }
   if (options.iterations < 1 || options.iterations > 1000) {
     return absl::InvalidArgumentError("iterations must be between 1 and 1000");
@@ -241,9 +242,9 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
       auto sim,
       SimBackend::Create({.spec = spec, .device_budget_bytes = report.device_bytes, .allow_oversubscription = true}));
   autouvm::v1::Plan follow;
-  if (options.policy == "autouvm") follow = options.make_plan(report.device_bytes);
+  if (options.policy != "stock") follow = options.make_plan(report.device_bytes);
   RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds,
-                      options.policy == "autouvm" ? &follow : nullptr)
+                      options.policy != "stock" ? &follow : nullptr)
                       .status());
   return report;
 }

@@ -27,8 +27,9 @@
 namespace autouvm::runtime::sim {
 
 struct ReplayOptions {
-  // `stock`: no hints, the driver alone. `autouvm`: the Executor follows the plan make_plan returns for
-  // the capacity the replay runs with (runtime/executor.h).
+  // `stock`: no hints, the driver alone. `paper`, `autouvm`: the Executor follows the plan make_plan
+  // returns for the capacity the replay runs with (runtime/executor.h; a paper plan leaves eviction to
+  // the simulated driver).
   std::string policy = "stock";
   std::function<autouvm::v1::Plan(int64_t device_bytes)> make_plan;
   // Device capacity for managed memory: footprint / oversubscription, unless device_bytes is set.

@@ -8,6 +8,7 @@
 
 #include "profiler/profile_key.h"
 #include "profiler/reuse.h"
+#include "profiler/roofline.h"
 
 namespace autouvm::profiler {
 namespace {
@@ -116,6 +117,40 @@ TEST(PlannerTest, ADecodeStepsWeightsThatAreNotPinnedAreReadInPlace) {
   const auto q = Plan(t, "autouvm", 80 * kMiB);
   EXPECT_EQ(std::vector<std::string>(q.remote().begin(), q.remote().end()), std::vector<std::string>{"param:w6"});
   EXPECT_EQ(q.prefetches_size(), 0);
+}
+
+// The paper's plan for Loop() at decode intensity: every op reads its weight and the cache.
+autouvm::v1::Plan PaperPlan(const runtime::AccessTrace& t, PaperOptions options) {
+  const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 80 * kMiB, "paper");
+  autouvm::v1::Profile stock;
+  Classify(t, *runtime::FindGpuSpec("h200-pcie5"), PinnedResidency(autouvm::v1::Plan()), &stock);
+  return MakePaperPlan(key, t, ReuseDistances(t), stock, options);
+}
+
+TEST(PlannerTest, ThePapersPlanPrefetchesLinkBoundOpsAndAdvisesTheReusedCacheToStay) {
+  runtime::AccessTrace t = Loop(/*flops_per_byte=*/1);
+  // Op 3 becomes compute-bound: the roofline gate leaves it to fault.
+  t.ops[3].flops = 1e15;
+  const auto full = PaperPlan(t, {});
+  EXPECT_TRUE(full.driver_evicts());
+  EXPECT_EQ(full.pinned_size(), 0);  // it knows no budget: nothing is placed for good
+  EXPECT_EQ(std::vector<std::string>(full.affinity().begin(), full.affinity().end()),
+            std::vector<std::string>{"param:kv"});  // used by every op: within any window
+  ASSERT_EQ(full.prefetches_size(), 7);
+  for (const auto& f : full.prefetches()) {
+    EXPECT_NE(f.for_op(), 3);
+    EXPECT_EQ(std::vector<std::string>(f.tensors().begin(), f.tensors().end()),
+              std::vector<std::string>{"param:w" + std::to_string(f.for_op())});
+    EXPECT_NE(f.issue_at_op(), f.for_op());  // ahead of its op
+  }
+  // The ablation: no gate prefetches for op 3 too; no affinity pinning prefetches the cache as well.
+  const auto no_gate = PaperPlan(t, {.roofline_gate = false});
+  EXPECT_EQ(no_gate.prefetches_size(), 8);
+  const auto prefetch_only = PaperPlan(t, {.affinity_pinning = false, .roofline_gate = false});
+  EXPECT_EQ(prefetch_only.affinity_size(), 0);
+  EXPECT_EQ(prefetch_only.prefetches(0).tensors_size(), 2);
+  EXPECT_TRUE(PinnedResidency(full)("param:kv"));
+  EXPECT_FALSE(PinnedResidency(full)("param:w0"));
 }
 
 }  // namespace

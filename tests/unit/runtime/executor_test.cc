@@ -158,6 +158,32 @@ TEST(ExecutorTest, ADecodeStepReadsWhatIsNotPinnedInPlace) {
   EXPECT_GE(moved.remote_bytes, 2 * plan.remote_bytes());
 }
 
+TEST(ExecutorTest, APaperPlanUnderAnEmulatedDriverStaysWithinTheBudgetAndEvictsNothingItself) {
+  const AccessTrace t = DecodeLike(8, 16);
+  const int64_t budget = 4 * 16 * kMiB;
+  Fixture f(t);
+  const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", budget, "paper");
+  const autouvm::v1::Plan plan = profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
+  ASSERT_TRUE(plan.driver_evicts());
+  ASSERT_GT(plan.prefetches_size(), 0);
+  DriverEviction ev(f.sim.get(), t, f.ranges, budget);
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ex.set_driver_eviction(&ev);
+  ASSERT_TRUE(ex.Prepare().ok());
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+      f.Launch(t.ops[i]);
+      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+      ASSERT_TRUE(f.sim->Synchronize().ok());
+      EXPECT_LE(f.AllResident(), budget) << "iteration " << iteration << " op " << i;
+    }
+  }
+  EXPECT_EQ(ex.evicted_bytes(), 0);  // the (emulated) driver evicted, not the executor
+  EXPECT_GT(ev.evicted_bytes(), 0);
+  EXPECT_GT(ex.prefetched_bytes(), 0);
+}
+
 TEST(DriverEvictionTest, TheChunksGivenGpuMemoryFirstGoBackWhenAnOpNeedsRoom) {
   const AccessTrace t = DecodeLike(6, 4);  // six 4 MiB weights, two 2 MiB chunks each
   Fixture f(t);

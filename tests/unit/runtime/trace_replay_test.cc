@@ -108,6 +108,20 @@ TEST(TraceReplayTest, FollowingThePlanReadsInPlaceWithoutFaultsAndBeatsStock) {
   EXPECT_NEAR(fits->iterations.back().seconds, fits->resident_seconds, 1e-9);
 }
 
+TEST(TraceReplayTest, ThePapersPlanPrefetchesAndLeavesEvictionToTheDriver) {
+  const AccessTrace t = DecodeLike(16, 64);
+  auto paper = [t](int64_t device_bytes) {
+    const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", device_bytes, "paper");
+    return profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
+  };
+  auto r = ReplayTrace(t, H200(), {.policy = "paper", .make_plan = paper, .oversubscription = 1.5, .iterations = 3});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const IterationReport& steady = r->iterations.back();
+  EXPECT_GT(steady.moved.h2d(MigrationCause::kUserPrefetch), 0);  // its prefetches
+  EXPECT_GT(steady.moved.evictions, 0);                           // the driver's evictions
+  EXPECT_THAT(ReplayTrace(t, H200(), {.policy = "paper"}).status().message(), HasSubstr("paper needs a plan"));
+}
+
 TEST(TraceReplayTest, BadOptionsAreRefusedByName) {
   EXPECT_THAT(ReplayTrace(DecodeLike(2, 4), H200(), {.policy = "autouvm"}).status().message(),
               HasSubstr("needs a plan"));
