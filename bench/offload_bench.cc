@@ -19,6 +19,9 @@
 // and `paper-pin` are its ablation (tensor prefetch only; + affinity pinning; `paper` adds the roofline
 // gate).
 //
+// "sim steady": the simulator's replay of the recorded step under the same plan (for stock and paper
+// under a budget, with the same emulated driver eviction).
+//
 // Device memory: cudaMemGetInfo does not count managed memory (the probe below shows it), so residency
 // is the policy's own account (Executor / DriverEviction peak), checked by CUPTI: pages reach the device
 // only by the policy's prefetches or by faults, and the "other arrivals" column (host->device bytes by
@@ -604,6 +607,9 @@ int main(int argc, char** argv) {
             o.policy = policy == "autouvm" ? "autouvm" : "paper";
             o.make_plan = [&](int64_t) { return plan; };
           }
+          // What this program does to stock and paper under a budget: the emulated driver, not the
+          // simulator's own.
+          if (policy != "autouvm" && factor > 1.0) o.emulated_eviction_budget = budget;
           if (policy != "explicit" && policy != "prefetched") {
             auto sim = autouvm::runtime::sim::ReplayTrace(trace, spec, o);
             if (sim.ok()) sim_s = sim->iterations.back().seconds;

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/driver_eviction.h"
 #include "runtime/executor.h"
 #include "runtime/sim/sim_backend.h"
 #include "runtime/status_macros.h"
@@ -141,7 +142,7 @@ double EntriesPerPage(const std::string& op, const TensorUse& u) {
 // layout's segment bytes.
 absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBackend* backend, int iterations,
                             std::vector<IterationReport>* reports, std::vector<double>* op_seconds = nullptr,
-                            const autouvm::v1::Plan* follow = nullptr) {
+                            const autouvm::v1::Plan* follow = nullptr, int64_t emulated_eviction_budget = 0) {
   uint64_t fake_next = 0;
   Layout layout([&](int64_t bytes) -> absl::StatusOr<uint64_t> {
     if (backend != nullptr) return backend->AllocateManaged(bytes);
@@ -153,10 +154,20 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
     ASSIGN_OR_RETURN(where[id], layout.Allocate(bytes));
   }
   std::unique_ptr<Executor> executor;
-  if (follow != nullptr && backend != nullptr) {
+  std::unique_ptr<DriverEviction> eviction;
+  if (backend != nullptr) {
     std::unordered_map<std::string, TensorRange> ranges;
     for (const auto& [id, bytes] : plan.persistent) ranges[id] = {where.at(id), bytes};
-    executor = std::make_unique<Executor>(backend, *follow, trace, std::move(ranges));
+    if (emulated_eviction_budget > 0) {
+      AccessTrace named = trace;  // the emulator's allocation order: the persistent tensors as laid out
+      named.named.clear();
+      for (const auto& [id, bytes] : plan.persistent) named.named.push_back({id, bytes});
+      eviction = std::make_unique<DriverEviction>(backend, named, ranges, emulated_eviction_budget);
+    }
+    if (follow != nullptr) {
+      executor = std::make_unique<Executor>(backend, *follow, trace, std::move(ranges));
+      if (eviction != nullptr && follow->driver_evicts()) executor->set_driver_eviction(eviction.get());
+    }
   }
   for (int it = 0; it < iterations; ++it) {
     const double start = backend != nullptr ? backend->Elapsed() : 0;
@@ -178,6 +189,10 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
           }
         }
         if (executor) RETURN_IF_ERROR(executor->BeforeOp(static_cast<int64_t>(i)));
+        // Without an executor that drives it, the emulated driver makes room for the op's faults.
+        if (eviction && !(executor && follow->driver_evicts())) {
+          RETURN_IF_ERROR(eviction->BeforeOp(static_cast<int64_t>(i)));
+        }
         const KernelTime t = backend->Launch(k, Stream::kCompute, backend->spec().framework_op_s);
         if (executor) RETURN_IF_ERROR(executor->AfterOp(static_cast<int64_t>(i)));
         report.fault_seconds += t.fault_s;
@@ -238,13 +253,15 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   const double streamed = static_cast<double>(std::max<int64_t>(0, report.footprint_bytes - report.device_bytes));
   report.link_floor_seconds = std::max(report.resident_seconds, streamed / spec.link_bytes_per_s);
 
+  const bool emulated = options.emulated_eviction_budget > 0;
   ASSIGN_OR_RETURN(
-      auto sim,
-      SimBackend::Create({.spec = spec, .device_budget_bytes = report.device_bytes, .allow_oversubscription = true}));
+      auto sim, SimBackend::Create({.spec = spec,
+                                    .device_budget_bytes = emulated ? 2 * report.footprint_bytes : report.device_bytes,
+                                    .allow_oversubscription = true}));
   autouvm::v1::Plan follow;
   if (options.policy != "stock") follow = options.make_plan(report.device_bytes);
   RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds,
-                      options.policy != "stock" ? &follow : nullptr)
+                      options.policy != "stock" ? &follow : nullptr, options.emulated_eviction_budget)
                       .status());
   return report;
 }

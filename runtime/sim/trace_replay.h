@@ -36,6 +36,11 @@ struct ReplayOptions {
   double oversubscription = 1.0;
   int64_t device_bytes = 0;
   int iterations = 3;  // the first starts with everything on the host
+  // Not 0: the driver's eviction is emulated at op boundaries for the persistent tensors under this
+  // budget (runtime::DriverEviction, as bench/offload_bench does on the real GPU, whose card is never
+  // oversubscribed), on a simulated device with room for everything, instead of the simulated driver
+  // evicting page by page. For `stock` and `paper`, to predict what the GPU benchmark measures.
+  int64_t emulated_eviction_budget = 0;
 };
 
 struct IterationReport {

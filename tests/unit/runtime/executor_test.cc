@@ -9,6 +9,7 @@
 #include "profiler/profile_key.h"
 #include "runtime/driver_eviction.h"
 #include "runtime/sim/sim_backend.h"
+#include "tests/testing/decode_like_trace.h"
 
 namespace autouvm::runtime {
 namespace {
@@ -17,27 +18,8 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kMiB = 1 << 20;
 
-// `layers` weights of `weight_mib`, one mm each, in order (as trace_replay_test's decode-like trace);
-// `rows` rows of activations multiply each weight (1: decode, read in place by the plan; 512: prefill,
-// streamed).
 AccessTrace DecodeLike(int layers, int64_t weight_mib, int rows = 1) {
-  AccessTrace t;
-  std::string x = "input:0";
-  for (int i = 0; i < layers; ++i) {
-    const std::string w = "param:w" + std::to_string(i);
-    t.named.push_back({w, weight_mib * kMiB});
-    OpRecord op;
-    op.index = i;
-    op.op = "aten::mm";
-    op.kernel = "aten::mm#" + std::to_string(i);
-    op.reads = {{x, 8192, 0, 8192}, {w, weight_mib * kMiB, 0, weight_mib * kMiB}};
-    const std::string y = "act:aten::mm@" + std::to_string(i) + ".0";
-    op.writes = {{y, 8192, 0, 8192}};
-    op.flops = 2.0 * rows * static_cast<double>(weight_mib * kMiB / 2);
-    t.ops.push_back(op);
-    x = y;
-  }
-  return t;
+  return testing::DecodeLikeTrace(layers, weight_mib, rows);
 }
 
 struct Fixture {
@@ -67,6 +49,20 @@ struct Fixture {
     for (const std::string& id : ids) sum += Resident(id);
     return sum;
   }
+  // Runs `iterations` of `t` with `ex` at the op boundaries; after each op, what the simulated driver
+  // holds (not only the executor's own count) stays within `budget` and, if `account`, equals that count.
+  void RunWithin(const AccessTrace& t, Executor& ex, int iterations, int64_t budget, bool account = false) {
+    for (int iteration = 0; iteration < iterations; ++iteration) {
+      for (size_t i = 0; i < t.ops.size(); ++i) {
+        ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+        Launch(t.ops[i]);
+        ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+        ASSERT_TRUE(sim->Synchronize().ok());
+        ASSERT_LE(AllResident(), budget) << "iteration " << iteration << " op " << i;
+        if (account) ASSERT_EQ(AllResident(), ex.resident_bytes()) << "iteration " << iteration << " op " << i;
+      }
+    }
+  }
 };
 
 autouvm::v1::Plan PlanFor(const AccessTrace& t, int64_t budget) {
@@ -80,17 +76,7 @@ TEST(ExecutorTest, FollowingAPlanKeepsTheDeviceUnderItsBudget) {
   Fixture f(t);
   Executor ex(f.sim.get(), PlanFor(t, budget), t, f.ranges);
   ASSERT_TRUE(ex.Prepare().ok());
-  for (int iteration = 0; iteration < 3; ++iteration) {
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
-      f.Launch(t.ops[i]);
-      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
-      ASSERT_TRUE(f.sim->Synchronize().ok());
-      // What the simulated driver holds, not only the executor's own count.
-      EXPECT_LE(f.AllResident(), budget) << "iteration " << iteration << " op " << i;
-      EXPECT_EQ(f.AllResident(), ex.resident_bytes()) << "iteration " << iteration << " op " << i;
-    }
-  }
+  f.RunWithin(t, ex, 3, budget, /*account=*/true);
   EXPECT_LE(ex.peak_resident_bytes(), budget);
   EXPECT_GT(ex.evicted_bytes(), 0);
   EXPECT_EQ(f.sim->ReadCounters()->gpu_faults, 0);  // each weight arrived before its op
@@ -170,15 +156,7 @@ TEST(ExecutorTest, APaperPlanUnderAnEmulatedDriverStaysWithinTheBudgetAndEvictsN
   Executor ex(f.sim.get(), plan, t, f.ranges);
   ex.set_driver_eviction(&ev);
   ASSERT_TRUE(ex.Prepare().ok());
-  for (int iteration = 0; iteration < 2; ++iteration) {
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
-      f.Launch(t.ops[i]);
-      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
-      ASSERT_TRUE(f.sim->Synchronize().ok());
-      EXPECT_LE(f.AllResident(), budget) << "iteration " << iteration << " op " << i;
-    }
-  }
+  f.RunWithin(t, ex, 2, budget);
   EXPECT_EQ(ex.evicted_bytes(), 0);  // the (emulated) driver evicted, not the executor
   EXPECT_GT(ev.evicted_bytes(), 0);
   EXPECT_GT(ex.prefetched_bytes(), 0);

@@ -6,6 +6,7 @@
 
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
+#include "tests/testing/decode_like_trace.h"
 
 namespace autouvm::runtime::sim {
 namespace {
@@ -14,26 +15,7 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kMiB = 1 << 20;
 
-// A decode-like iteration: each of `layers` weights of `weight_mib` multiplies the running activation.
-AccessTrace DecodeLike(int layers, int64_t weight_mib) {
-  AccessTrace t;
-  std::string x = "input:0";
-  for (int i = 0; i < layers; ++i) {
-    const std::string w = "param:w" + std::to_string(i);
-    t.named.push_back({w, weight_mib * kMiB});
-    OpRecord op;
-    op.index = i;
-    op.op = "aten::mm";
-    op.kernel = "aten::mm#" + std::to_string(i);
-    op.reads = {{x, 8192, 0, 8192}, {w, weight_mib * kMiB, 0, weight_mib * kMiB}};
-    const std::string y = "act:aten::mm@" + std::to_string(i) + ".0";
-    op.writes = {{y, 8192, 0, 8192}};
-    op.flops = 2.0 * static_cast<double>(weight_mib * kMiB / 2);
-    t.ops.push_back(op);
-    x = y;
-  }
-  return t;
-}
+AccessTrace DecodeLike(int layers, int64_t weight_mib) { return testing::DecodeLikeTrace(layers, weight_mib); }
 
 GpuSpec H200() { return *FindGpuSpec("h200-pcie5"); }
 
@@ -120,6 +102,18 @@ TEST(TraceReplayTest, ThePapersPlanPrefetchesAndLeavesEvictionToTheDriver) {
   EXPECT_GT(steady.moved.h2d(MigrationCause::kUserPrefetch), 0);  // its prefetches
   EXPECT_GT(steady.moved.evictions, 0);                           // the driver's evictions
   EXPECT_THAT(ReplayTrace(t, H200(), {.policy = "paper"}).status().message(), HasSubstr("paper needs a plan"));
+}
+
+TEST(TraceReplayTest, AnEmulatedDriverEvictsAtOpBoundariesInsteadOfTheSimulatedOne) {
+  const AccessTrace t = DecodeLike(16, 64);
+  const int64_t budget = 16 * 64 * kMiB * 2 / 3;
+  auto r = ReplayTrace(t, H200(), {.iterations = 3, .emulated_eviction_budget = budget});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const IterationReport& steady = r->iterations.back();
+  EXPECT_EQ(steady.moved.evictions, 0);    // the simulated driver had room for everything
+  EXPECT_GT(steady.moved.d2h_total(), 0);  // the emulator migrated weights back
+  EXPECT_GT(steady.moved.gpu_faults, 0);   // and the ops faulted them in again
+  EXPECT_GT(steady.seconds, r->resident_seconds);
 }
 
 TEST(TraceReplayTest, BadOptionsAreRefusedByName) {
