@@ -70,6 +70,7 @@ void PrintProfileSummary(const ProfileSummary& summary) {
     line("bytes_per_iteration", summary.bytes_per_iteration());
     line("pinned_bytes", summary.pinned_bytes());
     line("streamed_bytes", summary.streamed_bytes());
+    line("remote_bytes", summary.remote_bytes());
     line("iteration_seconds", summary.iteration_seconds());
     line("top20_share", summary.top20_share());
     line("created", IsoTime(summary.created_unix_ms()));

@@ -139,7 +139,10 @@ autouvm::v1::ProfileSummary ProfileAdmin::Summarize(const std::string& model, co
   s.set_top20_share(stored->top20_share());
   s.set_created_unix_ms(stored->created_unix_ms());
   s.set_profiling_seconds(stored->profiling_seconds());
-  if (plan != nullptr) s.set_streamed_bytes(plan->streamed_bytes());
+  if (plan != nullptr) {
+    s.set_streamed_bytes(plan->streamed_bytes());
+    s.set_remote_bytes(plan->remote_bytes());
+  }
   return s;
 }
 

@@ -136,6 +136,7 @@ TEST_F(CliProfilesE2E, ShowFindsAProfileByShapeAndByKey) {
   EXPECT_TRUE(Contains(by_shape, "\nphase: decode\n")) << by_shape;
   EXPECT_TRUE(Contains(by_shape, "\nstate: READY\n")) << by_shape;
   EXPECT_TRUE(Contains(by_shape, "\nstored: true\n")) << by_shape;
+  EXPECT_TRUE(Contains(by_shape, "\nremote_bytes: 0\n")) << by_shape;  // the tiny model fits its budget
   EXPECT_TRUE(Contains(by_shape, "\nhistory: ")) << by_shape;
 
   std::string list;
