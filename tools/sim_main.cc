@@ -91,6 +91,7 @@ struct ReplayArgs {
   std::string policy = "stock";
   int iterations = 3;
   int top_ops = 0;
+  bool emulated_eviction = false;
 };
 
 // The `n` ops that took longest in the steady iteration, with their share of it.
@@ -152,6 +153,12 @@ absl::Status Replay(const ReplayArgs& a) {
                                                    .oversubscription = factor,
                                                    .device_bytes = static_cast<int64_t>(a.device_gib * (1 << 30)),
                                                    .iterations = a.iterations};
+      if (a.emulated_eviction && factor > 1.0) {
+        // As bench/offload_bench on the GPU: the named tensors' bytes / factor, the driver emulated.
+        int64_t named = 0;
+        for (const auto& n : trace.named) named += n.bytes;
+        options.emulated_eviction_budget = static_cast<int64_t>(static_cast<double>(named) / factor);
+      }
       // `paper`, `autouvm`: the profiler's plan for this trace, made for the capacity the replay runs with.
       options.make_plan = [&trace, &spec, &a](int64_t device_bytes) {
         const auto key = autouvm::profiler::DecodeKey("replay", 1, spec.name, device_bytes, a.policy);
@@ -207,6 +214,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 1e6));
   replay->add_option("--policy", rep.policy)->capture_default_str();
   replay->add_option("--iterations", rep.iterations)->check(CLI::Range(1, 1000))->capture_default_str();
+  replay->add_flag("--emulated-eviction", rep.emulated_eviction,
+                   "stock and paper: emulate the driver's eviction at op boundaries under the named bytes / "
+                   "oversubscription, as bench/offload_bench does on the GPU");
   replay->add_option("--top-ops", rep.top_ops, "also list the N slowest ops of each steady iteration")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();

@@ -64,6 +64,14 @@ TEST(SimToolTest, RecordsAndReplaysADecodeStep) {
   EXPECT_GT(std::stoll(rows[1][12]), 0) << out;
   EXPECT_GT(std::stoll(rows[1][14]), 0) << out;                    // evictions
   EXPECT_GT(std::stod(rows[3][7]), std::stod(rows[1][7])) << out;  // the slower link is slower
+
+  // The driver emulated at op boundaries (what bench/offload_bench measures on the GPU): the simulated
+  // driver evicts nothing, the ops still fault what the emulator sent back.
+  ASSERT_EQ(Sim({"replay", "--trace", trace, "--oversubscription", "2", "--emulated-eviction"}, &out, &err), 0) << err;
+  const auto emulated = Rows(out);
+  ASSERT_EQ(emulated.size(), 1u) << out;
+  EXPECT_EQ(emulated[0][14], "0") << out;  // evictions by the simulated driver
+  EXPECT_GT(std::stoll(emulated[0][12]), 0) << out;
 }
 
 TEST(SimToolTest, BadInputIsNamed) {
