@@ -253,7 +253,9 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   const double streamed = static_cast<double>(std::max<int64_t>(0, report.footprint_bytes - report.device_bytes));
   report.link_floor_seconds = std::max(report.resident_seconds, streamed / spec.link_bytes_per_s);
 
-  const bool emulated = options.emulated_eviction_budget > 0;
+  // `autouvm` evicts by itself: the emulated driver is for the policies that leave it to the driver.
+  const int64_t emulated_budget = options.policy == "autouvm" ? 0 : options.emulated_eviction_budget;
+  const bool emulated = emulated_budget > 0;
   ASSIGN_OR_RETURN(
       auto sim, SimBackend::Create({.spec = spec,
                                     .device_budget_bytes = emulated ? 2 * report.footprint_bytes : report.device_bytes,
@@ -261,7 +263,7 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   autouvm::v1::Plan follow;
   if (options.policy != "stock") follow = options.make_plan(report.device_bytes);
   RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds,
-                      options.policy != "stock" ? &follow : nullptr, options.emulated_eviction_budget)
+                      options.policy != "stock" ? &follow : nullptr, emulated_budget)
                       .status());
   return report;
 }

@@ -39,7 +39,8 @@ struct ReplayOptions {
   // Not 0: the driver's eviction is emulated at op boundaries for the persistent tensors under this
   // budget (runtime::DriverEviction, as bench/offload_bench does on the real GPU, whose card is never
   // oversubscribed), on a simulated device with room for everything, instead of the simulated driver
-  // evicting page by page. For `stock` and `paper`, to predict what the GPU benchmark measures.
+  // evicting page by page. For `stock` and `paper`, to predict what the GPU benchmark measures; ignored
+  // for `autouvm`, which evicts by itself.
   int64_t emulated_eviction_budget = 0;
 };
 
