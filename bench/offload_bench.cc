@@ -17,7 +17,11 @@
 // `autouvm` — the profiler's plan for the budget, followed by the Executor at each op. `paper` — AutoUVM
 // as published (profiler::MakePaperPlan), the driver's eviction emulated as for stock; `paper-prefetch`
 // and `paper-pin` are its ablation (tensor prefetch only; + affinity pinning; `paper` adds the roofline
-// gate).
+// gate). `explicit` — FlexGen-style offloading (ExplicitOffload below). `prefetched` — a diagnostic:
+// everything prefetched back to the device, no plan.
+//
+// The link floor is max(resident step, (named bytes - budget) / 55.4 GB/s); the resident step is the
+// best median of three resident runs (the host's timing of this dispatch-bound step is noisy).
 //
 // "sim steady": the simulator's replay of the recorded step under the same plan (for stock and paper
 // under a budget, with the same emulated driver eviction).
