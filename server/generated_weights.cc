@@ -1,19 +1,21 @@
 #include "server/generated_weights.h"
 
 #include <cmath>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace autouvm::server {
 
+std::mutex& SeededRngMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const torch::Device& device) {
   if (seed == 0) return absl::InvalidArgumentError("generated weights need a seed other than 0");
-  static std::mutex rng_mu;
-  std::lock_guard<std::mutex> lock(rng_mu);
+  std::lock_guard<std::mutex> lock(SeededRngMutex());
   try {
     torch::NoGradGuard no_grad;
     torch::manual_seed(static_cast<uint64_t>(seed));  // the CPU's and every GPU's default generator

@@ -5,16 +5,21 @@
 //   torch::jit::Module m = torch::jit::load(path);
 //   RETURN_IF_ERROR(GenerateWeights(m, config.generated_weights_seed, torch::kCUDA));
 //
-// Thread-safety: seeds libtorch's process-wide generators; callers serialize (model loads do).
+// Thread-safety: seeds libtorch's process-wide generators under SeededRngMutex().
 #pragma once
 
 #include <torch/script.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include "absl/status/status.h"
 
 namespace autouvm::server {
+
+// Held by whoever seeds libtorch's process-wide generators and draws from them (this and the model
+// builder), so that two seeded draws never interleave.
+std::mutex& SeededRngMutex();
 
 // INVALID_ARGUMENT for seed 0; INTERNAL if libtorch fails.
 absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const torch::Device& device);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
+#include "server/generated_weights.h"
 #include "server/torch_dtype.h"
 
 namespace autouvm::server {
@@ -156,8 +157,7 @@ torch::jit::Module BuildLayer(const ModelConfig& c, c10::ScalarType dtype) {
 }
 
 torch::jit::Module BuildModel(const ModelConfig& c, uint64_t seed) {
-  static std::mutex rng_mu;  // libtorch's default generator is process-wide
-  std::lock_guard<std::mutex> lock(rng_mu);
+  std::lock_guard<std::mutex> lock(SeededRngMutex());  // libtorch's default generator is process-wide
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
   const c10::ScalarType dtype = TorchDtype(c.dtype);

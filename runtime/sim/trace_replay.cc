@@ -158,11 +158,10 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
   if (backend != nullptr) {
     std::unordered_map<std::string, TensorRange> ranges;
     for (const auto& [id, bytes] : plan.persistent) ranges[id] = {where.at(id), bytes};
+    // The named tensors, as the GPU benchmark's emulator manages them; they are laid out first, in
+    // the trace's order.
     if (emulated_eviction_budget > 0) {
-      AccessTrace named = trace;  // the emulator's allocation order: the persistent tensors as laid out
-      named.named.clear();
-      for (const auto& [id, bytes] : plan.persistent) named.named.push_back({id, bytes});
-      eviction = std::make_unique<DriverEviction>(backend, named, ranges, emulated_eviction_budget);
+      eviction = std::make_unique<DriverEviction>(backend, trace, ranges, emulated_eviction_budget);
     }
     if (follow != nullptr) {
       executor = std::make_unique<Executor>(backend, *follow, trace, std::move(ranges));
