@@ -17,7 +17,7 @@
 // `autouvm` — the profiler's plan for the budget, followed by the Executor at each op. `paper` — AutoUVM
 // as published (profiler::MakePaperPlan), the driver's eviction emulated as for stock; `paper-prefetch`
 // and `paper-pin` are its ablation (tensor prefetch only; + affinity pinning; `paper` adds the roofline
-// gate). `explicit` — FlexGen-style offloading (ExplicitOffload below). `prefetched` — a diagnostic:
+// gate). `explicit` — FlexGen-style offloading (bench/explicit_offload.h). `prefetched` — a diagnostic:
 // everything prefetched back to the device, no plan.
 //
 // The link floor is max(resident step, (named bytes - budget) / 55.4 GB/s); the resident step is the
@@ -50,6 +50,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/explicit_offload.h"
 #include "profiler/analysis.h"
 #include "profiler/planner.h"
 #include "profiler/profile_key.h"
@@ -174,160 +175,6 @@ void ProbeDriver(autouvm::runtime::DeviceBackend* backend) {
   Check(backend->Advise(a, bytes, Advice::kPreferredLocation, false), "probe");
   Check(backend->FreeManaged(a), "probe");
 }
-
-// Explicit offloading, as FlexGen-style systems do it (the baseline): the first layers that fit stay
-// resident with everything that is not a layer's weight; the other layers' weights live in pinned host
-// memory (one buffer per layer) and are copied, one cudaMemcpyAsync per layer on a copy stream, into two
-// device buffers in turn, the next layer's copy running while the current layer computes. The model's
-// parameters are pointed at the buffer holding them just before their layer's first op (Tensor::set_),
-// and back at their own storage afterwards. Budget: resident part + two buffers.
-class ExplicitOffload final : public autouvm::runtime::OpSubscriber {
- public:
-  ExplicitOffload(Model& m, const AccessTrace& trace, int64_t budget, bool synchronous) : synchronous_(synchronous) {
-    const int64_t n_layers = m.config.n_layers;
-    std::vector<std::vector<torch::Tensor>> params(n_layers);
-    std::vector<std::vector<std::string>> ids(n_layers);
-    for (const auto& p : m.module.named_parameters()) {
-      if (p.name.rfind("layer", 0) != 0) continue;
-      const int64_t l = std::stoll(p.name.substr(5, p.name.find('.') - 5));
-      params[l].push_back(p.value);
-      ids[l].push_back("param:" + p.name);
-    }
-    std::vector<int64_t> layer_bytes(n_layers, 0);
-    for (int64_t l = 0; l < n_layers; ++l) {
-      for (const auto& t : params[l]) layer_bytes[l] += Align(t.nbytes());
-    }
-    const int64_t widest = *std::max_element(layer_bytes.begin(), layer_bytes.end());
-    int64_t rest = m.named_bytes;
-    for (int64_t b : layer_bytes) rest -= b;
-    // Keep layers resident from the first while they and two buffers fit.
-    int64_t resident = rest, keep = 0;
-    while (keep < n_layers && resident + layer_bytes[keep] + (keep + 1 < n_layers ? 2 * widest : 0) <= budget) {
-      resident += layer_bytes[keep++];
-    }
-    accounted_ = resident + (keep < n_layers ? 2 * widest : 0);
-    for (int64_t l = keep; l < n_layers; ++l) {
-      Layer L;
-      L.params = params[l];
-      for (const auto& t : L.params) L.originals.push_back(t.detach());
-      L.bytes = layer_bytes[l];
-      if (cudaHostAlloc(&L.host, static_cast<size_t>(L.bytes), cudaHostAllocDefault) != cudaSuccess)
-        Die("cudaHostAlloc");
-      int64_t off = 0;
-      for (const auto& t : L.params) {
-        if (cudaMemcpy(static_cast<char*>(L.host) + off, t.data_ptr(), t.nbytes(), cudaMemcpyDefault) != cudaSuccess) {
-          Die("copying a layer to pinned memory");
-        }
-        off += Align(t.nbytes());
-      }
-      // Its first op in the step.
-      L.first_op = -1;
-      for (size_t i = 0; i < trace.ops.size() && L.first_op < 0; ++i) {
-        for (const auto& u : trace.ops[i].reads) {
-          if (std::find(ids[l].begin(), ids[l].end(), u.id) != ids[l].end()) L.first_op = static_cast<int64_t>(i);
-        }
-      }
-      if (L.first_op < 0) Die("a layer the step does not read");
-      layers_.push_back(std::move(L));
-    }
-    for (int k = 0; k < 2 && !layers_.empty(); ++k) {
-      if (cudaMalloc(&slot_[k], static_cast<size_t>(widest)) != cudaSuccess) Die("cudaMalloc for the buffers");
-    }
-    cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking);
-    for (auto& L : layers_) cudaEventCreateWithFlags(&L.copied, cudaEventDisableTiming);
-    cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming);
-    // Everything not offloaded on the device.
-    std::unordered_map<std::string, bool> offloaded;
-    for (int64_t l = keep; l < n_layers; ++l) {
-      for (const auto& id : ids[l]) offloaded[id] = true;
-    }
-    for (const auto& [id, r] : m.named) {
-      if (!offloaded.count(id)) resident_ranges_.push_back(r);
-    }
-  }
-  ~ExplicitOffload() override {
-    for (auto& L : layers_) {
-      for (size_t j = 0; j < L.params.size(); ++j) L.params[j].set_(L.originals[j]);
-      cudaFreeHost(L.host);
-      cudaEventDestroy(L.copied);
-    }
-    cudaDeviceSynchronize();
-    for (void* p : slot_) {
-      if (p) cudaFree(p);
-    }
-    cudaEventDestroy(compute_mark_);
-    cudaStreamDestroy(copy_);
-  }
-  const std::vector<TensorRange>& resident_ranges() const { return resident_ranges_; }
-  int64_t accounted() const { return accounted_; }
-  double offloaded_gib() const {
-    double b = 0;
-    for (const auto& L : layers_) b += static_cast<double>(L.bytes);
-    return b / kGiB;
-  }
-
-  // A layer's parameters point at its buffer from the moment its copy is issued until the buffer is
-  // given to another layer; then they point back at their own storage. Ops that take views of a
-  // weight before the layer's first counted op (a transpose) therefore see either the buffer that will
-  // hold it — read after the wait below, in stream order — or the original, never another layer's.
-  void BeforeOp(int64_t index) override {
-    if (layers_.empty()) return;
-    if (index == 0) Copy(0);
-    for (size_t o = 0; o < layers_.size(); ++o) {
-      if (layers_[o].first_op != index) continue;
-      cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream().stream(), layers_[o].copied, 0);
-      if (o + 1 < layers_.size()) Copy(o + 1);
-    }
-  }
-  void OnOp(const autouvm::runtime::OpEvent&) override {}
-
- private:
-  struct Layer {
-    std::vector<torch::Tensor> params, originals;
-    int64_t bytes = 0;
-    void* host = nullptr;
-    int64_t first_op = 0;
-    cudaEvent_t copied{};
-  };
-  static int64_t Align(int64_t b) { return (b + 255) / 256 * 256; }
-  // Copies layer `o` into its buffer once the compute stream is past every op issued so far (the
-  // buffer's previous user among them).
-  void Copy(size_t o) {
-    if (synchronous_) cudaDeviceSynchronize();
-    // The buffer's previous holder goes back to its own storage; this layer points at the buffer.
-    if (holder_[o % 2] >= 0) Bind(static_cast<size_t>(holder_[o % 2]), nullptr);
-    Bind(o, static_cast<char*>(slot_[o % 2]));
-    holder_[o % 2] = static_cast<int64_t>(o);
-    cudaEventRecord(compute_mark_, c10::cuda::getCurrentCUDAStream().stream());
-    cudaStreamWaitEvent(copy_, compute_mark_, 0);
-    cudaMemcpyAsync(slot_[o % 2], layers_[o].host, static_cast<size_t>(layers_[o].bytes), cudaMemcpyHostToDevice,
-                    copy_);
-    cudaEventRecord(layers_[o].copied, copy_);
-    if (synchronous_) cudaDeviceSynchronize();
-  }
-  void Bind(size_t o, char* base) {
-    Layer& L = layers_[o];
-    int64_t off = 0;
-    for (size_t j = 0; j < L.params.size(); ++j) {
-      torch::Tensor& t = L.params[j];
-      if (base == nullptr) {
-        t.set_(L.originals[j]);
-      } else {
-        t.set_(torch::from_blob(base + off, t.sizes(), t.options()));
-      }
-      off += Align(t.nbytes());
-    }
-  }
-  const bool synchronous_;
-  int64_t holder_[2] = {-1, -1};  // the layer each buffer holds
-
-  std::vector<Layer> layers_;
-  void* slot_[2] = {nullptr, nullptr};
-  cudaStream_t copy_{};
-  cudaEvent_t compute_mark_{};
-  std::vector<TensorRange> resident_ranges_;
-  int64_t accounted_ = 0;
-};
 
 struct RunResult {
   double cold_s = 0, steady_s = 0, prepare_s = 0;
@@ -482,6 +329,12 @@ int main(int argc, char** argv) {
     observer->BeginIteration();
     DecodeStep(m, first_tokens, prompt_len);
     const AccessTrace trace = observer->EndIteration();
+    // The simulator's capacity for a budget: the budget plus the activations' room, which its layout of
+    // the step gives (footprint beyond the named tensors).
+    const int64_t activations = [&]() -> int64_t {
+      auto layout = autouvm::runtime::sim::ReplayTrace(trace, spec, {.iterations = 1});
+      return layout.ok() ? std::max<int64_t>(0, layout->footprint_bytes - m.named_bytes) : 0;
+    }();
     // Everything on the device (prefetched there first: the previous batch's runs left it elsewhere);
     // the host's timing noise is large at this step length, so the best median of three runs.
     all_to_host();
@@ -511,7 +364,7 @@ int main(int argc, char** argv) {
         std::unique_ptr<autouvm::runtime::Executor> executor;
         std::unique_ptr<autouvm::runtime::PlanFollower> follower;
         std::unique_ptr<autouvm::runtime::DriverEviction> eviction;
-        std::unique_ptr<ExplicitOffload> offload;
+        std::unique_ptr<autouvm::bench::ExplicitOffload> offload;
         struct EvictionHook : autouvm::runtime::OpSubscriber {
           autouvm::runtime::DriverEviction* ev;
           absl::Status status;
@@ -555,7 +408,9 @@ int main(int argc, char** argv) {
             // prefetched: everything back on the device by plain prefetches, no plan (a diagnostic
             // row: the resident step after migration, whatever the factor).
             if (policy == "explicit") {
-              offload = std::make_unique<ExplicitOffload>(m, trace, budget, explicit_sync);
+              offload = Check(
+                  autouvm::bench::ExplicitOffload::Create(m.module, c.n_layers, m.named, trace, budget, explicit_sync),
+                  "explicit offloading");
               follow = offload.get();
             }
             const std::vector<TensorRange> everything = [&] {
@@ -603,8 +458,6 @@ int main(int argc, char** argv) {
         // The simulator on the same trace, capacity = the budget plus the activations' room.
         double sim_s = 0;
         {
-          auto probe = autouvm::runtime::sim::ReplayTrace(trace, spec, {.iterations = 1});
-          const int64_t activations = probe.ok() ? std::max<int64_t>(0, probe->footprint_bytes - m.named_bytes) : 0;
           autouvm::runtime::sim::ReplayOptions o{
               .policy = policy, .device_bytes = budget + activations, .iterations = 3};
           if (policy == "autouvm" || policy.rfind("paper", 0) == 0) {
@@ -626,7 +479,7 @@ int main(int argc, char** argv) {
                                           ? absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB,
                                                             plan.remote_bytes() / kGiB, plan.streamed_bytes() / kGiB)
                                       : policy == "explicit"
-                                          ? absl::StrFormat("copied per step: %.2f", offload->offloaded_gib())
+                                          ? absl::StrFormat("copied per step: %.2f", offload->offloaded_bytes() / kGiB)
                                           : "-";
         std::printf(
             "| %s | %lld | %.2f | %s | %.2f | %.1f (%.1f) | %.2f | %.1f | %.2f | %.0f%% | %.2f | %.2f | %s | %.2f | "
