@@ -14,10 +14,21 @@ int64_t Align(int64_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<PinnedArena>> PinnedArena::Create(int64_t bytes) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat("cudaHostAlloc of ", bytes, " bytes failed"));
+  }
+  return std::unique_ptr<PinnedArena>(new PinnedArena(static_cast<char*>(p), bytes));
+}
+
+PinnedArena::~PinnedArena() { cudaFreeHost(data_); }
+
 absl::StatusOr<std::unique_ptr<ExplicitOffload>> ExplicitOffload::Create(
     torch::jit::Module& module, int64_t n_layers,
     const std::vector<std::pair<std::string, runtime::TensorRange>>& named, const runtime::AccessTrace& trace,
-    int64_t budget, bool synchronous) {
+    int64_t budget, PinnedArena* arena, bool synchronous) {
   std::unique_ptr<ExplicitOffload> self(new ExplicitOffload(synchronous));
   std::vector<std::vector<torch::Tensor>> params(n_layers);
   std::vector<std::vector<std::string>> ids(n_layers);
@@ -42,20 +53,23 @@ absl::StatusOr<std::unique_ptr<ExplicitOffload>> ExplicitOffload::Create(
     resident += layer_bytes[keep++];
   }
   self->accounted_ = resident + (keep < n_layers ? 2 * widest : 0);
+  int64_t arena_used = 0;
   for (int64_t l = keep; l < n_layers; ++l) {
     Layer L;
     L.params = params[l];
     for (const auto& t : L.params) L.originals.push_back(t.detach());
     L.bytes = layer_bytes[l];
-    if (cudaHostAlloc(&L.host, static_cast<size_t>(L.bytes), cudaHostAllocDefault) != cudaSuccess) {
-      return absl::ResourceExhaustedError(absl::StrCat("cudaHostAlloc of ", L.bytes, " bytes failed"));
+    if (arena_used + L.bytes > arena->bytes()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the pinned arena (", arena->bytes(), " bytes) cannot hold the offloaded layers"));
     }
-    self->layers_.push_back(std::move(L));  // freed by the destructor from here on
+    L.host = arena->data() + arena_used;
+    arena_used += L.bytes;
+    self->layers_.push_back(std::move(L));  // restored by the destructor from here on
     Layer& added = self->layers_.back();
     int64_t off = 0;
     for (const auto& t : added.params) {
-      if (cudaMemcpy(static_cast<char*>(added.host) + off, t.data_ptr(), t.nbytes(), cudaMemcpyDefault) !=
-          cudaSuccess) {
+      if (cudaMemcpy(added.host + off, t.data_ptr(), t.nbytes(), cudaMemcpyDefault) != cudaSuccess) {
         return absl::InternalError(absl::StrCat("copying layer ", l, " to pinned memory failed"));
       }
       off += Align(t.nbytes());
@@ -69,6 +83,8 @@ absl::StatusOr<std::unique_ptr<ExplicitOffload>> ExplicitOffload::Create(
     }
     if (added.first_op < 0) return absl::InvalidArgumentError(absl::StrCat("the step does not read layer ", l));
     cudaEventCreateWithFlags(&added.copied, cudaEventDisableTiming);
+    cudaEventCreate(&added.started);
+    cudaEventCreate(&added.ended);
   }
   for (int k = 0; k < 2 && !self->layers_.empty(); ++k) {
     if (cudaMalloc(&self->slot_[k], static_cast<size_t>(widest)) != cudaSuccess) {
@@ -80,6 +96,7 @@ absl::StatusOr<std::unique_ptr<ExplicitOffload>> ExplicitOffload::Create(
   // Everything not offloaded stays on the device.
   std::unordered_set<std::string> offloaded;
   for (int64_t l = keep; l < n_layers; ++l) offloaded.insert(ids[l].begin(), ids[l].end());
+  self->offloaded_ids_.assign(offloaded.begin(), offloaded.end());
   for (const auto& [id, r] : named) {
     if (!offloaded.count(id)) self->resident_ranges_.push_back(r);
   }
@@ -89,8 +106,9 @@ absl::StatusOr<std::unique_ptr<ExplicitOffload>> ExplicitOffload::Create(
 ExplicitOffload::~ExplicitOffload() {
   for (auto& L : layers_) {
     for (size_t j = 0; j < L.params.size(); ++j) L.params[j].set_(L.originals[j]);
-    cudaFreeHost(L.host);
-    if (L.copied) cudaEventDestroy(L.copied);
+    for (cudaEvent_t e : {L.copied, L.started, L.ended}) {
+      if (e) cudaEventDestroy(e);
+    }
   }
   cudaDeviceSynchronize();
   for (void* p : slot_) {
@@ -130,9 +148,22 @@ void ExplicitOffload::Copy(size_t o) {
   holder_[o % 2] = static_cast<int64_t>(o);
   cudaEventRecord(compute_mark_, c10::cuda::getCurrentCUDAStream().stream());
   cudaStreamWaitEvent(copy_, compute_mark_, 0);
+  cudaEventRecord(layers_[o].started, copy_);
   cudaMemcpyAsync(slot_[o % 2], layers_[o].host, static_cast<size_t>(layers_[o].bytes), cudaMemcpyHostToDevice, copy_);
   cudaEventRecord(layers_[o].copied, copy_);
+  cudaEventRecord(layers_[o].ended, copy_);
   if (synchronous_) cudaDeviceSynchronize();
+}
+
+ExplicitOffload::CopyTimes ExplicitOffload::LastStepCopies() const {
+  CopyTimes t;
+  if (layers_.empty()) return t;
+  float ms = 0;
+  for (const Layer& L : layers_) {
+    if (cudaEventElapsedTime(&ms, L.started, L.ended) == cudaSuccess) t.busy_s += ms / 1e3;
+  }
+  if (cudaEventElapsedTime(&ms, layers_.front().started, layers_.back().ended) == cudaSuccess) t.span_s = ms / 1e3;
+  return t;
 }
 
 void ExplicitOffload::Bind(size_t o, char* base) {

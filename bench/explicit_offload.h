@@ -5,8 +5,9 @@
 // current layer computes. The model's parameters point at the buffer that holds them (Tensor::set_)
 // while it does, and back at their own storage afterwards. Budget: resident part + two buffers.
 //
-//   ASSIGN_OR_RETURN(auto offload, ExplicitOffload::Create(module, n_layers, named, trace, budget, false));
-//   prefetch offload->resident_ranges() to the device; observer->AddSubscriber(offload.get()); decode ...
+//   ASSIGN_OR_RETURN(auto arena, PinnedArena::Create(bytes));   // once, before any other policy runs
+//   ASSIGN_OR_RETURN(auto offload, ExplicitOffload::Create(module, n_layers, named, trace, budget, arena.get(),
+//   false)); prefetch offload->resident_ranges() to the device; observer->AddSubscriber(offload.get()); decode ...
 //
 // GPU host only. Not thread-safe: the iteration's thread drives it; its destructor restores the model.
 #pragma once
@@ -27,6 +28,22 @@
 
 namespace autouvm::bench {
 
+// Pinned host memory for the offloaded layers, allocated once: a FlexGen-style system pins its host copy
+// at load. (Pinned buffers allocated afresh after the other policies had run copied at 37 GB/s instead of
+// 55 on the GPU host, bench/results/2026-11-29-offload-h200.md.)
+class PinnedArena {
+ public:
+  static absl::StatusOr<std::unique_ptr<PinnedArena>> Create(int64_t bytes);
+  ~PinnedArena();
+  char* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  PinnedArena(char* data, int64_t bytes) : data_(data), bytes_(bytes) {}
+  char* data_;
+  int64_t bytes_;
+};
+
 class ExplicitOffload final : public runtime::OpSubscriber {
  public:
   // `named`: every named tensor ("param:<dotted name>" for parameters) with its range; layer weights are
@@ -35,24 +52,33 @@ class ExplicitOffload final : public runtime::OpSubscriber {
   static absl::StatusOr<std::unique_ptr<ExplicitOffload>> Create(
       torch::jit::Module& module, int64_t n_layers,
       const std::vector<std::pair<std::string, runtime::TensorRange>>& named, const runtime::AccessTrace& trace,
-      int64_t budget, bool synchronous);
+      int64_t budget, PinnedArena* arena, bool synchronous);
   ~ExplicitOffload() override;
 
   // What stays on the device: to be prefetched there before the first step.
   const std::vector<runtime::TensorRange>& resident_ranges() const { return resident_ranges_; }
   int64_t accounted() const { return accounted_; }  // resident part + the two buffers
   int64_t offloaded_bytes() const;                  // copied per step
+  const std::vector<std::string>& offloaded_ids() const { return offloaded_ids_; }
 
   void BeforeOp(int64_t index) override;
   void OnOp(const runtime::OpEvent&) override {}
+
+  // The copies of the last step, timed on the copy stream (call after the step has finished): the time
+  // the copy engine was busy with them, and from the first copy's start to the last one's end.
+  struct CopyTimes {
+    double busy_s = 0, span_s = 0;
+  };
+  CopyTimes LastStepCopies() const;
 
  private:
   struct Layer {
     std::vector<torch::Tensor> params, originals;
     int64_t bytes = 0;
-    void* host = nullptr;
+    char* host = nullptr;  // in the arena
     int64_t first_op = 0;
     cudaEvent_t copied{};
+    cudaEvent_t started{}, ended{};  // timed
   };
   explicit ExplicitOffload(bool synchronous) : synchronous_(synchronous) {}
   void Copy(size_t o);
@@ -65,6 +91,7 @@ class ExplicitOffload final : public runtime::OpSubscriber {
   cudaStream_t copy_{};
   cudaEvent_t compute_mark_{};
   std::vector<runtime::TensorRange> resident_ranges_;
+  std::vector<std::string> offloaded_ids_;
   int64_t accounted_ = 0;
 };
 

@@ -17,8 +17,15 @@
 // `autouvm` — the profiler's plan for the budget, followed by the Executor at each op. `paper` — AutoUVM
 // as published (profiler::MakePaperPlan), the driver's eviction emulated as for stock; `paper-prefetch`
 // and `paper-pin` are its ablation (tensor prefetch only; + affinity pinning; `paper` adds the roofline
-// gate). `explicit` — FlexGen-style offloading (bench/explicit_offload.h). `prefetched` — a diagnostic:
-// everything prefetched back to the device, no plan.
+// gate). `explicit` — FlexGen-style offloading (bench/explicit_offload.h). `zerocopy` — what vLLM's
+// cpu-offload does: everything but the weights of the layers that do not fit goes to the device, those
+// stay in host memory and the GPU reads them in place (preferred location host, accessed by the device).
+// `prefetched` — a diagnostic: everything prefetched back to the device, no plan.
+//
+// --op-times: the last step of each run is timed op by op (runtime::OpTimer) and a line after the row
+// says where its GPU time went: ops reading tensors left in host memory (autouvm's remote part,
+// zerocopy's offloaded layers, explicit's copied layers — their first op waits for the copy) against
+// the others; for explicit also how long the copy engine was busy.
 //
 // The link floor is max(resident step, (named bytes - budget) / 55.4 GB/s); the resident step is the
 // best median of three resident runs (the host's timing of this dispatch-bound step is noisy).
@@ -38,33 +45,22 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <map>
-#include <thread>
+#include <cstring>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/decode_harness.h"
 #include "bench/explicit_offload.h"
-#include "profiler/analysis.h"
-#include "profiler/planner.h"
-#include "profiler/profile_key.h"
-#include "profiler/reuse.h"
-#include "profiler/roofline.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
-#include "runtime/driver_eviction.h"
-#include "runtime/executor.h"
 #include "runtime/observer.h"
+#include "runtime/op_timer.h"
 #include "runtime/sim/trace_replay.h"
-#include "server/generated_weights.h"
-#include "server/llama_builder.h"
-#include "server/torch_dtype.h"
 
 namespace {
 
@@ -108,27 +104,6 @@ int64_t DeviceUsed() {
   return static_cast<int64_t>(total - free);
 }
 
-struct Model {
-  autouvm::server::ModelConfig config;
-  torch::jit::Module module;
-  torch::Tensor k_cache, v_cache;
-  std::vector<std::pair<std::string, TensorRange>> named;  // in allocation order
-  int64_t named_bytes = 0;
-};
-
-torch::Tensor OnGpu(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(torch::kCUDA); }
-
-// One decode step for slots 0..B-1 at `pos`; returns the greedy tokens.
-std::vector<int64_t> DecodeStep(Model& m, const std::vector<int64_t>& tokens, int64_t pos) {
-  const int64_t b = static_cast<int64_t>(tokens.size());
-  std::vector<int64_t> slots(b), positions(b, pos);
-  for (int64_t i = 0; i < b; ++i) slots[i] = i;
-  auto logits =
-      m.module.forward({OnGpu(tokens).view({b, 1}), OnGpu(slots), OnGpu(positions), m.k_cache, m.v_cache}).toTensor();
-  auto next = logits.select(1, 0).argmax(-1).to(torch::kCPU);
-  return std::vector<int64_t>(next.data_ptr<int64_t>(), next.data_ptr<int64_t>() + b);
-}
-
 // What the driver does with the calls the executor makes, measured before the runs: how long a
 // prefetch call holds the calling thread, and whether a read-mostly range prefetched to the host keeps
 // its device copy (device memory in use, cudaMemGetInfo).
@@ -156,6 +131,7 @@ void ProbeDriver(autouvm::runtime::DeviceBackend* backend) {
   const int64_t after_host_prefetch = DeviceUsed() - base;
   t0 = Clock::now();
   Check(backend->Advise(a, bytes, Advice::kPreferredLocation, true, Location::kHost), "probe");
+  const double preferred_s = Seconds(t0, Clock::now());
   Check(backend->Advise(a, bytes, Advice::kReadMostly, false), "probe");
   const double unset_s = Seconds(t0, Clock::now());
   const int64_t after_unset = DeviceUsed() - base;
@@ -168,12 +144,223 @@ void ProbeDriver(autouvm::runtime::DeviceBackend* backend) {
   std::printf(
       "driver probe, 1 GiB read-mostly: prefetch to the device holds the calling thread %.2f ms of %.2f ms; "
       "device memory in use +%.2f GiB. Prefetch back to the host: %.2f ms, +%.2f GiB still in use. "
-      "Preferred location host + unset read-mostly: %.2f ms, +%.2f GiB in use; a GPU write after it "
+      "Preferred location host (%.2f ms) + unset read-mostly: %.2f ms, +%.2f GiB in use; a GPU write after it "
       "moved %.2f GiB host->device (%lld fault groups).\n",
-      1e3 * call_s, 1e3 * done_s, in / kGiB, 1e3 * back_s, after_host_prefetch / kGiB, 1e3 * unset_s,
+      1e3 * call_s, 1e3 * done_s, in / kGiB, 1e3 * back_s, after_host_prefetch / kGiB, 1e3 * preferred_s, 1e3 * unset_s,
       after_unset / kGiB, touched.h2d_total() / kGiB, (long long)touched.gpu_fault_groups);
   Check(backend->Advise(a, bytes, Advice::kPreferredLocation, false), "probe");
   Check(backend->FreeManaged(a), "probe");
+}
+
+// zerocopy's split: which named tensors stay in host memory — the weights of the layers, from the last,
+// that do not fit in the budget once everything else is resident ("param:layer<N>." names a layer's).
+struct ZeroCopy {
+  std::vector<bool> host;  // parallel to the named tensors
+  int64_t host_bytes = 0, resident_bytes = 0;
+};
+
+ZeroCopy ZeroCopySplit(const std::vector<std::pair<std::string, TensorRange>>& named, int64_t n_layers,
+                       int64_t budget) {
+  auto layer_of = [](const std::string& id) -> int64_t {
+    const std::string prefix = "param:layer";
+    if (id.rfind(prefix, 0) != 0) return -1;
+    return std::stoll(id.substr(prefix.size(), id.find('.') - prefix.size()));
+  };
+  std::vector<int64_t> layer_bytes(n_layers, 0);
+  int64_t rest = 0;
+  for (const auto& [id, r] : named) {
+    const int64_t l = layer_of(id);
+    if (l >= 0 && l < n_layers) {
+      layer_bytes[l] += r.bytes;
+    } else {
+      rest += r.bytes;
+    }
+  }
+  int64_t keep = 0, resident = rest;
+  while (keep < n_layers && resident + layer_bytes[keep] <= budget) resident += layer_bytes[keep++];
+  ZeroCopy z;
+  z.resident_bytes = resident;
+  for (const auto& [id, r] : named) {
+    const int64_t l = layer_of(id);
+    z.host.push_back(l >= keep && l < n_layers);
+    if (z.host.back()) z.host_bytes += r.bytes;
+  }
+  return z;
+}
+
+// The link as this process meets it, before the runs: pinned host->device copies (cudaMemcpyAsync of
+// one 1 GiB buffer; 1 GiB as five 205 MiB buffers copied in turn, as explicit offloading does), and
+// managed memory moved by a prefetch and read in place by the GPU (a reduction over a remote-mapped
+// 1 GiB tensor). Best of three each.
+void ProbeLink(autouvm::runtime::DeviceBackend* backend) {
+  using autouvm::runtime::Advice;
+  const int64_t bytes = int64_t{1} << 30, piece = bytes / 5;
+  cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();  // the one torch computes on
+  void *host = nullptr, *dev = nullptr;
+  std::vector<void*> pieces(5, nullptr);
+  if (cudaHostAlloc(&host, bytes, cudaHostAllocDefault) != cudaSuccess || cudaMalloc(&dev, bytes) != cudaSuccess) {
+    Die("probe: allocation failed");
+  }
+  for (void*& p : pieces) {
+    if (cudaHostAlloc(&p, piece, cudaHostAllocDefault) != cudaSuccess) Die("probe: allocation failed");
+    std::memset(p, 1, piece);
+  }
+  std::memset(host, 1, bytes);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  auto timed = [&](auto&& work) {
+    float best = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+      cudaEventRecord(a, s);
+      work();
+      cudaEventRecord(b, s);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      best = std::min(best, ms);
+    }
+    return bytes / (best / 1e3) / 1e9;
+  };
+  const double one = timed([&] { cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s); });
+  const double five = timed([&] {
+    for (int k = 0; k < 5; ++k) {
+      cudaMemcpyAsync(static_cast<char*>(dev) + k * piece, pieces[k], piece, cudaMemcpyHostToDevice, s);
+    }
+  });
+  // The same five copies on a side stream while the compute stream runs small kernels (as in a decode step).
+  double five_busy = 0;
+  {
+    cudaStream_t side;
+    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    auto x = torch::ones({4096}, torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+    cudaEvent_t c0, c1;
+    cudaEventCreate(&c0);
+    cudaEventCreate(&c1);
+    float best = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+      cudaDeviceSynchronize();
+      for (int k = 0; k < 200; ++k) x.add_(1);  // the compute stream busy first
+      cudaEventRecord(c0, side);
+      for (int k = 0; k < 5; ++k) {
+        cudaMemcpyAsync(static_cast<char*>(dev) + k * piece, pieces[k], piece, cudaMemcpyHostToDevice, side);
+      }
+      cudaEventRecord(c1, side);
+      for (int k = 0; k < 6000; ++k) x.add_(1);
+      cudaEventSynchronize(c1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, c0, c1);
+      best = std::min(best, ms);
+    }
+    cudaDeviceSynchronize();
+    five_busy = bytes / (best / 1e3) / 1e9;
+    cudaEventDestroy(c0);
+    cudaEventDestroy(c1);
+    cudaStreamDestroy(side);
+  }
+  for (void* p : pieces) cudaFreeHost(p);
+  cudaFreeHost(host);
+  cudaFree(dev);
+  const uint64_t m = Check(backend->AllocateManaged(bytes), "probe allocation");
+  auto t = torch::from_blob(reinterpret_cast<void*>(m), {bytes / 2},
+                            torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  t.fill_(1);
+  cudaDeviceSynchronize();
+  const double prefetch = timed([&] {
+    cudaMemLocation host_loc{cudaMemLocationTypeHost, 0}, dev_loc{cudaMemLocationTypeDevice, 0};
+    cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, host_loc, 0, s);
+    cudaDeviceSynchronize();
+    cudaEventRecord(a, s);  // time the device-bound move only
+    cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, dev_loc, 0, s);
+  });
+  Check(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute), "probe");
+  Check(backend->Advise(m, bytes, Advice::kPreferredLocation, true, Location::kHost), "probe");
+  Check(backend->Advise(m, bytes, Advice::kAccessedBy, true), "probe");
+  cudaDeviceSynchronize();
+  const double remote = timed([&] { (void)t.sum(); });
+  Check(backend->FreeManaged(m), "probe");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::printf(
+      "link probe, 1 GiB host->device: pinned copy %.1f GB/s (one call), %.1f GB/s (five buffers in turn), "
+      "%.1f GB/s (five buffers on a side stream beside small kernels); managed: prefetch %.1f GB/s, remote-mapped "
+      "read by a reduction %.1f GB/s\n",
+      one, five, five_busy, prefetch, remote);
+}
+
+// How to drop the device copy of a weight streamed through the device, without copying it back and
+// within a budget the card does not enforce (cudaMemGetInfo does not see managed memory, so residency
+// is read from the time a GPU reduction over the range takes: HBM speed if resident, link speed if not).
+// The range is read-mostly with preferred location host and accessed by the device; each round
+// prefetches it to the device, then tries one way of dropping it.
+void ProbeDrop(autouvm::runtime::DeviceBackend* backend) {
+  using autouvm::runtime::Advice;
+  const int64_t bytes = int64_t{1} << 30;
+  const uint64_t m = Check(backend->AllocateManaged(bytes), "probe allocation");
+  auto t = torch::from_blob(reinterpret_cast<void*>(m), {bytes / 2},
+                            torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  t.fill_(1);
+  cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
+  cudaDeviceSynchronize();
+  Check(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute), "probe");
+  Check(backend->Advise(m, bytes, Advice::kPreferredLocation, true, Location::kHost), "probe");
+  Check(backend->Advise(m, bytes, Advice::kAccessedBy, true), "probe");
+  Check(backend->Advise(m, bytes, Advice::kReadMostly, true), "probe");
+  cudaDeviceSynchronize();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  auto read_ms = [&] {
+    cudaEventRecord(a, s);
+    (void)t.sum();
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms;
+  };
+  auto host_ms = [](auto&& f) {
+    const auto t0 = Clock::now();
+    f();
+    return 1e3 * Seconds(t0, Clock::now());
+  };
+  std::printf(
+      "drop probe, 1 GiB read-mostly, preferred host, accessed by the device; a read when on the host: %.2f ms\n",
+      read_ms());
+  for (const std::string way : {"unset read-mostly", "prefetch to host", "unset + set read-mostly"}) {
+    const UvmCounters c0 = Check(backend->ReadCounters(), "counters");
+    const double in_ms = host_ms([&] {
+      Check(backend->Prefetch(m, bytes, Location::kDevice, Stream::kCompute), "probe");
+      cudaStreamSynchronize(s);
+    });
+    const float resident_ms = read_ms();
+    double drop_ms = 0;
+    if (way == "prefetch to host") {
+      drop_ms = host_ms([&] {
+        Check(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute), "probe");
+        cudaStreamSynchronize(s);
+      });
+    } else {
+      drop_ms = host_ms([&] { Check(backend->Advise(m, bytes, Advice::kReadMostly, false), "probe"); });
+      if (way == "unset + set read-mostly") {
+        drop_ms += host_ms([&] { Check(backend->Advise(m, bytes, Advice::kReadMostly, true), "probe"); });
+      }
+    }
+    const float after_ms = read_ms();
+    const float again_ms = read_ms();
+    cudaDeviceSynchronize();
+    const UvmCounters moved = Check(backend->ReadCounters(), "counters") - c0;
+    std::printf(
+        "  %s: prefetch in %.2f ms, read %.2f ms; drop %.2f ms; reads after it %.2f, %.2f ms; this round moved %.2f "
+        "GiB "
+        "host->device, %.2f GiB device->host, %lld fault groups\n",
+        way.c_str(), in_ms, resident_ms, drop_ms, after_ms, again_ms, moved.h2d_total() / kGiB,
+        moved.d2h_total() / kGiB, (long long)moved.gpu_fault_groups);
+    if (way == "unset read-mostly") Check(backend->Advise(m, bytes, Advice::kReadMostly, true), "probe");
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  Check(backend->FreeManaged(m), "probe");
 }
 
 struct RunResult {
@@ -190,7 +377,7 @@ int main(int argc, char** argv) {
   std::string preset = "7b", batches_flag = "1,16", factors_flag = "1.0,1.5,1.75,2.0", policies_flag = "stock,autouvm";
   int steps = 6, prompt_len = 16;
   int64_t seed = 1;
-  bool explicit_sync = false;
+  bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false;
   CLI::App app{"Decode under a device budget on the real GPU: stock UVM against the autouvm executor"};
   app.add_option("--preset", preset, "7b | 13b | small (Llama-2 dimensions; small for a quick check)")
       ->check(CLI::IsMember({"7b", "13b", "small"}))
@@ -205,6 +392,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed)->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   app.add_flag("--explicit-sync", explicit_sync,
                "diagnostic: explicit offloading synchronizes the device around every copy");
+  app.add_flag("--op-times", op_times, "time the last step of each run op by op and say where the time went");
+  app.add_flag("--probe-only", probe_only, "run the driver and link probes, then stop");
+  app.add_flag("--copy-beside-decode", copy_beside_decode,
+               "diagnostic: time pinned copies alone and beside resident decode steps");
   CLI11_PARSE(app, argc, argv);
   std::vector<int64_t> batches;
   for (auto s : absl::StrSplit(batches_flag, ',')) batches.push_back(std::stoll(std::string(s)));
@@ -212,25 +403,15 @@ int main(int argc, char** argv) {
   for (auto s : absl::StrSplit(factors_flag, ',')) factors.push_back(std::stod(std::string(s)));
   std::vector<std::string> policies = absl::StrSplit(policies_flag, ',');
   for (const auto& p : policies) {
-    if (p != "stock" && p != "autouvm" && p != "explicit" && p != "prefetched" && p != "paper" &&
+    if (p != "stock" && p != "autouvm" && p != "explicit" && p != "zerocopy" && p != "prefetched" && p != "paper" &&
         p != "paper-prefetch" && p != "paper-pin") {
-      Die("unknown policy " + p + " (known: stock, paper-prefetch, paper-pin, paper, autouvm, explicit, prefetched)");
+      Die("unknown policy " + p +
+          " (known: stock, paper-prefetch, paper-pin, paper, autouvm, explicit, zerocopy, prefetched)");
     }
   }
 
-  autouvm::server::ModelConfig c = autouvm::server::DefaultTinyModelConfig("offload-bench");
-  c.vocab_size = 32000;
-  c.dtype = "bf16";
-  c.max_seq = prompt_len + steps + 8;
-  if (preset == "7b") {
-    c.dim = 4096, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 32, c.ffn_dim = 11008;
-  } else if (preset == "13b") {
-    c.dim = 5120, c.n_layers = 40, c.n_heads = 40, c.n_kv_heads = 40, c.ffn_dim = 13824;
-  } else {
-    c.dim = 1024, c.n_layers = 8, c.n_heads = 8, c.n_kv_heads = 8, c.ffn_dim = 2816;
-  }
-  c.head_dim = c.dim / c.n_heads;
-  c.generated_weights_seed = seed;
+  const autouvm::server::ModelConfig c =
+      Check(autouvm::bench::LlamaConfig(preset, seed, prompt_len + steps + 8), "model config");
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
 
   const int64_t cap = Check(autouvm::runtime::cuda::ManagedMemoryPool::CapFromEnvironment(), "cap");
@@ -246,32 +427,14 @@ int main(int argc, char** argv) {
   autouvm::runtime::Observer::MakeExecutionRepeatable();
   torch::NoGradGuard no_grad;
   ProbeDriver(backend.get());
+  ProbeLink(backend.get());
+  ProbeDrop(backend.get());
+  if (probe_only) return 0;
   autouvm::runtime::cuda::ManagedMemoryPool::Scope scope(pool.get());
 
   // The model, its weights generated on the GPU in managed memory.
-  Model m;
-  m.config = c;
-  const auto dir = std::filesystem::temp_directory_path() / ("offload-bench-" + std::to_string(getpid()));
-  Check(autouvm::server::WriteLlamaModel(c, static_cast<uint64_t>(seed), dir.string()), "writing the model");
   const auto t_load = Clock::now();
-  m.module = torch::jit::load((dir / c.name / "model.pt").string());
-  std::filesystem::remove_all(dir);
-  Check(autouvm::server::GenerateWeights(m.module, seed, torch::kCUDA), "generating weights");
-  m.module.to(torch::kCUDA);
-  const auto dtype = autouvm::server::TorchDtype(c.dtype);
-  m.k_cache = torch::zeros({c.n_layers, max_batch, c.n_kv_heads, c.max_seq, c.head_dim},
-                           torch::TensorOptions().dtype(dtype).device(torch::kCUDA));
-  m.v_cache = torch::zeros_like(m.k_cache);
-  auto name = [&](const at::Tensor& t, const std::string& n) {
-    const auto bytes = static_cast<int64_t>(t.storage().nbytes());
-    observer->NameTensor(t.storage().data(), n, bytes);
-    m.named.push_back({"param:" + n, {reinterpret_cast<uint64_t>(t.storage().data()), bytes}});
-    m.named_bytes += bytes;
-  };
-  for (const auto& p : m.module.named_parameters()) name(p.value, p.name);
-  for (const auto& b : m.module.named_buffers()) name(b.value, b.name);
-  name(m.k_cache, "kv_cache.k");
-  name(m.v_cache, "kv_cache.v");
+  autouvm::bench::DecodeModel m = Check(autouvm::bench::LoadDecodeModel(c, max_batch, observer.get()), "the model");
   cudaDeviceSynchronize();
   std::printf(
       "model: %s preset (dim %lld, %lld layers, ffn %lld, vocab %lld, bf16), weights generated on the GPU "
@@ -279,15 +442,13 @@ int main(int argc, char** argv) {
       preset.c_str(), (long long)c.dim, (long long)c.n_layers, (long long)c.ffn_dim, (long long)c.vocab_size,
       Seconds(t_load, Clock::now()), m.named_bytes / kGiB, (long long)max_batch, (long long)c.max_seq);
 
-  std::unordered_map<std::string, TensorRange> ranges(m.named.begin(), m.named.end());
+  // explicit's pinned host copy, allocated before any policy runs (PinnedArena, bench/explicit_offload.h).
+  std::unique_ptr<autouvm::bench::PinnedArena> pinned;
+  if (std::find(policies.begin(), policies.end(), "explicit") != policies.end()) {
+    pinned = Check(autouvm::bench::PinnedArena::Create(m.named_bytes), "pinned host memory for explicit");
+  }
   auto all_to_host = [&] {
-    for (const auto& [id, r] : m.named) {
-      Check(gpu->Advise(r.addr, r.bytes, autouvm::runtime::Advice::kReadMostly, false), "advice");
-      Check(gpu->Advise(r.addr, r.bytes, autouvm::runtime::Advice::kPreferredLocation, false), "advice");
-      Check(gpu->Advise(r.addr, r.bytes, autouvm::runtime::Advice::kAccessedBy, false), "advice");
-      Check(backend->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCopy), "prefetch to host");
-    }
-    Check(backend->Synchronize(), "synchronize");
+    Check(autouvm::bench::MoveAllToHost(gpu, m), "moving everything to the host");
     cudaDeviceSynchronize();
   };
 
@@ -299,18 +460,7 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const int64_t batch : batches) {
     // Prefill every slot (resident), keep the cache state, then record one decode step.
-    std::vector<int64_t> prompt(prompt_len * batch);
-    for (int64_t i = 0; i < prompt_len * batch; ++i) prompt[i] = 1 + (i * 7919) % (c.vocab_size - 1);
-    std::vector<int64_t> slots(batch), zero(batch, 0);
-    for (int64_t i = 0; i < batch; ++i) slots[i] = i;
-    auto prefill =
-        m.module.forward({OnGpu(prompt).view({batch, prompt_len}), OnGpu(slots), OnGpu(zero), m.k_cache, m.v_cache})
-            .toTensor();
-    std::vector<int64_t> first_tokens;
-    {
-      auto next = prefill.select(1, prompt_len - 1).argmax(-1).to(torch::kCPU);
-      first_tokens.assign(next.data_ptr<int64_t>(), next.data_ptr<int64_t>() + batch);
-    }
+    const std::vector<int64_t> first_tokens = autouvm::bench::Prefill(m, batch, prompt_len);
     auto run_steps = [&](autouvm::runtime::OpSubscriber* follow, std::vector<std::vector<int64_t>>* out,
                          std::vector<double>* times) {
       std::vector<int64_t> tok = first_tokens;
@@ -318,7 +468,7 @@ int main(int argc, char** argv) {
       for (int s = 0; s < steps; ++s) {
         const auto t0 = Clock::now();
         if (follow) observer->BeginIteration(autouvm::runtime::IterationMode::kObserve);
-        tok = DecodeStep(m, tok, prompt_len + s);  // .to(kCPU) synchronizes
+        tok = autouvm::bench::DecodeStep(m, tok, prompt_len + s);  // .to(kCPU) synchronizes
         if (follow) observer->EndIteration();
         if (times) times->push_back(Seconds(t0, Clock::now()));
         out->push_back(tok);
@@ -327,7 +477,7 @@ int main(int argc, char** argv) {
     };
     // The recorded step (warm), then the reference tokens and the resident step time.
     observer->BeginIteration();
-    DecodeStep(m, first_tokens, prompt_len);
+    autouvm::bench::DecodeStep(m, first_tokens, prompt_len);
     const AccessTrace trace = observer->EndIteration();
     // The simulator's capacity for a budget: the budget plus the activations' room, which its layout of
     // the step gives (footprint beyond the named tensors).
@@ -350,6 +500,48 @@ int main(int argc, char** argv) {
       resident_times.erase(resident_times.begin());
       resident_s = std::min(resident_s, Median(resident_times));
     }
+    if (copy_beside_decode) {
+      // A diagnostic: 1 GiB of pinned host->device copies on a side stream while resident decode steps
+      // run on the compute stream — does the model's compute slow the copy engine down?
+      const int64_t bytes = int64_t{1} << 30;
+      void *host = nullptr, *dev = nullptr;
+      if (cudaHostAlloc(&host, bytes, cudaHostAllocDefault) != cudaSuccess || cudaMalloc(&dev, bytes) != cudaSuccess) {
+        Die("copy-beside-decode: allocation failed");
+      }
+      std::memset(host, 1, bytes);
+      cudaStream_t side;
+      cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+      cudaEvent_t c0, c1;
+      cudaEventCreate(&c0);
+      cudaEventCreate(&c1);
+      for (const bool beside : {false, true}) {
+        cudaDeviceSynchronize();
+        const auto t0 = Clock::now();
+        cudaEventRecord(c0, side);
+        for (int k = 0; k < 8; ++k) {
+          cudaMemcpyAsync(static_cast<char*>(dev) + k * (bytes / 8), static_cast<char*>(host) + k * (bytes / 8),
+                          bytes / 8, cudaMemcpyHostToDevice, side);
+        }
+        cudaEventRecord(c1, side);
+        std::vector<int64_t> tok = first_tokens;
+        int decoded = 0;
+        while (beside && cudaEventQuery(c1) == cudaErrorNotReady) {
+          tok = autouvm::bench::DecodeStep(m, tok, prompt_len);
+          ++decoded;
+        }
+        cudaEventSynchronize(c1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, c0, c1);
+        std::printf("copy beside decode: 1 GiB pinned copy %.1f GB/s %s (%d resident steps in %.1f ms)\n",
+                    bytes / (ms / 1e3) / 1e9, beside ? "while decode steps run" : "alone", decoded,
+                    1e3 * Seconds(t0, Clock::now()));
+      }
+      cudaEventDestroy(c0);
+      cudaEventDestroy(c1);
+      cudaStreamDestroy(side);
+      cudaFreeHost(host);
+      cudaFree(dev);
+    }
     std::printf("| %s | %lld | resident | - | - | - | %.2f | %.1f | %zu ops per step |\n", preset.c_str(),
                 (long long)batch, 1e3 * resident_s, batch / resident_s, trace.ops.size());
     std::fflush(stdout);
@@ -361,56 +553,28 @@ int main(int argc, char** argv) {
       for (const std::string& policy : policies) {
         RunResult r;
         all_to_host();
-        std::unique_ptr<autouvm::runtime::Executor> executor;
-        std::unique_ptr<autouvm::runtime::PlanFollower> follower;
-        std::unique_ptr<autouvm::runtime::DriverEviction> eviction;
+        std::unique_ptr<autouvm::bench::BudgetPolicy> managed;  // stock, paper (and ablation), autouvm
         std::unique_ptr<autouvm::bench::ExplicitOffload> offload;
-        struct EvictionHook : autouvm::runtime::OpSubscriber {
-          autouvm::runtime::DriverEviction* ev;
-          absl::Status status;
-          void BeforeOp(int64_t i) override {
-            if (status.ok()) status = ev->BeforeOp(i);
-          }
-          void OnOp(const autouvm::runtime::OpEvent&) override {}
-        } hook;
+        ZeroCopy zerocopy;
+        autouvm::runtime::OpTimer timer(gpu, /*every=*/steps - 1);  // times steps 0 and steps - 1
+        std::vector<double> op_seconds;
         autouvm::runtime::OpSubscriber* follow = nullptr;
         std::vector<std::vector<int64_t>> tokens;
         std::vector<double> times;
         UvmCounters before_last;
         {
           const auto t_prepare = Clock::now();
-          const bool paper = policy.rfind("paper", 0) == 0;
-          if (policy == "autouvm" || paper) {
-            const auto key = autouvm::profiler::DecodeKey("offload-bench", static_cast<int32_t>(batch), "h200-pcie5",
-                                                          budget, paper ? "paper" : "autouvm");
-            if (paper) {
-              // The paper's plan and its ablation: tensor prefetch only, + affinity pinning, + roofline gate.
-              autouvm::v1::Profile stock_classes;
-              autouvm::profiler::Classify(trace, spec, autouvm::profiler::PinnedResidency(autouvm::v1::Plan()),
-                                          &stock_classes);
-              plan = autouvm::profiler::MakePaperPlan(
-                  key, trace, autouvm::profiler::ReuseDistances(trace), stock_classes,
-                  {.affinity_pinning = policy != "paper-prefetch", .roofline_gate = policy == "paper"});
-            } else {
-              plan = autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;
-            }
-            executor = std::make_unique<autouvm::runtime::Executor>(backend.get(), plan, trace, ranges);
-            if (paper && factor > 1.0) {
-              eviction = std::make_unique<autouvm::runtime::DriverEviction>(backend.get(), trace, ranges, budget);
-              executor->set_driver_eviction(eviction.get());
-            }
-            Check(executor->Prepare(), "executor prepare");
-            if (executor->follows_ops()) {
-              follower = std::make_unique<autouvm::runtime::PlanFollower>(executor.get(), trace);
-              follow = follower.get();
-            }
+          if (autouvm::bench::BudgetPolicy::Known(policy)) {
+            managed = Check(autouvm::bench::BudgetPolicy::Create(policy, gpu, trace, m, budget, batch), policy.c_str());
+            plan = managed->plan();
+            follow = managed->subscriber();
           } else if (policy == "explicit" || policy == "prefetched") {
             // prefetched: everything back on the device by plain prefetches, no plan (a diagnostic
             // row: the resident step after migration, whatever the factor).
             if (policy == "explicit") {
-              offload = Check(
-                  autouvm::bench::ExplicitOffload::Create(m.module, c.n_layers, m.named, trace, budget, explicit_sync),
-                  "explicit offloading");
+              offload = Check(autouvm::bench::ExplicitOffload::Create(m.module, c.n_layers, m.named, trace, budget,
+                                                                      pinned.get(), explicit_sync),
+                              "explicit offloading");
               follow = offload.get();
             }
             const std::vector<TensorRange> everything = [&] {
@@ -422,39 +586,57 @@ int main(int argc, char** argv) {
               Check(backend->Prefetch(rg.addr, rg.bytes, Location::kDevice, Stream::kCopy), "prefetch");
             }
             Check(backend->Synchronize(), "synchronize");
-          } else if (factor > 1.0) {
-            eviction = std::make_unique<autouvm::runtime::DriverEviction>(backend.get(), trace, ranges, budget);
-            hook.ev = eviction.get();
-            follow = &hook;
+          } else if (policy == "zerocopy") {
+            zerocopy = ZeroCopySplit(m.named, c.n_layers, budget);
+            for (size_t k = 0; k < m.named.size(); ++k) {
+              const TensorRange& rg = m.named[k].second;
+              if (zerocopy.host[k]) {
+                Check(
+                    gpu->Advise(rg.addr, rg.bytes, autouvm::runtime::Advice::kPreferredLocation, true, Location::kHost),
+                    "advice");
+                Check(gpu->Advise(rg.addr, rg.bytes, autouvm::runtime::Advice::kAccessedBy, true), "advice");
+              } else {
+                Check(backend->Prefetch(rg.addr, rg.bytes, Location::kDevice, Stream::kCopy), "prefetch");
+              }
+            }
+            Check(backend->Synchronize(), "synchronize");
           }
           const double prepare_s = Seconds(t_prepare, Clock::now());
           r.prepare_s = prepare_s;
           std::vector<int64_t> tok = first_tokens;
+          // The timer marks each op before the follower makes the compute stream wait for its copies:
+          // a wait counts to the op it delays.
+          if (op_times) observer->AddSubscriber(&timer);
           if (follow) observer->AddSubscriber(follow);
+          const bool observed = follow != nullptr || op_times;
           for (int s = 0; s < steps; ++s) {
             if (s == steps - 1) before_last = Check(backend->ReadCounters(), "counters");
             const auto t0 = Clock::now();
-            if (follow) observer->BeginIteration(autouvm::runtime::IterationMode::kObserve);
-            tok = DecodeStep(m, tok, prompt_len + s);
-            if (follow) observer->EndIteration();
-            if (follower) {
-              if (absl::Status why = follower->EndIteration(); !why.ok()) r.note = std::string(why.message());
+            if (op_times) timer.BeginIteration();
+            if (observed) observer->BeginIteration(autouvm::runtime::IterationMode::kObserve);
+            tok = autouvm::bench::DecodeStep(m, tok, prompt_len + s);
+            if (observed) observer->EndIteration();
+            if (op_times) {
+              auto t = Check(timer.EndIteration(), "op times");
+              if (s == steps - 1) op_seconds = std::move(t);
+            }
+            if (managed) {
+              if (absl::Status why = managed->EndIteration(); !why.ok()) r.note = std::string(why.message());
             }
             times.push_back(Seconds(t0, Clock::now()) + (s == 0 ? prepare_s : 0.0));
             tokens.push_back(tok);
           }
           if (follow) observer->RemoveSubscriber(follow);
+          if (op_times) observer->RemoveSubscriber(&timer);
           cudaDeviceSynchronize();
         }
-        if (!hook.status.ok()) r.note = std::string(hook.status.message());
         r.steady_moved = Check(backend->ReadCounters(), "counters") - before_last;
         r.cold_s = times.front();
         r.steady_s = Median(std::vector<double>(times.begin() + 1, times.end()));
         r.tokens_match = tokens == reference;
-        r.accounted_peak = eviction   ? eviction->peak_resident_bytes()
-                           : executor ? executor->peak_resident_bytes()
-                           : offload  ? offload->accounted()
-                                      : 0;
+        r.accounted_peak = managed   ? managed->peak_resident_bytes()
+                           : offload ? offload->accounted()
+                                     : zerocopy.resident_bytes;
         // The simulator on the same trace, capacity = the budget plus the activations' room.
         double sim_s = 0;
         {
@@ -467,7 +649,7 @@ int main(int argc, char** argv) {
           // What this program does to stock and paper under a budget: the emulated driver, not the
           // simulator's own.
           if (policy != "autouvm" && factor > 1.0) o.emulated_eviction_budget = budget;
-          if (policy != "explicit" && policy != "prefetched") {
+          if (policy != "explicit" && policy != "zerocopy" && policy != "prefetched") {
             auto sim = autouvm::runtime::sim::ReplayTrace(trace, spec, o);
             if (sim.ok()) sim_s = sim->iterations.back().seconds;
           }
@@ -475,12 +657,13 @@ int main(int argc, char** argv) {
         const UvmCounters& mv = r.steady_moved;
         const double other =
             static_cast<double>(mv.h2d(MigrationCause::kFault) + mv.h2d(MigrationCause::kDriverPrefetch));
-        const std::string plan_cell = policy == "autouvm" || policy.rfind("paper", 0) == 0
-                                          ? absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB,
-                                                            plan.remote_bytes() / kGiB, plan.streamed_bytes() / kGiB)
-                                      : policy == "explicit"
-                                          ? absl::StrFormat("copied per step: %.2f", offload->offloaded_bytes() / kGiB)
-                                          : "-";
+        const std::string plan_cell =
+            policy == "autouvm" || policy.rfind("paper", 0) == 0
+                ? absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
+                                  plan.streamed_bytes() / kGiB)
+            : policy == "explicit" ? absl::StrFormat("copied per step: %.2f", offload->offloaded_bytes() / kGiB)
+            : policy == "zerocopy" ? absl::StrFormat("in host memory: %.2f", zerocopy.host_bytes / kGiB)
+                                   : "-";
         std::printf(
             "| %s | %lld | %.2f | %s | %.2f | %.1f (%.1f) | %.2f | %.1f | %.2f | %.0f%% | %.2f | %.2f | %s | %.2f | "
             "%.2f | %.2f | %.2f | %lld | %s |%s\n",
@@ -489,6 +672,31 @@ int main(int argc, char** argv) {
             sim_s / r.steady_s, r.tokens_match ? "yes" : "NO", r.accounted_peak / kGiB, mv.h2d_total() / kGiB,
             other / kGiB, mv.d2h_total() / kGiB, (long long)mv.gpu_fault_groups, plan_cell.c_str(),
             r.note.empty() ? "" : (" " + r.note).c_str());
+        if (!op_seconds.empty()) {
+          // What the GPU spent its last step on; "remote" = tensors that stayed in (or came from) host memory.
+          std::vector<std::string> remote_ids;
+          if (policy == "autouvm" || policy.rfind("paper", 0) == 0) {
+            remote_ids.assign(plan.remote().begin(), plan.remote().end());
+          } else if (policy == "explicit") {
+            remote_ids = offload->offloaded_ids();
+          } else if (policy == "zerocopy") {
+            for (size_t k = 0; k < m.named.size(); ++k) {
+              if (zerocopy.host[k]) remote_ids.push_back(m.named[k].first);
+            }
+          }
+          const auto split = autouvm::runtime::SplitTime(trace, op_seconds, remote_ids);
+          std::printf(
+              "  op times (%s, last step): GPU %.2f ms; ops reading host-side tensors %.2f ms for %.2f GiB "
+              "(%.1f GB/s); other ops %.2f ms",
+              policy.c_str(), 1e3 * split.total_s, 1e3 * split.remote_ops_s, split.remote_read_bytes / kGiB,
+              split.remote_bytes_per_second() / 1e9, 1e3 * split.other_ops_s);
+          if (offload) {
+            const auto copies = offload->LastStepCopies();
+            std::printf("; copy engine busy %.2f ms (%.1f GB/s) over %.2f ms", 1e3 * copies.busy_s,
+                        offload->offloaded_bytes() / std::max(copies.busy_s, 1e-9) / 1e9, 1e3 * copies.span_s);
+          }
+          std::printf("\n");
+        }
         std::fflush(stdout);
       }
     }

@@ -99,6 +99,12 @@ class DeviceBackend {
   virtual void WaitEvent(Stream stream, EventId event) = 0;
   virtual absl::Status Synchronize() = 0;
 
+  // Timed events (the runtime monitor's clock): a mark on `stream`, and the GPU time between two marks,
+  // waiting for `to` to complete. Their ids are their own, not EventIds to wait on. NOT_FOUND when a
+  // mark is unknown or no longer held (implementations hold the last few thousand).
+  virtual EventId RecordTimedEvent(Stream stream) = 0;
+  virtual absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) = 0;
+
   // Counters as of the last completed work (Synchronize first for exact figures).
   virtual absl::StatusOr<UvmCounters> ReadCounters() = 0;
 };

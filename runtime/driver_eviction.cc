@@ -57,9 +57,12 @@ absl::Status DriverEviction::BringIn(const std::vector<size_t>& tensors) {
     }
   }
   if (need == 0) return absl::OkStatus();
-  // Oldest GPU allocation first, skipping the tensors this op needs; adjacent chunks go back in one call.
+  // Oldest GPU allocation first, skipping the tensors this op needs; adjacent chunks of one tensor go
+  // back in one call (not of two: tensors adjacent in addresses may lie in two allocations, and one
+  // prefetch cannot span those).
   uint64_t run_addr = 0;
   int64_t run_bytes = 0;
+  size_t run_tensor = 0;
   auto flush = [&]() -> absl::Status {
     if (run_bytes == 0) return absl::OkStatus();
     RETURN_IF_ERROR(backend_->Prefetch(run_addr, run_bytes, Location::kHost, Stream::kCompute));
@@ -76,8 +79,10 @@ absl::Status DriverEviction::BringIn(const std::vector<size_t>& tensors) {
         ++it;
         continue;
       }
-      if (run_bytes != 0 && run_addr + static_cast<uint64_t>(run_bytes) != chunk.addr) RETURN_IF_ERROR(flush());
-      if (run_bytes == 0) run_addr = chunk.addr;
+      if (run_bytes != 0 && (run_tensor != chunk.tensor || run_addr + static_cast<uint64_t>(run_bytes) != chunk.addr)) {
+        RETURN_IF_ERROR(flush());
+      }
+      if (run_bytes == 0) run_addr = chunk.addr, run_tensor = chunk.tensor;
       run_bytes += chunk.bytes;
       chunk.resident = false;
       resident_bytes_ -= chunk.bytes;

@@ -41,6 +41,7 @@ struct CudaBackend::Streams {
   cudaStream_t copy = nullptr;
   bool own_compute = false;
   std::vector<cudaEvent_t> events;  // the ring
+  std::vector<cudaEvent_t> timed;   // the timed events' ring, created when first used
 
   cudaStream_t Of(Stream s) const { return s == Stream::kCompute ? compute : copy; }
 };
@@ -107,6 +108,9 @@ CudaBackend::~CudaBackend() {
   counters_.reset();
   // Destruction errors are deliberately ignored: nothing can be done about them here.
   for (auto& [addr, bytes] : allocations_) cudaFree(reinterpret_cast<void*>(addr));
+  for (cudaEvent_t ev : streams_->timed) {
+    if (ev != nullptr) cudaEventDestroy(ev);
+  }
   for (cudaEvent_t ev : streams_->events) {
     if (ev != nullptr) cudaEventDestroy(ev);
   }
@@ -227,6 +231,31 @@ EventId CudaBackend::RecordEvent(Stream stream) {
 void CudaBackend::WaitEvent(Stream stream, EventId event) {
   if (event < 0 || event >= next_event_ || event < next_event_ - kEventRing) return;
   cudaStreamWaitEvent(streams_->Of(stream), streams_->events[static_cast<size_t>(event % kEventRing)], 0);  // see above
+}
+
+EventId CudaBackend::RecordTimedEvent(Stream stream) {
+  if (streams_->timed.empty()) streams_->timed.resize(kTimedEventRing, nullptr);
+  const EventId id = next_timed_event_++;
+  cudaEvent_t& ev = streams_->timed[static_cast<size_t>(id % kTimedEventRing)];
+  // A failure here surfaces in ElapsedSeconds (an event never recorded has no time).
+  if (ev == nullptr) cudaEventCreate(&ev);
+  cudaEventRecord(ev, streams_->Of(stream));
+  return id;
+}
+
+absl::StatusOr<double> CudaBackend::ElapsedSeconds(EventId from, EventId to) {
+  for (EventId e : {from, to}) {
+    if (e < 0 || e >= next_timed_event_ || e < next_timed_event_ - kTimedEventRing) {
+      return absl::NotFoundError(absl::StrCat("no timed event ", e, " (", next_timed_event_, " recorded, the last ",
+                                              kTimedEventRing, " held)"));
+    }
+  }
+  cudaEvent_t a = streams_->timed[static_cast<size_t>(from % kTimedEventRing)];
+  cudaEvent_t b = streams_->timed[static_cast<size_t>(to % kTimedEventRing)];
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b), "waiting for a timed event");
+  float ms = 0;
+  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  return ms / 1e3;
 }
 
 absl::Status CudaBackend::Synchronize() {

@@ -57,9 +57,13 @@ class CudaBackend final : public DeviceBackend {
   EventId RecordEvent(Stream stream) override;
   void WaitEvent(Stream stream, EventId event) override;
   absl::Status Synchronize() override;
+  // A timed event stays valid for the next kTimedEventRing timed events recorded.
+  EventId RecordTimedEvent(Stream stream) override;
+  absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) override;
   absl::StatusOr<UvmCounters> ReadCounters() override;
 
   static constexpr int kEventRing = 4096;
+  static constexpr int kTimedEventRing = 8192;  // an iteration's op boundaries
   int64_t allocated_bytes() const { return allocated_; }
   int64_t free_bytes_at_start() const { return free_at_start_; }
 
@@ -75,6 +79,7 @@ class CudaBackend final : public DeviceBackend {
   std::map<uint64_t, int64_t> allocations_;
   std::unique_ptr<Streams> streams_;
   EventId next_event_ = 0;
+  EventId next_timed_event_ = 0;
   std::unique_ptr<CuptiUvmCounters> counters_;
   std::string counters_error_;  // why there are no counters, when there are none
 };

@@ -122,6 +122,18 @@ void SimBackend::Copy(int64_t bytes, Stream stream) {
 
 absl::Status SimBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) {
   if (bytes < 0) return absl::InvalidArgumentError("prefetch of a negative size");
+  // As CUDA (cudaErrorInvalidValue): one prefetch stays within one managed allocation.
+  if (bytes > 0) {
+    auto it = allocations_.upper_bound(addr);
+    if (it == allocations_.begin() ||
+        addr + static_cast<uint64_t>(bytes) > std::prev(it)->first + static_cast<uint64_t>(std::prev(it)->second)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefetch of ", bytes, " bytes at ", addr, ": not within one managed allocation",
+                       it == allocations_.begin() ? std::string(" (none starts before it)")
+                                                  : absl::StrCat(" (the one before it holds ", std::prev(it)->second,
+                                                                 " bytes from ", std::prev(it)->first, ")")));
+    }
+  }
   double& clock = clock_[Index(stream)];
   clock +=
       options_.spec.uvm.prefetch_call_s + Charge([&] { model_.Prefetch(addr, bytes, to); }, to == Location::kDevice);
@@ -190,6 +202,14 @@ void SimBackend::WaitEvent(Stream stream, EventId event) {
   if (event < 0 || event >= static_cast<EventId>(events_.size())) return;
   double& clock = clock_[Index(stream)];
   clock = std::max(clock, events_[static_cast<size_t>(event)]);
+}
+
+absl::StatusOr<double> SimBackend::ElapsedSeconds(EventId from, EventId to) {
+  const auto n = static_cast<EventId>(events_.size());
+  if (from < 0 || from >= n || to < 0 || to >= n) {
+    return absl::NotFoundError(absl::StrCat("no timed event ", from < 0 || from >= n ? from : to));
+  }
+  return events_[static_cast<size_t>(to)] - events_[static_cast<size_t>(from)];
 }
 
 absl::Status SimBackend::Synchronize() {

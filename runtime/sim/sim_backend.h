@@ -73,6 +73,8 @@ class SimBackend final : public DeviceBackend {
   EventId RecordEvent(Stream stream) override;
   void WaitEvent(Stream stream, EventId event) override;
   absl::Status Synchronize() override;
+  EventId RecordTimedEvent(Stream stream) override { return RecordEvent(stream); }
+  absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) override;
   absl::StatusOr<UvmCounters> ReadCounters() override { return model_.counters(); }
 
   // Runs a kernel on `stream` and advances that stream's clock. `host_s`: host time spent issuing it

@@ -1,0 +1,176 @@
+#include "bench/decode_harness.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "profiler/analysis.h"
+#include "profiler/planner.h"
+#include "profiler/profile_key.h"
+#include "profiler/reuse.h"
+#include "runtime/status_macros.h"
+#include "server/generated_weights.h"
+#include "server/llama_builder.h"
+#include "server/torch_dtype.h"
+
+namespace autouvm::bench {
+namespace {
+
+torch::Tensor OnGpu(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(torch::kCUDA); }
+
+std::vector<int64_t> Greedy(const torch::Tensor& logits, int64_t position) {
+  auto next = logits.select(1, position).argmax(-1).to(torch::kCPU);
+  return std::vector<int64_t>(next.data_ptr<int64_t>(), next.data_ptr<int64_t>() + next.size(0));
+}
+
+}  // namespace
+
+absl::StatusOr<server::ModelConfig> LlamaConfig(const std::string& preset, int64_t seed, int64_t max_seq) {
+  server::ModelConfig c = server::DefaultTinyModelConfig("decode-bench");
+  c.vocab_size = 32000;
+  c.dtype = "bf16";
+  c.max_seq = max_seq;
+  if (preset == "7b") {
+    c.dim = 4096, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 32, c.ffn_dim = 11008;
+  } else if (preset == "13b") {
+    c.dim = 5120, c.n_layers = 40, c.n_heads = 40, c.n_kv_heads = 40, c.ffn_dim = 13824;
+  } else if (preset == "small") {
+    c.dim = 1024, c.n_layers = 8, c.n_heads = 8, c.n_kv_heads = 8, c.ffn_dim = 2816;
+  } else if (preset == "tiny") {
+    c.dim = 256, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 4, c.ffn_dim = 704, c.vocab_size = 512;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("preset ", preset, ": not one of 7b, 13b, small, tiny"));
+  }
+  c.head_dim = c.dim / c.n_heads;
+  c.generated_weights_seed = seed;
+  RETURN_IF_ERROR(server::ValidateModelConfig(c));
+  return c;
+}
+
+absl::StatusOr<DecodeModel> LoadDecodeModel(const server::ModelConfig& c, int64_t max_batch,
+                                            runtime::Observer* observer) {
+  DecodeModel m;
+  m.config = c;
+  const auto dir = std::filesystem::temp_directory_path() / ("decode-harness-" + std::to_string(getpid()));
+  RETURN_IF_ERROR(server::WriteLlamaModel(c, static_cast<uint64_t>(c.generated_weights_seed), dir.string()));
+  try {
+    m.module = torch::jit::load((dir / c.name / "model.pt").string());
+  } catch (const c10::Error& e) {
+    std::filesystem::remove_all(dir);
+    return absl::InternalError(absl::StrCat("loading the built model: ", e.what_without_backtrace()));
+  }
+  std::filesystem::remove_all(dir);
+  RETURN_IF_ERROR(server::GenerateWeights(m.module, c.generated_weights_seed, torch::kCUDA));
+  m.module.to(torch::kCUDA);
+  m.k_cache = torch::zeros({c.n_layers, max_batch, c.n_kv_heads, c.max_seq, c.head_dim},
+                           torch::TensorOptions().dtype(server::TorchDtype(c.dtype)).device(torch::kCUDA));
+  m.v_cache = torch::zeros_like(m.k_cache);
+  auto name = [&](const at::Tensor& t, const std::string& n) {
+    const auto bytes = static_cast<int64_t>(t.storage().nbytes());
+    observer->NameTensor(t.storage().data(), n, bytes);
+    m.named.push_back({"param:" + n, {reinterpret_cast<uint64_t>(t.storage().data()), bytes}});
+    m.named_bytes += bytes;
+  };
+  for (const auto& p : m.module.named_parameters()) name(p.value, p.name);
+  for (const auto& b : m.module.named_buffers()) name(b.value, b.name);
+  name(m.k_cache, "kv_cache.k");
+  name(m.v_cache, "kv_cache.v");
+  return m;
+}
+
+std::vector<int64_t> Prefill(DecodeModel& m, int64_t batch, int64_t prompt_len) {
+  std::vector<int64_t> prompt(prompt_len * batch), slots(batch), zero(batch, 0);
+  for (int64_t i = 0; i < prompt_len * batch; ++i) prompt[i] = 1 + (i * 7919) % (m.config.vocab_size - 1);
+  for (int64_t i = 0; i < batch; ++i) slots[i] = i;
+  auto logits =
+      m.module.forward({OnGpu(prompt).view({batch, prompt_len}), OnGpu(slots), OnGpu(zero), m.k_cache, m.v_cache})
+          .toTensor();
+  return Greedy(logits, prompt_len - 1);
+}
+
+std::vector<int64_t> DecodeStep(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos) {
+  const int64_t b = static_cast<int64_t>(tokens.size());
+  std::vector<int64_t> slots(b), positions(b, pos);
+  for (int64_t i = 0; i < b; ++i) slots[i] = i;
+  auto logits =
+      m.module.forward({OnGpu(tokens).view({b, 1}), OnGpu(slots), OnGpu(positions), m.k_cache, m.v_cache}).toTensor();
+  return Greedy(logits, 0);
+}
+
+absl::Status MoveAllToHost(runtime::DeviceBackend* backend, const DecodeModel& m) {
+  using runtime::Advice;
+  for (const auto& [id, r] : m.named) {
+    for (Advice a : {Advice::kReadMostly, Advice::kPreferredLocation, Advice::kAccessedBy}) {
+      RETURN_IF_ERROR(backend->Advise(r.addr, r.bytes, a, false));
+    }
+    RETURN_IF_ERROR(backend->Prefetch(r.addr, r.bytes, runtime::Location::kHost, runtime::Stream::kCopy));
+  }
+  return backend->Synchronize();
+}
+
+bool BudgetPolicy::Known(const std::string& p) {
+  return p == "stock" || p == "paper-prefetch" || p == "paper-pin" || p == "paper" || p == "autouvm";
+}
+
+void BudgetPolicy::EvictionHook::BeforeOp(int64_t index) {
+  if (status.ok()) status = eviction->BeforeOp(index);
+}
+
+absl::StatusOr<std::unique_ptr<BudgetPolicy>> BudgetPolicy::Create(const std::string& policy,
+                                                                   runtime::DeviceBackend* backend,
+                                                                   const runtime::AccessTrace& trace,
+                                                                   const DecodeModel& m, int64_t budget,
+                                                                   int64_t batch) {
+  if (!Known(policy)) return absl::InvalidArgumentError(absl::StrCat("policy ", policy, ": not a budget policy"));
+  std::unique_ptr<BudgetPolicy> self(new BudgetPolicy());
+  const auto ranges = m.ranges();
+  const bool under_budget = budget < m.named_bytes;
+  if (under_budget && policy != "autouvm") {
+    self->eviction_ = std::make_unique<runtime::DriverEviction>(backend, trace, ranges, budget);
+  }
+  if (policy == "stock") {
+    if (self->eviction_) {
+      self->hook_.eviction = self->eviction_.get();
+      self->subscriber_ = &self->hook_;
+    }
+    return self;
+  }
+  const bool paper = policy != "autouvm";
+  const auto key = profiler::DecodeKey(m.config.name, static_cast<int32_t>(batch), std::string(backend->spec().name),
+                                       budget, paper ? "paper" : "autouvm");
+  if (paper) {
+    // The paper's plan and its ablation: tensor prefetch only, + affinity pinning, + the roofline gate.
+    autouvm::v1::Profile stock_classes;
+    profiler::Classify(trace, backend->spec(), profiler::PinnedResidency(autouvm::v1::Plan()), &stock_classes);
+    self->plan_ =
+        profiler::MakePaperPlan(key, trace, profiler::ReuseDistances(trace), stock_classes,
+                                {.affinity_pinning = policy != "paper-prefetch", .roofline_gate = policy == "paper"});
+  } else {
+    self->plan_ = profiler::Analyze(key, trace, backend->spec(), absl::Now()).plan;
+  }
+  self->executor_ = std::make_unique<runtime::Executor>(backend, self->plan_, trace, ranges);
+  if (self->eviction_) self->executor_->set_driver_eviction(self->eviction_.get());
+  RETURN_IF_ERROR(self->executor_->Prepare());
+  if (self->executor_->follows_ops()) {
+    self->follower_ = std::make_unique<runtime::PlanFollower>(self->executor_.get(), trace);
+    self->subscriber_ = self->follower_.get();
+  }
+  return self;
+}
+
+absl::Status BudgetPolicy::EndIteration() {
+  if (follower_) return follower_->EndIteration();
+  return hook_.status;
+}
+
+int64_t BudgetPolicy::resident_bytes() const {
+  return eviction_ ? eviction_->resident_bytes() : executor_ ? executor_->resident_bytes() : 0;
+}
+
+int64_t BudgetPolicy::peak_resident_bytes() const {
+  return eviction_ ? eviction_->peak_resident_bytes() : executor_ ? executor_->peak_resident_bytes() : 0;
+}
+
+}  // namespace autouvm::bench

@@ -1,0 +1,101 @@
+// What offload_bench and tests/gpu's executor test share (GPU host only): a Llama-architecture model
+// whose weights are generated on the GPU in managed memory, its prefill and decode steps, and the
+// policies that drive the UVM driver under a device budget — `stock` (no hints; under a budget the
+// driver's eviction emulated, runtime/driver_eviction.h), `paper` with its ablation `paper-prefetch`
+// and `paper-pin` (profiler::MakePaperPlan, the same emulated eviction), and `autouvm` (the profiler's
+// plan, followed by the Executor).
+//
+//   ASSIGN_OR_RETURN(DecodeModel m, LoadDecodeModel(LlamaConfig("small", seed, max_seq), batch, observer));
+//   ASSIGN_OR_RETURN(auto policy, BudgetPolicy::Create("autouvm", backend, trace, m, budget, batch));
+//   observer->AddSubscriber(policy->subscriber());   // when not null
+//   ... DecodeStep(m, tokens, pos) in observed iterations; RETURN_IF_ERROR(policy->EndIteration()) ...
+//
+// Not thread-safe: one thread drives a model and its policy.
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autouvm/v1/profile.pb.h"
+#include "runtime/access_trace.h"
+#include "runtime/device_backend.h"
+#include "runtime/driver_eviction.h"
+#include "runtime/executor.h"
+#include "runtime/observer.h"
+#include "server/model_config.h"
+
+namespace autouvm::bench {
+
+// Llama-2 dimensions in bf16: "7b", "13b"; "small" (dim 1024, 8 layers) and "tiny" (dim 256, 4 layers,
+// vocab 512) for quick checks. Weights generated at load from `seed`.
+absl::StatusOr<server::ModelConfig> LlamaConfig(const std::string& preset, int64_t seed, int64_t max_seq);
+
+struct DecodeModel {
+  server::ModelConfig config;
+  torch::jit::Module module;
+  torch::Tensor k_cache, v_cache;                                   // [layers, max_batch, kv heads, max_seq, head dim]
+  std::vector<std::pair<std::string, runtime::TensorRange>> named;  // in allocation order
+  int64_t named_bytes = 0;
+
+  std::unordered_map<std::string, runtime::TensorRange> ranges() const { return {named.begin(), named.end()}; }
+};
+
+// Builds the model (server/llama_builder), loads it onto the GPU with its weights generated there and a
+// KV cache for `max_batch` slots, and names every parameter, buffer and cache to `observer` ("param:"
+// ids). Call inside a ManagedMemoryPool scope to place it in managed memory.
+absl::StatusOr<DecodeModel> LoadDecodeModel(const server::ModelConfig& config, int64_t max_batch,
+                                            runtime::Observer* observer);
+
+// Prefills slots 0..batch-1 with a fixed prompt of `prompt_len` tokens; returns each slot's next token.
+std::vector<int64_t> Prefill(DecodeModel& m, int64_t batch, int64_t prompt_len);
+// One decode step for slots 0..tokens.size()-1 at position `pos`; returns the greedy tokens (synchronizes).
+std::vector<int64_t> DecodeStep(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos);
+
+// Every named tensor back in host memory, with no advice left on it (the state a cold start begins in).
+absl::Status MoveAllToHost(runtime::DeviceBackend* backend, const DecodeModel& m);
+
+// A driver-managed policy under a device budget (named bytes the device may hold).
+class BudgetPolicy {
+ public:
+  static bool Known(const std::string& policy);  // stock, paper-prefetch, paper-pin, paper, autouvm
+  // The model's named tensors must be on the host (MoveAllToHost). For budgets below the named bytes,
+  // stock and paper get the emulated driver eviction.
+  static absl::StatusOr<std::unique_ptr<BudgetPolicy>> Create(const std::string& policy,
+                                                              runtime::DeviceBackend* backend,
+                                                              const runtime::AccessTrace& trace, const DecodeModel& m,
+                                                              int64_t budget, int64_t batch);
+
+  // To add to the Observer for observed iterations; null when the policy does nothing per op.
+  runtime::OpSubscriber* subscriber() { return subscriber_; }
+  // After each observed iteration: why the policy stopped following its plan, or the eviction's error.
+  absl::Status EndIteration();
+  // The named bytes the policy has placed on the device, now and at most (its account).
+  int64_t resident_bytes() const;
+  int64_t peak_resident_bytes() const;
+  const autouvm::v1::Plan& plan() const { return plan_; }  // empty for stock
+
+ private:
+  struct EvictionHook : runtime::OpSubscriber {
+    runtime::DriverEviction* eviction = nullptr;
+    absl::Status status;
+    void BeforeOp(int64_t index) override;
+    void OnOp(const runtime::OpEvent&) override {}
+  };
+  BudgetPolicy() = default;
+
+  autouvm::v1::Plan plan_;
+  std::unique_ptr<runtime::Executor> executor_;
+  std::unique_ptr<runtime::PlanFollower> follower_;
+  std::unique_ptr<runtime::DriverEviction> eviction_;
+  EvictionHook hook_;
+  runtime::OpSubscriber* subscriber_ = nullptr;
+};
+
+}  // namespace autouvm::bench

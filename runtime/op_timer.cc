@@ -1,0 +1,60 @@
+#include "runtime/op_timer.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace autouvm::runtime {
+
+OpTimer::OpTimer(DeviceBackend* backend, int64_t every) : backend_(backend), every_(std::max<int64_t>(1, every)) {}
+
+void OpTimer::BeginIteration() {
+  timing_ = iterations_++ % every_ == 0;
+  marks_.clear();
+}
+
+void OpTimer::BeforeOp(int64_t index) {
+  if (timing_) marks_.emplace_back(index, backend_->RecordTimedEvent(Stream::kCompute));
+}
+
+absl::StatusOr<std::vector<double>> OpTimer::EndIteration() {
+  if (!timing_) return std::vector<double>();
+  timing_ = false;
+  ++sampled_;
+  if (marks_.empty()) return std::vector<double>();
+  const EventId end = backend_->RecordTimedEvent(Stream::kCompute);
+  std::vector<double> seconds(static_cast<size_t>(marks_.back().first + 1), 0.0);
+  for (size_t k = 0; k < marks_.size(); ++k) {
+    const EventId next = k + 1 < marks_.size() ? marks_[k + 1].second : end;
+    auto s = backend_->ElapsedSeconds(marks_[k].second, next);
+    if (!s.ok()) return s.status();
+    seconds[static_cast<size_t>(marks_[k].first)] = *s;
+  }
+  marks_.clear();
+  return seconds;
+}
+
+TimeSplit SplitTime(const AccessTrace& trace, const std::vector<double>& op_seconds,
+                    const std::vector<std::string>& remote_ids) {
+  const std::unordered_set<std::string> remote(remote_ids.begin(), remote_ids.end());
+  TimeSplit split;
+  for (size_t i = 0; i < op_seconds.size() && i < trace.ops.size(); ++i) {
+    split.total_s += op_seconds[i];
+    int64_t read = 0;
+    bool reads_remote = false;
+    for (const TensorUse& u : trace.ops[i].reads) {
+      if (remote.count(u.id)) {
+        reads_remote = true;
+        read += u.bytes;
+      }
+    }
+    if (reads_remote) {
+      split.remote_ops_s += op_seconds[i];
+      split.remote_read_bytes += read;
+    } else {
+      split.other_ops_s += op_seconds[i];
+    }
+  }
+  return split;
+}
+
+}  // namespace autouvm::runtime

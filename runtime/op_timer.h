@@ -1,0 +1,64 @@
+// OpTimer: the GPU time of each op of sampled iterations — the runtime monitor's clock. At each op
+// boundary of a sampled iteration it records a timed event on the compute stream; op i's time is then
+// the GPU time from its mark to the next op's (the iteration's end mark for the last op): from the
+// moment the compute stream could start op i until it could start op i + 1, so waits for copies and
+// time the GPU spent idle behind the launching thread count to the op they delayed.
+//
+//   OpTimer timer(backend, /*every=*/16);   // one iteration in 16 is timed
+//   observer->AddSubscriber(&timer);
+//   timer.BeginIteration(); observer->BeginIteration(IterationMode::kObserve); forward(); observer->EndIteration();
+//   ASSIGN_OR_RETURN(std::vector<double> seconds, timer.EndIteration());   // empty if not sampled
+//
+// Not thread-safe: the iteration's thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/access_trace.h"
+#include "runtime/device_backend.h"
+#include "runtime/observer.h"
+
+namespace autouvm::runtime {
+
+class OpTimer final : public OpSubscriber {
+ public:
+  // Times the first iteration and then one in `every` (>= 1).
+  OpTimer(DeviceBackend* backend, int64_t every);
+
+  void BeginIteration();
+  void BeforeOp(int64_t index) override;
+  void OnOp(const OpEvent&) override {}
+  // Per op index, the seconds measured (0 for an index the iteration did not reach); empty when the
+  // iteration was not sampled. Waits for the iteration's work to finish on the GPU.
+  absl::StatusOr<std::vector<double>> EndIteration();
+
+  int64_t iterations() const { return iterations_; }
+  int64_t sampled() const { return sampled_; }
+
+ private:
+  DeviceBackend* const backend_;
+  const int64_t every_;
+  int64_t iterations_ = 0;
+  int64_t sampled_ = 0;
+  bool timing_ = false;
+  std::vector<std::pair<int64_t, EventId>> marks_;  // (op index, timed event), in order
+};
+
+// Where an iteration's GPU time went, by what its ops read: ops reading a tensor the plan leaves remote,
+// ops waiting for nothing the plan moves (everything else). From one timed iteration and its trace.
+struct TimeSplit {
+  double total_s = 0;
+  double remote_ops_s = 0;        // ops that read at least one remote tensor
+  int64_t remote_read_bytes = 0;  // what those ops read of remote tensors
+  double other_ops_s = 0;
+  // The remote ops' read rate (bytes / seconds), 0 if none ran.
+  double remote_bytes_per_second() const { return remote_ops_s > 0 ? remote_read_bytes / remote_ops_s : 0; }
+};
+TimeSplit SplitTime(const AccessTrace& trace, const std::vector<double>& op_seconds,
+                    const std::vector<std::string>& remote_ids);
+
+}  // namespace autouvm::runtime
