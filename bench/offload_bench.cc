@@ -48,6 +48,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +62,7 @@
 #include "runtime/observer.h"
 #include "runtime/op_timer.h"
 #include "runtime/sim/trace_replay.h"
+#include "runtime/trace_proto.h"
 
 namespace {
 
@@ -273,6 +275,30 @@ void ProbeLink(autouvm::runtime::DeviceBackend* backend) {
     cudaEventRecord(a, s);  // time the device-bound move only
     cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, dev_loc, 0, s);
   });
+  // Prefetches that move nothing (the range is already on the device), as a plan re-fetching resident
+  // tensors issues them: the calling thread's time and the stream's, per call of 2 MiB and of 64 MiB.
+  double resident_call_host_us[2] = {0, 0}, resident_call_stream_us[2] = {0, 0};
+  {
+    cudaMemLocation dev_loc{cudaMemLocationTypeDevice, 0};
+    cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, dev_loc, 0, s);
+    cudaDeviceSynchronize();
+    for (int k = 0; k < 2; ++k) {
+      const int64_t piece = k == 0 ? int64_t{2} << 20 : int64_t{64} << 20;
+      const int64_t calls = bytes / piece;
+      cudaEventRecord(a, s);
+      const auto t0 = Clock::now();
+      for (int64_t c = 0; c < calls; ++c) {
+        cudaMemPrefetchAsync(reinterpret_cast<void*>(m + c * piece), piece, dev_loc, 0, s);
+      }
+      const double host_s = Seconds(t0, Clock::now());
+      cudaEventRecord(b, s);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      resident_call_host_us[k] = 1e6 * host_s / calls;
+      resident_call_stream_us[k] = 1e3 * ms / calls;
+    }
+  }
   Check(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute), "probe");
   Check(backend->Advise(m, bytes, Advice::kPreferredLocation, true, Location::kHost), "probe");
   Check(backend->Advise(m, bytes, Advice::kAccessedBy, true), "probe");
@@ -284,8 +310,10 @@ void ProbeLink(autouvm::runtime::DeviceBackend* backend) {
   std::printf(
       "link probe, 1 GiB host->device: pinned copy %.1f GB/s (one call), %.1f GB/s (five buffers in turn), "
       "%.1f GB/s (five buffers on a side stream beside small kernels); managed: prefetch %.1f GB/s, remote-mapped "
-      "read by a reduction %.1f GB/s\n",
-      one, five, five_busy, prefetch, remote);
+      "read by a reduction %.1f GB/s; a prefetch of a range already on the device: %.1f us of the calling thread, "
+      "%.1f us of the stream per 2 MiB call (%.1f / %.1f us per 64 MiB call)\n",
+      one, five, five_busy, prefetch, remote, resident_call_host_us[0], resident_call_stream_us[0],
+      resident_call_host_us[1], resident_call_stream_us[1]);
 }
 
 // How to drop the device copy of a weight streamed through the device, without copying it back and
@@ -378,6 +406,7 @@ int main(int argc, char** argv) {
   int steps = 6, prompt_len = 16;
   int64_t seed = 1;
   bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false;
+  std::string save_traces;
   CLI::App app{"Decode under a device budget on the real GPU: stock UVM against the autouvm executor"};
   app.add_option("--preset", preset, "7b | 13b | small (Llama-2 dimensions; small for a quick check)")
       ->check(CLI::IsMember({"7b", "13b", "small"}))
@@ -394,6 +423,9 @@ int main(int argc, char** argv) {
                "diagnostic: explicit offloading synchronizes the device around every copy");
   app.add_flag("--op-times", op_times, "time the last step of each run op by op and say where the time went");
   app.add_flag("--probe-only", probe_only, "run the driver and link probes, then stop");
+  app.add_option("--save-traces", save_traces,
+                 "directory to write each batch's recorded decode step to (<preset>-decode-b<batch>.trace, "
+                 "for autouvm-sim replay)");
   app.add_flag("--copy-beside-decode", copy_beside_decode,
                "diagnostic: time pinned copies alone and beside resident decode steps");
   CLI11_PARSE(app, argc, argv);
@@ -479,6 +511,11 @@ int main(int argc, char** argv) {
     observer->BeginIteration();
     autouvm::bench::DecodeStep(m, first_tokens, prompt_len);
     const AccessTrace trace = observer->EndIteration();
+    if (!save_traces.empty()) {
+      const std::string path = save_traces + "/" + preset + "-decode-b" + std::to_string(batch) + ".trace";
+      std::ofstream out(path, std::ios::binary);
+      if (!out || !autouvm::runtime::ToProto(trace).SerializeToOstream(&out)) Die("cannot write " + path);
+    }
     // The simulator's capacity for a budget: the budget plus the activations' room, which its layout of
     // the step gives (footprint beyond the named tensors).
     const int64_t activations = [&]() -> int64_t {

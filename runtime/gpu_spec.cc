@@ -30,9 +30,16 @@ constexpr double kUs = 1e-6;
 //   test gives NOTES.md's probe kernels theirs, the trace replay ATen's (Note [Fault entries per kernel]).
 //   prefetch, from 4 GiB / 2 MiB calls at 50.5 / 18.2 GB/s (t = call + blocks · per-block):
 //     per block 41.49 µs = 37.86 µs copy + 3.63 µs;  call = 115.2 − 41.49 = 73.7 µs.
-//   device→host 14.36 GB/s, the rate within 15% of both the clean (12.5) and the dirty (16.5) prefetch
-//     figures: 4.56 µs per page = 1.18 µs copy + 3.38 µs.
+//   device→host 16.5 GB/s for pages the GPU wrote, 12.5 GB/s for pages it did not (prefetch figures):
+//     3.97 µs per page = 1.18 µs copy + 2.79 µs; 5.24 µs = 1.18 + 4.06 µs. (One rate between them, 14.36,
+//     left the replay of `paper` on the H200's 7B decode traces — whose weights go back unwritten — 5–18%
+//     fast; with the two, within 10%: bench/results/2026-11-29-offload-h200.md.)
 //   drop        0.13 ms for 128 MiB read-mostly range whose GPU copy is dropped = 2.03 µs per block.
+//   host hold   a 1 GiB prefetch to the device held the calling thread for 14.3–27.9 ms of its 21.9–28.0 ms
+//               in seven runs of bench/offload_bench's driver probe (0.65–1.00 of it, mean 0.89).
+//   resident    a prefetch of a range already on the device (its link probe, 1 GiB in calls of 2 / 64 MiB):
+//               4.3 / 88.8 µs of the stream and 4.3 / 29.4 µs of the calling thread per call
+//               → 1.57 µs + 2.73 µs per block (stream); 1.57 µs + 0.81 µs per block (thread, ±1 µs).
 //   remote      51.3 GB/s, GPU reads of host memory mapped in place.
 // TorchScript issuing one op on the H200 host (the Observer installed): resident Llama decode steps took
 // 3.15 ms for 230 ops (dim 4096, 4 layers) and 13.68 ms for 1166 ops (dim 2048, 22 layers), medians of
@@ -47,8 +54,13 @@ UvmCosts H200HostUvmCosts() {
   c.fault_page_s = 3.653 * kUs;
   c.fault_block_s = 14.86 * kUs;
   c.prefetch_call_s = 73.7 * kUs;
+  c.prefetch_host_hold = 0.89;
+  c.prefetch_resident_call_s = 1.57 * kUs;
+  c.prefetch_resident_block_s = 2.73 * kUs;
+  c.prefetch_resident_host_block_s = 0.81 * kUs;
   c.prefetch_block_s = 3.63 * kUs;
-  c.d2h_page_s = 3.38 * kUs;
+  c.d2h_page_s = 2.79 * kUs;
+  c.d2h_clean_page_s = 4.06 * kUs;
   c.drop_block_s = 2.03 * kUs;
   c.remote_bytes_per_s = 51.3e9;
   return c;
@@ -125,12 +137,21 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   for (Micro m : {Micro{"fault_batch_us", &u.fault_batch_s}, Micro{"fault_entry_us", &u.fault_entry_s},
                   Micro{"fault_page_us", &u.fault_page_s}, Micro{"fault_block_us", &u.fault_block_s},
                   Micro{"prefetch_call_us", &u.prefetch_call_s}, Micro{"prefetch_block_us", &u.prefetch_block_s},
-                  Micro{"d2h_page_us", &u.d2h_page_s}, Micro{"drop_block_us", &u.drop_block_s}}) {
+                  Micro{"d2h_page_us", &u.d2h_page_s}, Micro{"d2h_clean_page_us", &u.d2h_clean_page_s},
+                  Micro{"drop_block_us", &u.drop_block_s}}) {
     double us = *m.seconds / kUs;
     fu.Double(m.key, &us, 0, 1e6);
     *m.seconds = us * kUs;
   }
   fu.Double("remote_gb_per_s", &remote, 1e-3, 1e5);
+  fu.Double("prefetch_host_hold", &u.prefetch_host_hold, 0, 1);
+  for (Micro m : {Micro{"prefetch_resident_call_us", &u.prefetch_resident_call_s},
+                  Micro{"prefetch_resident_block_us", &u.prefetch_resident_block_s},
+                  Micro{"prefetch_resident_host_block_us", &u.prefetch_resident_host_block_s}}) {
+    double us = *m.seconds / kUs;
+    fu.Double(m.key, &us, 0, 1e6);
+    *m.seconds = us * kUs;
+  }
   RETURN_IF_ERROR(fu.Finish());
   RETURN_IF_ERROR(f.Finish());
   spec->memory_bytes = static_cast<int64_t>(memory_gib * kGiB);

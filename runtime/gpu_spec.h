@@ -20,13 +20,22 @@ namespace autouvm::runtime {
 
 // What the UVM driver charges on a host (runtime/sim/sim_backend.h: Note [The cost model]).
 struct UvmCosts {
-  double fault_batch_s = 0;       // fixed cost of servicing one batch of GPU faults
-  double fault_entry_s = 0;       // per fault-buffer entry (fetched, sorted, de-duplicated)
-  double fault_page_s = 0;        // per 64 KiB page migrated on a fault, besides the copy itself
-  double fault_block_s = 0;       // per 2 MiB VA block serviced (lock, chunk, mapping, TLB)
-  double prefetch_call_s = 0;     // per cudaMemPrefetchAsync call
+  double fault_batch_s = 0;    // fixed cost of servicing one batch of GPU faults
+  double fault_entry_s = 0;    // per fault-buffer entry (fetched, sorted, de-duplicated)
+  double fault_page_s = 0;     // per 64 KiB page migrated on a fault, besides the copy itself
+  double fault_block_s = 0;    // per 2 MiB VA block serviced (lock, chunk, mapping, TLB)
+  double prefetch_call_s = 0;  // per cudaMemPrefetchAsync call
+  // Fraction of a prefetch to the device during which the calling thread is held (the call returns only
+  // when most of the transfer is done): the host issues nothing else meanwhile.
+  double prefetch_host_hold = 0;
+  // A prefetch whose range is already where it is sent (nothing moves): per call, per 2 MiB block it
+  // checks (the stream's time), and per block of the calling thread's time.
+  double prefetch_resident_call_s = 0;
+  double prefetch_resident_block_s = 0;
+  double prefetch_resident_host_block_s = 0;
   double prefetch_block_s = 0;    // per 2 MiB block a prefetch migrates, besides the copy
-  double d2h_page_s = 0;          // per 64 KiB page migrated to the host, besides the copy
+  double d2h_page_s = 0;          // per 64 KiB page the GPU wrote migrated to the host, besides the copy
+  double d2h_clean_page_s = 0;    // per page migrated to the host that the GPU did not write
   double drop_block_s = 0;        // per 2 MiB block whose device copy is dropped (no copy)
   double remote_bytes_per_s = 0;  // device reads of host memory mapped in place (zero-copy)
 };

@@ -75,10 +75,12 @@ double SimBackend::Charge(Change change, bool prefetch_to_device) {
   const double faulted = static_cast<double>(w.faulted_pages - work_before.faulted_pages);
   const double blocks = static_cast<double>(w.serviced_blocks - work_before.serviced_blocks);
   const double d2h_pages = static_cast<double>(w.d2h_pages - work_before.d2h_pages);
+  const double d2h_clean = static_cast<double>(w.d2h_clean_pages - work_before.d2h_clean_pages);
   const double dropped = static_cast<double>(w.dropped_pages - work_before.dropped_pages);
   double t = d.gpu_fault_groups * c.fault_batch_s + d.gpu_faults * c.fault_entry_s +
              faulted * (c.fault_page_s + page_copy) + blocks * c.fault_block_s +
-             d2h_pages * (c.d2h_page_s + page_copy) + dropped * c.drop_block_s * kPageBytes / kBlockBytes;
+             d2h_pages * (c.d2h_page_s + page_copy) + d2h_clean * (c.d2h_clean_page_s + page_copy) +
+             dropped * c.drop_block_s * kPageBytes / kBlockBytes;
   if (prefetch_to_device) {
     t += (w.prefetch_blocks - work_before.prefetch_blocks) * c.prefetch_block_s +
          d.h2d(MigrationCause::kUserPrefetch) / link;
@@ -134,9 +136,29 @@ absl::Status SimBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Str
                                                                  " bytes from ", std::prev(it)->first, ")")));
     }
   }
+  // Note [Prefetches hold the host]: a prefetch starts once the host has issued it and its stream is
+  // free; one to the device holds the calling thread for most of its transfer (UvmCosts::
+  // prefetch_host_hold), so the host issues nothing else — no kernel, no other prefetch — meanwhile.
+  // One that finds its range already there costs only its checks (prefetch_resident_*).
+  const UvmCosts& c = options_.spec.uvm;
   double& clock = clock_[Index(stream)];
-  clock +=
-      options_.spec.uvm.prefetch_call_s + Charge([&] { model_.Prefetch(addr, bytes, to); }, to == Location::kDevice);
+  const double start = std::max(clock, host_clock_);
+  const UvmWork before = model_.work();
+  const double work = Charge([&] { model_.Prefetch(addr, bytes, to); }, to == Location::kDevice);
+  const UvmWork& after = model_.work();
+  const bool moved = after.prefetch_blocks != before.prefetch_blocks || after.d2h_pages != before.d2h_pages ||
+                     after.d2h_clean_pages != before.d2h_clean_pages || after.dropped_pages != before.dropped_pages;
+  if (moved) {
+    clock = start + c.prefetch_call_s + work;
+    if (to == Location::kDevice) host_clock_ = std::max(host_clock_, start + c.prefetch_host_hold * (clock - start));
+  } else {
+    const double blocks =
+        bytes > 0
+            ? static_cast<double>((BlockOf(addr + static_cast<uint64_t>(bytes) - 1) - BlockOf(addr)) / kBlockBytes + 1)
+            : 0.0;
+    clock = start + c.prefetch_resident_call_s + blocks * c.prefetch_resident_block_s;
+    host_clock_ = std::max(host_clock_, start + c.prefetch_resident_call_s + blocks * c.prefetch_resident_host_block_s);
+  }
   if (to == Location::kDevice) {
     for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
   }

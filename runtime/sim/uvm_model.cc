@@ -65,7 +65,7 @@ void UvmModel::MigrateToHost(Block& block, int page, MigrationCause cause) {
     return;
   }
   counters_.d2h_bytes[static_cast<int>(cause)] += config_.page_bytes;
-  ++work_.d2h_pages;
+  ++(p.written ? work_.d2h_pages : work_.d2h_clean_pages);
   LeaveDevice(block, p);
 }
 
@@ -80,6 +80,7 @@ void UvmModel::DropPage(Block& block, int page) {
 void UvmModel::LeaveDevice(Block& block, Page& p) {
   p.host_valid = true;  // copied back, or dropped with a valid (or no longer needed) host copy
   p.on_device = false;
+  p.written = false;
   --device_pages_;
   if (--block.resident == 0 && block.has_chunk) {
     chunks_.erase(block.chunk);
@@ -148,7 +149,7 @@ void UvmModel::Kernel(const std::vector<GpuRange>& ranges) {
         if (!pend.faulted[p]) continue;
         ++work_.faulted_pages;
         MigrateToDevice(base, block, p, MigrationCause::kFault);
-        if (pend.written[p]) block.pages[p].host_valid = false;
+        if (pend.written[p]) block.pages[p].host_valid = false, block.pages[p].written = true;
       }
       DensityPrefetch(base, block, pend.faulted);
       work_.faulted_pages += (counters_.h2d(MigrationCause::kDriverPrefetch) - before) / config_.page_bytes;
@@ -161,7 +162,7 @@ void UvmModel::Kernel(const std::vector<GpuRange>& ranges) {
       for (int p = first; p <= last; ++p) {
         Page& page = block.pages[p];
         if (page.on_device) {
-          if (r.write) page.host_valid = false;
+          if (r.write) page.host_valid = false, page.written = true;
           continue;
         }
         if (page.remote) {

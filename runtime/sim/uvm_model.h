@@ -39,7 +39,8 @@ struct UvmWork {
   int64_t faulted_pages = 0;    // pages migrated to service faults (the density prefetcher's included)
   int64_t serviced_blocks = 0;  // VA blocks serviced for faults
   int64_t prefetch_blocks = 0;  // VA blocks a user prefetch moved pages of
-  int64_t d2h_pages = 0;        // pages copied back to the host (eviction or prefetch)
+  int64_t d2h_pages = 0;        // pages copied back to the host (eviction or prefetch), GPU-written ones
+  int64_t d2h_clean_pages = 0;  // ... and ones the GPU has not written since they arrived
   int64_t dropped_pages = 0;    // device copies dropped without a copy
 };
 
@@ -86,6 +87,7 @@ class UvmModel {
     bool read_mostly = false;
     bool remote = false;
     bool evicted = false;  // the driver evicted it and it has not come back since
+    bool written = false;  // the GPU wrote it since it arrived on the device
   };
   struct Block {
     std::vector<Page> pages;

@@ -44,6 +44,9 @@ gpus:
     peak_tflops: 362
     uvm:
       fault_batch_us: 20
+      d2h_clean_page_us: 5
+      prefetch_host_hold: 0.5
+      prefetch_resident_block_us: 3
   - name: scratch
     memory_gib: 1
     hbm_gb_per_s: 100
@@ -59,6 +62,10 @@ gpus:
   EXPECT_DOUBLE_EQ(l40s.hbm_bytes_per_s, 864e9);
   EXPECT_DOUBLE_EQ(l40s.link_bytes_per_s, FindGpuSpec("a100-pcie4")->link_bytes_per_s);  // from the base
   EXPECT_NEAR(l40s.uvm.fault_batch_s, 20e-6, 1e-12);
+  EXPECT_NEAR(l40s.uvm.d2h_clean_page_s, 5e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(l40s.uvm.prefetch_host_hold, 0.5);
+  EXPECT_NEAR(l40s.uvm.prefetch_resident_block_s, 3e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(l40s.uvm.prefetch_resident_call_s, FindGpuSpec("h200-pcie5")->uvm.prefetch_resident_call_s);
   EXPECT_DOUBLE_EQ((*specs)[1].uvm.remote_bytes_per_s, 9e9);
 }
 
@@ -70,6 +77,7 @@ TEST(GpuSpecTest, BadYamlNamesTheEntryAndKey) {
       {"gpus: [{name: x, base: h200-pcie5, hbm_gb_per_s: fast}]", "gpus[0].hbm_gb_per_s"},
       {"gpus: [{name: x, base: h200-pcie5, colour: green}]", "gpus[0].colour"},
       {"gpus: [{name: x, base: h200-pcie5, uvm: {fault_batch_us: -1}}]", "gpus[0].uvm.fault_batch_us"},
+      {"gpus: [{name: x, base: h200-pcie5, uvm: {prefetch_host_hold: 1.5}}]", "gpus[0].uvm.prefetch_host_hold"},
       {"gpus: [{base: h200-pcie5}]", "gpus[0].name"},
       {"gpus: [{name: x, base: nope}]", "gpus[0].base"},
       {"gpus: [{name: x, memory_gib: 8}]", "required without a base"},
