@@ -149,7 +149,7 @@ TEST(SimBackendTest, APrefetchOfWhatIsAlreadyThereCostsOnlyItsChecks) {
   const double again = sim->Now(Stream::kCopy) - moved;
   const UvmCosts& c = sim->spec().uvm;
   EXPECT_NEAR(again, c.prefetch_resident_call_s + 32 * c.prefetch_resident_block_s, 1e-9);  // 32 blocks
-  EXPECT_LT(again, moved / 10);  // 89 µs against 1.4 ms
+  EXPECT_LT(again, moved / 10);                                                             // 89 µs against 1.4 ms
 }
 
 TEST(SimBackendTest, PagesTheGpuDidNotWriteGoBackSlowerThanWrittenOnes) {
