@@ -148,7 +148,9 @@ absl::StatusOr<std::unique_ptr<BudgetPolicy>> BudgetPolicy::Create(const std::st
         profiler::MakePaperPlan(key, trace, profiler::ReuseDistances(trace), stock_classes,
                                 {.affinity_pinning = policy != "paper-prefetch", .roofline_gate = policy == "paper"});
   } else {
-    self->plan_ = profiler::Analyze(key, trace, backend->spec(), absl::Now()).plan;
+    profiler::Analysis analysis = profiler::Analyze(key, trace, backend->spec(), absl::Now());
+    self->plan_ = std::move(analysis.plan);
+    self->profile_ = std::move(analysis.profile);
   }
   self->executor_ = std::make_unique<runtime::Executor>(backend, self->plan_, trace, ranges);
   if (self->eviction_) self->executor_->set_driver_eviction(self->eviction_.get());

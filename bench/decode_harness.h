@@ -79,7 +79,8 @@ class BudgetPolicy {
   // The named bytes the policy has placed on the device, now and at most (its account).
   int64_t resident_bytes() const;
   int64_t peak_resident_bytes() const;
-  const autouvm::v1::Plan& plan() const { return plan_; }  // empty for stock
+  const autouvm::v1::Plan& plan() const { return plan_; }           // empty for stock
+  const autouvm::v1::Profile& profile() const { return profile_; }  // the op classes under plan() (autouvm)
 
  private:
   struct EvictionHook : runtime::OpSubscriber {
@@ -91,6 +92,7 @@ class BudgetPolicy {
   BudgetPolicy() = default;
 
   autouvm::v1::Plan plan_;
+  autouvm::v1::Profile profile_;
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<runtime::PlanFollower> follower_;
   std::unique_ptr<runtime::DriverEviction> eviction_;

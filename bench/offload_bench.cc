@@ -61,6 +61,7 @@
 #include "runtime/cuda/managed_memory.h"
 #include "runtime/observer.h"
 #include "runtime/op_timer.h"
+#include "runtime/runtime_monitor.h"
 #include "runtime/sim/trace_replay.h"
 #include "runtime/trace_proto.h"
 
@@ -722,6 +723,20 @@ int main(int argc, char** argv) {
             }
           }
           const auto split = autouvm::runtime::SplitTime(trace, op_seconds, remote_ids);
+          if (policy == "autouvm") {
+            // The runtime monitor on this step: ops whose measured time puts them in another class
+            // than the plan's (none, in a run where nothing else touches the device).
+            autouvm::runtime::RuntimeMonitor monitor(trace, managed->profile(), plan, spec, {});
+            const auto changed = monitor.Observe(op_seconds);
+            std::printf("  runtime monitor (autouvm, last step): %zu of %zu ops changed class", changed.size(),
+                        op_seconds.size());
+            for (size_t k = 0; k < changed.size() && k < 3; ++k) {
+              std::printf("%s op %lld (%s) %.1f us, planned %.1f us", k == 0 ? ":" : ",", (long long)changed[k].op,
+                          trace.ops[static_cast<size_t>(changed[k].op)].kernel.c_str(),
+                          1e6 * changed[k].measured_seconds, 1e6 * changed[k].expected_seconds);
+            }
+            std::printf("\n");
+          }
           std::printf(
               "  op times (%s, last step): GPU %.2f ms; ops reading host-side tensors %.2f ms for %.2f GiB "
               "(%.1f GB/s); other ops %.2f ms",

@@ -127,6 +127,19 @@ absl::Status Executor::Prepare() {
   return absl::OkStatus();
 }
 
+absl::Status Executor::Repin(const std::vector<std::string>& ids) {
+  bool any = false;
+  for (size_t t : pinned_) {
+    const TensorRange& r = ranges_list_[t];
+    if (r.bytes <= 0 || std::find(ids.begin(), ids.end(), ids_[t]) == ids.end()) continue;
+    RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
+    repinned_bytes_ += r.bytes;
+    any = true;
+  }
+  if (any) backend_->WaitEvent(Stream::kCompute, backend_->RecordEvent(Stream::kCopy));
+  return absl::OkStatus();
+}
+
 absl::Status Executor::Issue(Fetch& f) {
   for (size_t t : f.tensors) {
     const TensorRange& r = ranges_list_[t];

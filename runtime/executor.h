@@ -51,6 +51,10 @@ class Executor {
   absl::Status AfterOp(int64_t index);
   // After an iteration that stopped following the plan part way: the next one starts afresh.
   void AbandonIteration();
+  // Brings back pinned tensors that something else evicted (the RuntimeMonitor names them): prefetched
+  // on the copy stream, and the compute stream waits for them. Ids the plan does not pin are ignored.
+  absl::Status Repin(const std::vector<std::string>& ids);
+  int64_t repinned_bytes() const { return repinned_bytes_; }
 
   // Whether BeforeOp/AfterOp do anything: a plan that pins or reads in place everything needs no
   // op boundaries after Prepare().
@@ -87,6 +91,7 @@ class Executor {
   std::vector<std::vector<size_t>> evict_after_;  // per op: streamed tensors done with
   int64_t prefetched_bytes_ = 0;
   int64_t evicted_bytes_ = 0;
+  int64_t repinned_bytes_ = 0;
   int64_t resident_bytes_ = 0;
   int64_t peak_resident_bytes_ = 0;
 };
