@@ -27,13 +27,16 @@
 // zerocopy's offloaded layers, explicit's copied layers — their first op waits for the copy) against
 // the others; for explicit also how long the copy engine was busy.
 //
+// Before the runs it prints the probes of bench/uvm_probes.h (driver, link, drop; --probe-only stops
+// there; --copy-beside-decode adds one per batch).
+//
 // The link floor is max(resident step, (named bytes - budget) / 55.4 GB/s); the resident step is the
 // best median of three resident runs (the host's timing of this dispatch-bound step is noisy).
 //
 // "sim steady": the simulator's replay of the recorded step under the same plan (for stock and paper
 // under a budget, with the same emulated driver eviction).
 //
-// Device memory: cudaMemGetInfo does not count managed memory (the probe below shows it), so residency
+// Device memory: cudaMemGetInfo does not count managed memory (the driver probe shows it), so residency
 // is the policy's own account (Executor / DriverEviction peak), checked by CUPTI: pages reach the device
 // only by the policy's prefetches or by faults, and the "other arrivals" column (host->device bytes by
 // faults and by the driver's own prefetching, per steady step) must be 0 for the account to be whole.
@@ -57,6 +60,7 @@
 #include "absl/time/clock.h"
 #include "bench/decode_harness.h"
 #include "bench/explicit_offload.h"
+#include "bench/uvm_probes.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
 #include "runtime/observer.h"
@@ -101,60 +105,6 @@ double Median(std::vector<double> v) {
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-int64_t DeviceUsed() {
-  size_t free = 0, total = 0;
-  cudaMemGetInfo(&free, &total);
-  return static_cast<int64_t>(total - free);
-}
-
-// What the driver does with the calls the executor makes, measured before the runs: how long a
-// prefetch call holds the calling thread, and whether a read-mostly range prefetched to the host keeps
-// its device copy (device memory in use, cudaMemGetInfo).
-void ProbeDriver(autouvm::runtime::DeviceBackend* backend) {
-  using autouvm::runtime::Advice;
-  const int64_t bytes = int64_t{1} << 30;
-  const uint64_t a = Check(backend->AllocateManaged(bytes), "probe allocation");
-  const UvmCounters start = Check(backend->ReadCounters(), "counters");
-  cudaMemset(reinterpret_cast<void*>(a), 1, static_cast<size_t>(bytes));
-  cudaDeviceSynchronize();
-  Check(backend->Prefetch(a, bytes, Location::kHost, Stream::kCopy), "probe");
-  Check(backend->Synchronize(), "probe");
-  const int64_t base = DeviceUsed();
-  Check(backend->Advise(a, bytes, Advice::kReadMostly, true), "probe");
-  auto t0 = Clock::now();
-  Check(backend->Prefetch(a, bytes, Location::kDevice, Stream::kCopy), "probe");
-  const double call_s = Seconds(t0, Clock::now());
-  Check(backend->Synchronize(), "probe");
-  const double done_s = Seconds(t0, Clock::now());
-  const int64_t in = DeviceUsed() - base;
-  t0 = Clock::now();
-  Check(backend->Prefetch(a, bytes, Location::kHost, Stream::kCopy), "probe");
-  Check(backend->Synchronize(), "probe");
-  const double back_s = Seconds(t0, Clock::now());
-  const int64_t after_host_prefetch = DeviceUsed() - base;
-  t0 = Clock::now();
-  Check(backend->Advise(a, bytes, Advice::kPreferredLocation, true, Location::kHost), "probe");
-  const double preferred_s = Seconds(t0, Clock::now());
-  Check(backend->Advise(a, bytes, Advice::kReadMostly, false), "probe");
-  const double unset_s = Seconds(t0, Clock::now());
-  const int64_t after_unset = DeviceUsed() - base;
-  // Is the device copy gone? A GPU write faults it back in if so (CUPTI counts the bytes).
-  const UvmCounters before_touch = Check(backend->ReadCounters(), "counters");
-  cudaMemsetAsync(reinterpret_cast<void*>(a), 2, static_cast<size_t>(bytes), nullptr);
-  cudaDeviceSynchronize();
-  const UvmCounters touched = Check(backend->ReadCounters(), "counters") - before_touch;
-  (void)start;
-  std::printf(
-      "driver probe, 1 GiB read-mostly: prefetch to the device holds the calling thread %.2f ms of %.2f ms; "
-      "device memory in use +%.2f GiB. Prefetch back to the host: %.2f ms, +%.2f GiB still in use. "
-      "Preferred location host (%.2f ms) + unset read-mostly: %.2f ms, +%.2f GiB in use; a GPU write after it "
-      "moved %.2f GiB host->device (%lld fault groups).\n",
-      1e3 * call_s, 1e3 * done_s, in / kGiB, 1e3 * back_s, after_host_prefetch / kGiB, 1e3 * preferred_s, 1e3 * unset_s,
-      after_unset / kGiB, touched.h2d_total() / kGiB, (long long)touched.gpu_fault_groups);
-  Check(backend->Advise(a, bytes, Advice::kPreferredLocation, false), "probe");
-  Check(backend->FreeManaged(a), "probe");
-}
-
 // zerocopy's split: which named tensors stay in host memory — the weights of the layers, from the last,
 // that do not fit in the budget once everything else is resident ("param:layer<N>." names a layer's).
 struct ZeroCopy {
@@ -189,207 +139,6 @@ ZeroCopy ZeroCopySplit(const std::vector<std::pair<std::string, TensorRange>>& n
     if (z.host.back()) z.host_bytes += r.bytes;
   }
   return z;
-}
-
-// The link as this process meets it, before the runs: pinned host->device copies (cudaMemcpyAsync of
-// one 1 GiB buffer; 1 GiB as five 205 MiB buffers copied in turn, as explicit offloading does), and
-// managed memory moved by a prefetch and read in place by the GPU (a reduction over a remote-mapped
-// 1 GiB tensor). Best of three each.
-void ProbeLink(autouvm::runtime::DeviceBackend* backend) {
-  using autouvm::runtime::Advice;
-  const int64_t bytes = int64_t{1} << 30, piece = bytes / 5;
-  cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();  // the one torch computes on
-  void *host = nullptr, *dev = nullptr;
-  std::vector<void*> pieces(5, nullptr);
-  if (cudaHostAlloc(&host, bytes, cudaHostAllocDefault) != cudaSuccess || cudaMalloc(&dev, bytes) != cudaSuccess) {
-    Die("probe: allocation failed");
-  }
-  for (void*& p : pieces) {
-    if (cudaHostAlloc(&p, piece, cudaHostAllocDefault) != cudaSuccess) Die("probe: allocation failed");
-    std::memset(p, 1, piece);
-  }
-  std::memset(host, 1, bytes);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  auto timed = [&](auto&& work) {
-    float best = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
-      cudaEventRecord(a, s);
-      work();
-      cudaEventRecord(b, s);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      best = std::min(best, ms);
-    }
-    return bytes / (best / 1e3) / 1e9;
-  };
-  const double one = timed([&] { cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s); });
-  const double five = timed([&] {
-    for (int k = 0; k < 5; ++k) {
-      cudaMemcpyAsync(static_cast<char*>(dev) + k * piece, pieces[k], piece, cudaMemcpyHostToDevice, s);
-    }
-  });
-  // The same five copies on a side stream while the compute stream runs small kernels (as in a decode step).
-  double five_busy = 0;
-  {
-    cudaStream_t side;
-    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
-    auto x = torch::ones({4096}, torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
-    cudaEvent_t c0, c1;
-    cudaEventCreate(&c0);
-    cudaEventCreate(&c1);
-    float best = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
-      cudaDeviceSynchronize();
-      for (int k = 0; k < 200; ++k) x.add_(1);  // the compute stream busy first
-      cudaEventRecord(c0, side);
-      for (int k = 0; k < 5; ++k) {
-        cudaMemcpyAsync(static_cast<char*>(dev) + k * piece, pieces[k], piece, cudaMemcpyHostToDevice, side);
-      }
-      cudaEventRecord(c1, side);
-      for (int k = 0; k < 6000; ++k) x.add_(1);
-      cudaEventSynchronize(c1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, c0, c1);
-      best = std::min(best, ms);
-    }
-    cudaDeviceSynchronize();
-    five_busy = bytes / (best / 1e3) / 1e9;
-    cudaEventDestroy(c0);
-    cudaEventDestroy(c1);
-    cudaStreamDestroy(side);
-  }
-  for (void* p : pieces) cudaFreeHost(p);
-  cudaFreeHost(host);
-  cudaFree(dev);
-  const uint64_t m = Check(backend->AllocateManaged(bytes), "probe allocation");
-  auto t = torch::from_blob(reinterpret_cast<void*>(m), {bytes / 2},
-                            torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
-  t.fill_(1);
-  cudaDeviceSynchronize();
-  const double prefetch = timed([&] {
-    cudaMemLocation host_loc{cudaMemLocationTypeHost, 0}, dev_loc{cudaMemLocationTypeDevice, 0};
-    cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, host_loc, 0, s);
-    cudaDeviceSynchronize();
-    cudaEventRecord(a, s);  // time the device-bound move only
-    cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, dev_loc, 0, s);
-  });
-  // Prefetches that move nothing (the range is already on the device), as a plan re-fetching resident
-  // tensors issues them: the calling thread's time and the stream's, per call of 2 MiB and of 64 MiB.
-  double resident_call_host_us[2] = {0, 0}, resident_call_stream_us[2] = {0, 0};
-  {
-    cudaMemLocation dev_loc{cudaMemLocationTypeDevice, 0};
-    cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, dev_loc, 0, s);
-    cudaDeviceSynchronize();
-    for (int k = 0; k < 2; ++k) {
-      const int64_t piece = k == 0 ? int64_t{2} << 20 : int64_t{64} << 20;
-      const int64_t calls = bytes / piece;
-      cudaEventRecord(a, s);
-      const auto t0 = Clock::now();
-      for (int64_t c = 0; c < calls; ++c) {
-        cudaMemPrefetchAsync(reinterpret_cast<void*>(m + c * piece), piece, dev_loc, 0, s);
-      }
-      const double host_s = Seconds(t0, Clock::now());
-      cudaEventRecord(b, s);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      resident_call_host_us[k] = 1e6 * host_s / calls;
-      resident_call_stream_us[k] = 1e3 * ms / calls;
-    }
-  }
-  Check(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute), "probe");
-  Check(backend->Advise(m, bytes, Advice::kPreferredLocation, true, Location::kHost), "probe");
-  Check(backend->Advise(m, bytes, Advice::kAccessedBy, true), "probe");
-  cudaDeviceSynchronize();
-  const double remote = timed([&] { (void)t.sum(); });
-  Check(backend->FreeManaged(m), "probe");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::printf(
-      "link probe, 1 GiB host->device: pinned copy %.1f GB/s (one call), %.1f GB/s (five buffers in turn), "
-      "%.1f GB/s (five buffers on a side stream beside small kernels); managed: prefetch %.1f GB/s, remote-mapped "
-      "read by a reduction %.1f GB/s; a prefetch of a range already on the device: %.1f us of the calling thread, "
-      "%.1f us of the stream per 2 MiB call (%.1f / %.1f us per 64 MiB call)\n",
-      one, five, five_busy, prefetch, remote, resident_call_host_us[0], resident_call_stream_us[0],
-      resident_call_host_us[1], resident_call_stream_us[1]);
-}
-
-// How to drop the device copy of a weight streamed through the device, without copying it back and
-// within a budget the card does not enforce (cudaMemGetInfo does not see managed memory, so residency
-// is read from the time a GPU reduction over the range takes: HBM speed if resident, link speed if not).
-// The range is read-mostly with preferred location host and accessed by the device; each round
-// prefetches it to the device, then tries one way of dropping it.
-void ProbeDrop(autouvm::runtime::DeviceBackend* backend) {
-  using autouvm::runtime::Advice;
-  const int64_t bytes = int64_t{1} << 30;
-  const uint64_t m = Check(backend->AllocateManaged(bytes), "probe allocation");
-  auto t = torch::from_blob(reinterpret_cast<void*>(m), {bytes / 2},
-                            torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
-  t.fill_(1);
-  cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
-  cudaDeviceSynchronize();
-  Check(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute), "probe");
-  Check(backend->Advise(m, bytes, Advice::kPreferredLocation, true, Location::kHost), "probe");
-  Check(backend->Advise(m, bytes, Advice::kAccessedBy, true), "probe");
-  Check(backend->Advise(m, bytes, Advice::kReadMostly, true), "probe");
-  cudaDeviceSynchronize();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  auto read_ms = [&] {
-    cudaEventRecord(a, s);
-    (void)t.sum();
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    return ms;
-  };
-  auto host_ms = [](auto&& f) {
-    const auto t0 = Clock::now();
-    f();
-    return 1e3 * Seconds(t0, Clock::now());
-  };
-  std::printf(
-      "drop probe, 1 GiB read-mostly, preferred host, accessed by the device; a read when on the host: %.2f ms\n",
-      read_ms());
-  for (const std::string way : {"unset read-mostly", "prefetch to host", "unset + set read-mostly"}) {
-    const UvmCounters c0 = Check(backend->ReadCounters(), "counters");
-    const double in_ms = host_ms([&] {
-      Check(backend->Prefetch(m, bytes, Location::kDevice, Stream::kCompute), "probe");
-      cudaStreamSynchronize(s);
-    });
-    const float resident_ms = read_ms();
-    double drop_ms = 0;
-    if (way == "prefetch to host") {
-      drop_ms = host_ms([&] {
-        Check(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute), "probe");
-        cudaStreamSynchronize(s);
-      });
-    } else {
-      drop_ms = host_ms([&] { Check(backend->Advise(m, bytes, Advice::kReadMostly, false), "probe"); });
-      if (way == "unset + set read-mostly") {
-        drop_ms += host_ms([&] { Check(backend->Advise(m, bytes, Advice::kReadMostly, true), "probe"); });
-      }
-    }
-    const float after_ms = read_ms();
-    const float again_ms = read_ms();
-    cudaDeviceSynchronize();
-    const UvmCounters moved = Check(backend->ReadCounters(), "counters") - c0;
-    std::printf(
-        "  %s: prefetch in %.2f ms, read %.2f ms; drop %.2f ms; reads after it %.2f, %.2f ms; this round moved %.2f "
-        "GiB "
-        "host->device, %.2f GiB device->host, %lld fault groups\n",
-        way.c_str(), in_ms, resident_ms, drop_ms, after_ms, again_ms, moved.h2d_total() / kGiB,
-        moved.d2h_total() / kGiB, (long long)moved.gpu_fault_groups);
-    if (way == "unset read-mostly") Check(backend->Advise(m, bytes, Advice::kReadMostly, true), "probe");
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  Check(backend->FreeManaged(m), "probe");
 }
 
 struct RunResult {
@@ -459,9 +208,9 @@ int main(int argc, char** argv) {
   auto observer = Check(autouvm::runtime::Observer::Create(), "observer");
   autouvm::runtime::Observer::MakeExecutionRepeatable();
   torch::NoGradGuard no_grad;
-  ProbeDriver(backend.get());
-  ProbeLink(backend.get());
-  ProbeDrop(backend.get());
+  Check(autouvm::bench::ProbeDriver(gpu), "driver probe");
+  Check(autouvm::bench::ProbeLink(gpu), "link probe");
+  Check(autouvm::bench::ProbeDrop(gpu), "drop probe");
   if (probe_only) return 0;
   autouvm::runtime::cuda::ManagedMemoryPool::Scope scope(pool.get());
 
@@ -539,46 +288,7 @@ int main(int argc, char** argv) {
       resident_s = std::min(resident_s, Median(resident_times));
     }
     if (copy_beside_decode) {
-      // A diagnostic: 1 GiB of pinned host->device copies on a side stream while resident decode steps
-      // run on the compute stream — does the model's compute slow the copy engine down?
-      const int64_t bytes = int64_t{1} << 30;
-      void *host = nullptr, *dev = nullptr;
-      if (cudaHostAlloc(&host, bytes, cudaHostAllocDefault) != cudaSuccess || cudaMalloc(&dev, bytes) != cudaSuccess) {
-        Die("copy-beside-decode: allocation failed");
-      }
-      std::memset(host, 1, bytes);
-      cudaStream_t side;
-      cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
-      cudaEvent_t c0, c1;
-      cudaEventCreate(&c0);
-      cudaEventCreate(&c1);
-      for (const bool beside : {false, true}) {
-        cudaDeviceSynchronize();
-        const auto t0 = Clock::now();
-        cudaEventRecord(c0, side);
-        for (int k = 0; k < 8; ++k) {
-          cudaMemcpyAsync(static_cast<char*>(dev) + k * (bytes / 8), static_cast<char*>(host) + k * (bytes / 8),
-                          bytes / 8, cudaMemcpyHostToDevice, side);
-        }
-        cudaEventRecord(c1, side);
-        std::vector<int64_t> tok = first_tokens;
-        int decoded = 0;
-        while (beside && cudaEventQuery(c1) == cudaErrorNotReady) {
-          tok = autouvm::bench::DecodeStep(m, tok, prompt_len);
-          ++decoded;
-        }
-        cudaEventSynchronize(c1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, c0, c1);
-        std::printf("copy beside decode: 1 GiB pinned copy %.1f GB/s %s (%d resident steps in %.1f ms)\n",
-                    bytes / (ms / 1e3) / 1e9, beside ? "while decode steps run" : "alone", decoded,
-                    1e3 * Seconds(t0, Clock::now()));
-      }
-      cudaEventDestroy(c0);
-      cudaEventDestroy(c1);
-      cudaStreamDestroy(side);
-      cudaFreeHost(host);
-      cudaFree(dev);
+      Check(autouvm::bench::ProbeCopyBesideDecode(m, first_tokens, prompt_len), "copy beside decode");
     }
     std::printf("| %s | %lld | resident | - | - | - | %.2f | %.1f | %zu ops per step |\n", preset.c_str(),
                 (long long)batch, 1e3 * resident_s, batch / resident_s, trace.ops.size());

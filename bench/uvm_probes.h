@@ -1,0 +1,32 @@
+// The probes offload_bench runs before its measurements (GPU host only): what the UVM driver does with
+// the calls the executor makes, how fast the link is by each way across it, whether a streamed weight's
+// device copy can be dropped, and whether the model's compute slows pinned copies. Each prints one line
+// (or a few) and returns an error only if a CUDA call it needs fails. Residency is read from timing or
+// CUPTI, since cudaMemGetInfo does not count managed memory.
+//
+//   RETURN_IF_ERROR(ProbeDriver(backend));  RETURN_IF_ERROR(ProbeLink(backend));
+//
+// Not thread-safe: call from the thread that owns the CUDA context and the current torch stream.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "bench/decode_harness.h"
+#include "runtime/device_backend.h"
+
+namespace autouvm::bench {
+
+// A 1 GiB read-mostly range: how long a prefetch to the device holds the calling thread, whether a
+// prefetch back to the host frees device memory, what "preferred location host + unset read-mostly" costs.
+absl::Status ProbeDriver(runtime::DeviceBackend* backend);
+// Pinned copies (one call; five buffers; five beside small kernels), a managed prefetch, a remote-mapped
+// read, and prefetches of a range already on the device (per call of 2 and 64 MiB).
+absl::Status ProbeLink(runtime::DeviceBackend* backend);
+// Three ways of dropping a streamed weight's device copy, each timed with the reads after it.
+absl::Status ProbeDrop(runtime::DeviceBackend* backend);
+// 1 GiB of pinned copies alone and beside resident decode steps of `m` at position `pos`.
+absl::Status ProbeCopyBesideDecode(DecodeModel& m, const std::vector<int64_t>& first_tokens, int64_t pos);
+
+}  // namespace autouvm::bench
