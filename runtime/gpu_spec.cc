@@ -40,7 +40,9 @@ constexpr double kUs = 1e-6;
 //   resident    a prefetch of a range already on the device (its link probe, 1 GiB in calls of 2 / 64 MiB):
 //               4.3 / 88.8 µs of the stream and 4.3 / 29.4 µs of the calling thread per call
 //               → 1.57 µs + 2.73 µs per block (stream); 1.57 µs + 0.81 µs per block (thread, ±1 µs).
-//   remote      51.3 GB/s, GPU reads of host memory mapped in place.
+//   remote      51.3 GB/s, GPU reads of host memory mapped in place; 47.9 GB/s by matrix products — the
+//               GEMV/GEMM ops of the 7B and 13B decode steps read their remote weights at 46.0–49.7 GB/s
+//               (mean 47.9) in bench/offload_bench --op-times (bench/results/2026-11-29-offload-h200.md).
 // TorchScript issuing one op on the H200 host (the Observer installed): resident Llama decode steps took
 // 3.15 ms for 230 ops (dim 4096, 4 layers) and 13.68 ms for 1166 ops (dim 2048, 22 layers), medians of
 // 5, with kernels worth less: (3.15 + 13.68) ms / 1396 ops = 12.1 µs per op (bench/uvm_sim_check,
@@ -63,6 +65,7 @@ UvmCosts H200HostUvmCosts() {
   c.d2h_clean_page_s = 4.06 * kUs;
   c.drop_block_s = 2.03 * kUs;
   c.remote_bytes_per_s = 51.3e9;
+  c.remote_matrix_bytes_per_s = 47.9e9;
   return c;
 }
 
@@ -82,6 +85,7 @@ GpuSpec FromDatasheet(std::string name, std::string description, double memory_b
   s.framework_op_s = kTorchScriptOpS;
   s.uvm = H200HostUvmCosts();
   s.uvm.remote_bytes_per_s = link * (51.3 / 55.4);
+  s.uvm.remote_matrix_bytes_per_s = link * (47.9 / 55.4);
   return s;
 }
 
@@ -133,6 +137,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
     double* seconds;
   };
   double remote = u.remote_bytes_per_s / 1e9;
+  double remote_matrix = u.remote_matrix_bytes_per_s / 1e9;
   YamlFields fu(f.Map("uvm"), f.PathOf("uvm"));
   for (Micro m : {Micro{"fault_batch_us", &u.fault_batch_s}, Micro{"fault_entry_us", &u.fault_entry_s},
                   Micro{"fault_page_us", &u.fault_page_s}, Micro{"fault_block_us", &u.fault_block_s},
@@ -144,6 +149,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
     *m.seconds = us * kUs;
   }
   fu.Double("remote_gb_per_s", &remote, 1e-3, 1e5);
+  fu.Double("remote_matrix_gb_per_s", &remote_matrix, 0, 1e5);
   fu.Double("prefetch_host_hold", &u.prefetch_host_hold, 0, 1);
   for (Micro m : {Micro{"prefetch_resident_call_us", &u.prefetch_resident_call_s},
                   Micro{"prefetch_resident_block_us", &u.prefetch_resident_block_s},
@@ -161,6 +167,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   spec->kernel_launch_s = launch_us * kUs;
   spec->framework_op_s = framework_us * kUs;
   u.remote_bytes_per_s = remote * 1e9;
+  u.remote_matrix_bytes_per_s = remote_matrix * 1e9;
   return absl::OkStatus();
 }
 

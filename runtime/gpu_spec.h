@@ -38,6 +38,8 @@ struct UvmCosts {
   double d2h_clean_page_s = 0;    // per page migrated to the host that the GPU did not write
   double drop_block_s = 0;        // per 2 MiB block whose device copy is dropped (no copy)
   double remote_bytes_per_s = 0;  // device reads of host memory mapped in place (zero-copy)
+  // ... by matrix products (GEMV/GEMM kernels reach less of the link than a streaming read); 0: as above.
+  double remote_matrix_bytes_per_s = 0;
 };
 
 struct GpuSpec {

@@ -47,6 +47,7 @@ struct SimKernel {
   std::string name;
   std::vector<GpuRange> ranges;  // what it reads and writes; ranges outside managed memory are device buffers
   double flops = 0;
+  bool matrix = false;  // a matrix product: its remote reads run at uvm.remote_matrix_bytes_per_s
 };
 
 // What one kernel cost, for reports.

@@ -180,7 +180,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
       }
       if (backend != nullptr) {
         const OpRecord& op = trace.ops[i];
-        SimKernel k{.name = op.kernel, .flops = op.flops};
+        SimKernel k{.name = op.kernel, .flops = op.flops, .matrix = IsMatrixOp(op.op)};
         for (const bool write : {false, true}) {
           for (const TensorUse& u : write ? op.writes : op.reads) {
             k.ranges.push_back(
