@@ -112,8 +112,8 @@ KernelTime SimBackend::Launch(const SimKernel& kernel, Stream stream, double hos
   const GpuSpec& s = options_.spec;
   const double remote = static_cast<double>(model_.counters().remote_bytes - remote_before);
   const double local = std::max(0.0, bytes - remote);
-  const double remote_rate = kernel.matrix && s.uvm.remote_matrix_bytes_per_s > 0 ? s.uvm.remote_matrix_bytes_per_s
-                                                                                  : s.uvm.remote_bytes_per_s;
+  const double remote_rate =
+      kernel.matrix && s.uvm.remote_matrix_bytes_per_s > 0 ? s.uvm.remote_matrix_bytes_per_s : s.uvm.remote_bytes_per_s;
   t.compute_s = std::max(kernel.flops / s.peak_flops, local / s.hbm_bytes_per_s + remote / remote_rate);
   t.end_s = ready + t.fault_s + s.kernel_launch_s + t.compute_s;
   clock = t.end_s;
