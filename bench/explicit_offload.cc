@@ -14,6 +14,20 @@ int64_t Align(int64_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
 
+int64_t LayerIndex(const std::string& parameter_name) {
+  if (parameter_name.rfind("layer", 0) != 0) return -1;
+  return std::stoll(parameter_name.substr(5, parameter_name.find('.') - 5));
+}
+
+LayerFit LayersThatFit(const std::vector<int64_t>& layer_bytes, int64_t rest, int64_t budget, int64_t reserve) {
+  const auto n = static_cast<int64_t>(layer_bytes.size());
+  LayerFit fit{.keep = 0, .resident = rest};
+  while (fit.keep < n && fit.resident + layer_bytes[fit.keep] + (fit.keep + 1 < n ? reserve : 0) <= budget) {
+    fit.resident += layer_bytes[fit.keep++];
+  }
+  return fit;
+}
+
 absl::StatusOr<std::unique_ptr<PinnedArena>> PinnedArena::Create(int64_t bytes) {
   void* p = nullptr;
   if (cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault) != cudaSuccess) {
@@ -33,9 +47,9 @@ absl::StatusOr<std::unique_ptr<ExplicitOffload>> ExplicitOffload::Create(
   std::vector<std::vector<torch::Tensor>> params(n_layers);
   std::vector<std::vector<std::string>> ids(n_layers);
   for (const auto& p : module.named_parameters()) {
-    if (p.name.rfind("layer", 0) != 0) continue;
-    const int64_t l = std::stoll(p.name.substr(5, p.name.find('.') - 5));
-    if (l < 0 || l >= n_layers) return absl::InvalidArgumentError(absl::StrCat(p.name, ": no such layer"));
+    const int64_t l = LayerIndex(p.name);
+    if (l < 0) continue;
+    if (l >= n_layers) return absl::InvalidArgumentError(absl::StrCat(p.name, ": no such layer"));
     params[l].push_back(p.value);
     ids[l].push_back("param:" + p.name);
   }
@@ -48,10 +62,7 @@ absl::StatusOr<std::unique_ptr<ExplicitOffload>> ExplicitOffload::Create(
   for (const auto& [id, r] : named) rest += r.bytes;
   for (int64_t b : layer_bytes) rest -= b;
   // Keep layers resident from the first while they and two buffers fit.
-  int64_t resident = rest, keep = 0;
-  while (keep < n_layers && resident + layer_bytes[keep] + (keep + 1 < n_layers ? 2 * widest : 0) <= budget) {
-    resident += layer_bytes[keep++];
-  }
+  const auto [keep, resident] = LayersThatFit(layer_bytes, rest, budget, 2 * widest);
   self->accounted_ = resident + (keep < n_layers ? 2 * widest : 0);
   int64_t arena_used = 0;
   for (int64_t l = keep; l < n_layers; ++l) {

@@ -28,6 +28,19 @@
 
 namespace autouvm::bench {
 
+// Which layer a parameter belongs to: N for "layer<N>.<rest>", -1 for any other name.
+int64_t LayerIndex(const std::string& parameter_name);
+
+// Which layers stay on the device when layers are offloaded whole (explicit offloading; zero-copy):
+// everything that is not a layer's weight (`rest` bytes) stays, then layers from the first while they
+// fit in `budget` with `reserve` bytes kept free as long as a layer remains offloaded (explicit
+// offloading's two buffers; 0 for zero-copy). `keep` layers stay, holding `resident` bytes with the rest.
+struct LayerFit {
+  int64_t keep = 0;
+  int64_t resident = 0;
+};
+LayerFit LayersThatFit(const std::vector<int64_t>& layer_bytes, int64_t rest, int64_t budget, int64_t reserve);
+
 // Pinned host memory for the offloaded layers, allocated once: a FlexGen-style system pins its host copy
 // at load. (Pinned buffers allocated afresh after the other policies had run copied at 37 GB/s instead of
 // 55 on the GPU host, bench/results/2026-11-29-offload-h200.md.)

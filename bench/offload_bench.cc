@@ -106,7 +106,8 @@ double Median(std::vector<double> v) {
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // zerocopy's split: which named tensors stay in host memory — the weights of the layers, from the last,
-// that do not fit in the budget once everything else is resident ("param:layer<N>." names a layer's).
+// that do not fit in the budget once everything else is resident (the same rule as explicit offloading's,
+// without its two buffers: bench/explicit_offload.h LayersThatFit).
 struct ZeroCopy {
   std::vector<bool> host;  // parallel to the named tensors
   int64_t host_bytes = 0, resident_bytes = 0;
@@ -115,9 +116,7 @@ struct ZeroCopy {
 ZeroCopy ZeroCopySplit(const std::vector<std::pair<std::string, TensorRange>>& named, int64_t n_layers,
                        int64_t budget) {
   auto layer_of = [](const std::string& id) -> int64_t {
-    const std::string prefix = "param:layer";
-    if (id.rfind(prefix, 0) != 0) return -1;
-    return std::stoll(id.substr(prefix.size(), id.find('.') - prefix.size()));
+    return id.rfind("param:", 0) == 0 ? autouvm::bench::LayerIndex(id.substr(6)) : -1;
   };
   std::vector<int64_t> layer_bytes(n_layers, 0);
   int64_t rest = 0;
@@ -129,8 +128,7 @@ ZeroCopy ZeroCopySplit(const std::vector<std::pair<std::string, TensorRange>>& n
       rest += r.bytes;
     }
   }
-  int64_t keep = 0, resident = rest;
-  while (keep < n_layers && resident + layer_bytes[keep] <= budget) resident += layer_bytes[keep++];
+  const auto [keep, resident] = autouvm::bench::LayersThatFit(layer_bytes, rest, budget, /*reserve=*/0);
   ZeroCopy z;
   z.resident_bytes = resident;
   for (const auto& [id, r] : named) {

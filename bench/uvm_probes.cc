@@ -24,6 +24,33 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// GPU time between two marks on a stream (a pair of CUDA events): Start, the work, Stop, then Ms.
+class EventTimer {
+ public:
+  EventTimer() {
+    cudaEventCreate(&start_);
+    cudaEventCreate(&stop_);
+  }
+  ~EventTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void Start(cudaStream_t s) { cudaEventRecord(start_, s); }
+  void Stop(cudaStream_t s) { cudaEventRecord(stop_, s); }
+  bool Stopped() const { return cudaEventQuery(stop_) != cudaErrorNotReady; }
+  float Ms() const {  // waits for the stop mark
+    cudaEventSynchronize(stop_);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start_, stop_);
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_{}, stop_{};
+};
+
 int64_t DeviceUsed() {
   size_t free = 0, total = 0;
   cudaMemGetInfo(&free, &total);
@@ -101,19 +128,14 @@ absl::Status ProbeLink(runtime::DeviceBackend* backend) {
     std::memset(p, 1, piece);
   }
   std::memset(host, 1, bytes);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  EventTimer timer;
   auto timed = [&](auto&& work) {
     float best = 1e9;
     for (int rep = 0; rep < 3; ++rep) {
-      cudaEventRecord(a, s);
+      timer.Start(s);
       work();
-      cudaEventRecord(b, s);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      best = std::min(best, ms);
+      timer.Stop(s);
+      best = std::min(best, timer.Ms());
     }
     return bytes / (best / 1e3) / 1e9;
   };
@@ -129,28 +151,21 @@ absl::Status ProbeLink(runtime::DeviceBackend* backend) {
     cudaStream_t side;
     cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
     auto x = torch::ones({4096}, torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
-    cudaEvent_t c0, c1;
-    cudaEventCreate(&c0);
-    cudaEventCreate(&c1);
+    EventTimer copies;
     float best = 1e9;
     for (int rep = 0; rep < 3; ++rep) {
       cudaDeviceSynchronize();
       for (int k = 0; k < 200; ++k) x.add_(1);  // the compute stream busy first
-      cudaEventRecord(c0, side);
+      copies.Start(side);
       for (int k = 0; k < 5; ++k) {
         cudaMemcpyAsync(static_cast<char*>(dev) + k * piece, pieces[k], piece, cudaMemcpyHostToDevice, side);
       }
-      cudaEventRecord(c1, side);
+      copies.Stop(side);
       for (int k = 0; k < 6000; ++k) x.add_(1);
-      cudaEventSynchronize(c1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, c0, c1);
-      best = std::min(best, ms);
+      best = std::min(best, copies.Ms());
     }
     cudaDeviceSynchronize();
     five_busy = bytes / (best / 1e3) / 1e9;
-    cudaEventDestroy(c0);
-    cudaEventDestroy(c1);
     cudaStreamDestroy(side);
   }
   for (void* p : pieces) cudaFreeHost(p);
@@ -165,7 +180,7 @@ absl::Status ProbeLink(runtime::DeviceBackend* backend) {
     cudaMemLocation host_loc{cudaMemLocationTypeHost, 0}, dev_loc{cudaMemLocationTypeDevice, 0};
     cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, host_loc, 0, s);
     cudaDeviceSynchronize();
-    cudaEventRecord(a, s);  // time the device-bound move only
+    timer.Start(s);  // time the device-bound move only
     cudaMemPrefetchAsync(reinterpret_cast<void*>(m), bytes, dev_loc, 0, s);
   });
   // Prefetches that move nothing (the range is already on the device), as a plan re-fetching resident
@@ -178,18 +193,15 @@ absl::Status ProbeLink(runtime::DeviceBackend* backend) {
     for (int k = 0; k < 2; ++k) {
       const int64_t piece = k == 0 ? int64_t{2} << 20 : int64_t{64} << 20;
       const int64_t calls = bytes / piece;
-      cudaEventRecord(a, s);
+      timer.Start(s);
       const auto t0 = Clock::now();
       for (int64_t c = 0; c < calls; ++c) {
         cudaMemPrefetchAsync(reinterpret_cast<void*>(m + c * piece), piece, dev_loc, 0, s);
       }
       const double host_s = Seconds(t0, Clock::now());
-      cudaEventRecord(b, s);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
+      timer.Stop(s);
       resident_call_host_us[k] = 1e6 * host_s / calls;
-      resident_call_stream_us[k] = 1e3 * ms / calls;
+      resident_call_stream_us[k] = 1e3 * timer.Ms() / calls;
     }
   }
   RETURN_IF_ERROR(backend->Prefetch(m, bytes, Location::kHost, Stream::kCompute));
@@ -198,8 +210,6 @@ absl::Status ProbeLink(runtime::DeviceBackend* backend) {
   cudaDeviceSynchronize();
   const double remote = timed([&] { (void)t.sum(); });
   RETURN_IF_ERROR(backend->FreeManaged(m));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   std::printf(
       "link probe, 1 GiB host->device: pinned copy %.1f GB/s (one call), %.1f GB/s (five buffers in turn), "
       "%.1f GB/s (five buffers on a side stream beside small kernels); managed: prefetch %.1f GB/s, remote-mapped "
@@ -229,17 +239,12 @@ absl::Status ProbeDrop(runtime::DeviceBackend* backend) {
   RETURN_IF_ERROR(backend->Advise(m, bytes, Advice::kAccessedBy, true));
   RETURN_IF_ERROR(backend->Advise(m, bytes, Advice::kReadMostly, true));
   cudaDeviceSynchronize();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  EventTimer timer;
   auto read_ms = [&] {
-    cudaEventRecord(a, s);
+    timer.Start(s);
     (void)t.sum();
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    return ms;
+    timer.Stop(s);
+    return timer.Ms();
   };
   absl::Status failed;  // the first error of a call made inside a timed lambda
   auto keep = [&](absl::Status s) {
@@ -286,8 +291,6 @@ absl::Status ProbeDrop(runtime::DeviceBackend* backend) {
         moved.d2h_total() / kGiB, (long long)moved.gpu_fault_groups);
     if (way == "unset read-mostly") RETURN_IF_ERROR(backend->Advise(m, bytes, Advice::kReadMostly, true));
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   RETURN_IF_ERROR(backend->FreeManaged(m));
   return absl::OkStatus();
 }
@@ -305,33 +308,27 @@ absl::Status ProbeCopyBesideDecode(DecodeModel& m, const std::vector<int64_t>& f
   std::memset(host, 1, bytes);
   cudaStream_t side;
   cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
-  cudaEvent_t c0, c1;
-  cudaEventCreate(&c0);
-  cudaEventCreate(&c1);
+  EventTimer copies;
   for (const bool beside : {false, true}) {
     cudaDeviceSynchronize();
     const auto t0 = Clock::now();
-    cudaEventRecord(c0, side);
+    copies.Start(side);
     for (int k = 0; k < 8; ++k) {
       cudaMemcpyAsync(static_cast<char*>(dev) + k * (bytes / 8), static_cast<char*>(host) + k * (bytes / 8), bytes / 8,
                       cudaMemcpyHostToDevice, side);
     }
-    cudaEventRecord(c1, side);
+    copies.Stop(side);
     std::vector<int64_t> tok = first_tokens;
     int decoded = 0;
-    while (beside && cudaEventQuery(c1) == cudaErrorNotReady) {
+    while (beside && !copies.Stopped()) {
       tok = DecodeStep(m, tok, pos);
       ++decoded;
     }
-    cudaEventSynchronize(c1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, c0, c1);
+    const float ms = copies.Ms();
     std::printf("copy beside decode: 1 GiB pinned copy %.1f GB/s %s (%d resident steps in %.1f ms)\n",
                 bytes / (ms / 1e3) / 1e9, beside ? "while decode steps run" : "alone", decoded,
                 1e3 * Seconds(t0, Clock::now()));
   }
-  cudaEventDestroy(c0);
-  cudaEventDestroy(c1);
   cudaStreamDestroy(side);
   cudaFreeHost(host);
   cudaFree(dev);
