@@ -27,8 +27,13 @@
 // zerocopy's offloaded layers, explicit's copied layers — their first op waits for the copy) against
 // the others; for explicit also how long the copy engine was busy.
 //
-// Before the runs it prints the probes of bench/uvm_probes.h (driver, link, drop; --probe-only stops
-// there; --copy-beside-decode adds one per batch).
+// Before the runs it prints the probes of bench/uvm_probes.h (driver, link, drop, staged; --probe-only
+// stops there; --copy-beside-decode adds one per batch). --ttft-prompt N times the first token of an
+// N-token prompt under each budget instead (bench/ttft_runs.h).
+//
+// Budget: named bytes / factor, for the named tensors (weights, rope tables, KV cache) under every
+// policy; activations come on top for all of them (the planner, which sets their room aside from the
+// budget it is given, gets it added). "budget GiB" is the named part.
 //
 // The link floor is max(resident step, (named bytes - budget) / 55.4 GB/s); the resident step is the
 // best median of three resident runs (the host's timing of this dispatch-bound step is noisy).
@@ -60,7 +65,10 @@
 #include "absl/time/clock.h"
 #include "bench/decode_harness.h"
 #include "bench/explicit_offload.h"
+#include "bench/ttft_runs.h"
 #include "bench/uvm_probes.h"
+#include "profiler/planner.h"
+#include "profiler/reuse.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
 #include "runtime/observer.h"
@@ -151,9 +159,9 @@ struct RunResult {
 
 int main(int argc, char** argv) {
   std::string preset = "7b", batches_flag = "1,16", factors_flag = "1.0,1.5,1.75,2.0", policies_flag = "stock,autouvm";
-  int steps = 6, prompt_len = 16;
+  int steps = 6, prompt_len = 16, ttft_prompt = 0;
   int64_t seed = 1;
-  bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false;
+  bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false, no_probes = false;
   std::string save_traces;
   CLI::App app{"Decode under a device budget on the real GPU: stock UVM against the autouvm executor"};
   app.add_option("--preset", preset, "7b | 13b | small (Llama-2 dimensions; small for a quick check)")
@@ -171,9 +179,14 @@ int main(int argc, char** argv) {
                "diagnostic: explicit offloading synchronizes the device around every copy");
   app.add_flag("--op-times", op_times, "time the last step of each run op by op and say where the time went");
   app.add_flag("--probe-only", probe_only, "run the driver and link probes, then stop");
+  app.add_flag("--no-probes", no_probes, "skip the probes (they were printed by an earlier run)");
   app.add_option("--save-traces", save_traces,
                  "directory to write each batch's recorded decode step to (<preset>-decode-b<batch>.trace, "
                  "for autouvm-sim replay)");
+  app.add_option("--ttft-prompt", ttft_prompt,
+                 "instead of the decode runs: time to first token for one prompt of this many tokens "
+                 "(bench/ttft_runs.h; policies stock, paper*, autouvm, explicit)")
+      ->check(CLI::Range(0, 4096));
   app.add_flag("--copy-beside-decode", copy_beside_decode,
                "diagnostic: time pinned copies alone and beside resident decode steps");
   CLI11_PARSE(app, argc, argv);
@@ -191,7 +204,7 @@ int main(int argc, char** argv) {
   }
 
   const autouvm::server::ModelConfig c =
-      Check(autouvm::bench::LlamaConfig(preset, seed, prompt_len + steps + 8), "model config");
+      Check(autouvm::bench::LlamaConfig(preset, seed, std::max(prompt_len + steps, ttft_prompt) + 8), "model config");
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
 
   const int64_t cap = Check(autouvm::runtime::cuda::ManagedMemoryPool::CapFromEnvironment(), "cap");
@@ -206,9 +219,13 @@ int main(int argc, char** argv) {
   auto observer = Check(autouvm::runtime::Observer::Create(), "observer");
   autouvm::runtime::Observer::MakeExecutionRepeatable();
   torch::NoGradGuard no_grad;
-  Check(autouvm::bench::ProbeDriver(gpu), "driver probe");
-  Check(autouvm::bench::ProbeLink(gpu), "link probe");
-  Check(autouvm::bench::ProbeDrop(gpu), "drop probe");
+  if (!no_probes) {
+    Check(autouvm::bench::ProbeDriver(gpu), "driver probe");
+    Check(autouvm::bench::ProbeLink(gpu), "link probe");
+    Check(autouvm::bench::ProbeDrop(gpu), "drop probe");
+    Check(autouvm::bench::ProbeStaged(gpu), "staged probe");
+    Check(autouvm::bench::ProbeStagedRing(gpu), "staged ring probe");
+  }
   if (probe_only) return 0;
   autouvm::runtime::cuda::ManagedMemoryPool::Scope scope(pool.get());
 
@@ -226,6 +243,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<autouvm::bench::PinnedArena> pinned;
   if (std::find(policies.begin(), policies.end(), "explicit") != policies.end()) {
     pinned = Check(autouvm::bench::PinnedArena::Create(m.named_bytes), "pinned host memory for explicit");
+  }
+  if (ttft_prompt > 0) {
+    Check(autouvm::bench::RunTtft(m, gpu, observer.get(), spec,
+                                  {.prompt_len = ttft_prompt, .factors = factors, .policies = policies}, pinned.get()),
+          "time to first token");
+    return 0;
   }
   auto all_to_host = [&] {
     Check(autouvm::bench::MoveAllToHost(gpu, m), "moving everything to the host");
@@ -270,6 +293,9 @@ int main(int argc, char** argv) {
       auto layout = autouvm::runtime::sim::ReplayTrace(trace, spec, {.iterations = 1});
       return layout.ok() ? std::max<int64_t>(0, layout->footprint_bytes - m.named_bytes) : 0;
     }();
+    // The room the planner sets aside for activations (its own count, not the simulator's layout).
+    const int64_t planner_room =
+        autouvm::profiler::PeakActivationBytes(trace, autouvm::profiler::ReuseDistances(trace));
     // Everything on the device (prefetched there first: the previous batch's runs left it elsewhere);
     // the host's timing noise is large at this step length, so the best median of three runs.
     all_to_host();
@@ -311,7 +337,11 @@ int main(int argc, char** argv) {
         {
           const auto t_prepare = Clock::now();
           if (autouvm::bench::BudgetPolicy::Known(policy)) {
-            managed = Check(autouvm::bench::BudgetPolicy::Create(policy, gpu, trace, m, budget, batch), policy.c_str());
+            // Every policy gets `budget` for the named tensors; the planner sets the activations' room
+            // aside from the budget it is given, so autouvm's has that room added.
+            const int64_t planned_budget = policy == "autouvm" ? budget + planner_room : budget;
+            managed = Check(autouvm::bench::BudgetPolicy::Create(policy, gpu, trace, m, planned_budget, batch),
+                            policy.c_str());
             plan = managed->plan();
             follow = managed->subscriber();
           } else if (policy == "explicit" || policy == "prefetched") {
@@ -405,8 +435,8 @@ int main(int argc, char** argv) {
             static_cast<double>(mv.h2d(MigrationCause::kFault) + mv.h2d(MigrationCause::kDriverPrefetch));
         const std::string plan_cell =
             policy == "autouvm" || policy.rfind("paper", 0) == 0
-                ? absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
-                                  plan.streamed_bytes() / kGiB)
+                ? absl::StrFormat("%.2f / %.2f / %.2f%s", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
+                                  plan.streamed_bytes() / kGiB, plan.staged() ? " staged" : "")
             : policy == "explicit" ? absl::StrFormat("copied per step: %.2f", offload->offloaded_bytes() / kGiB)
             : policy == "zerocopy" ? absl::StrFormat("in host memory: %.2f", zerocopy.host_bytes / kGiB)
                                    : "-";

@@ -26,6 +26,14 @@ absl::Status ProbeDriver(runtime::DeviceBackend* backend);
 absl::Status ProbeLink(runtime::DeviceBackend* backend);
 // Three ways of dropping a streamed weight's device copy, each timed with the reads after it.
 absl::Status ProbeDrop(runtime::DeviceBackend* backend);
+// A streamed weight kept as a pinned host copy and brought into its managed range by a copy engine:
+// discard the range (its device copy dropped, nothing copied back), then populate it on the device and
+// copy the pinned bytes in, or copy them in directly. Times each step, checks the bytes, counts migrations.
+absl::Status ProbeStaged(runtime::DeviceBackend* backend);
+// The executor's pattern on staged tensors: 3 GiB as 24 staged tensors of 128 MiB, each read by a kernel
+// once brought in, two in flight; the discard on the compute stream after the read, or on the copy stream
+// before the next copy. Prints GB/s and the calling thread's time in the calls.
+absl::Status ProbeStagedRing(runtime::DeviceBackend* backend);
 // 1 GiB of pinned copies alone and beside resident decode steps of `m` at position `pos`.
 absl::Status ProbeCopyBesideDecode(DecodeModel& m, const std::vector<int64_t>& first_tokens, int64_t pos);
 

@@ -19,7 +19,7 @@ Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace&
     Classify(trace, spec, PinnedResidency(autouvm::v1::Plan()), &stock);
     a.plan = MakePaperPlan(key, trace, reuse, stock);
   } else {
-    a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes());
+    a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes(), {.spec = &spec});
   }
   Classify(trace, spec, PinnedResidency(a.plan), &p);
   for (autouvm::v1::TensorReuse& r : reuse) *p.add_tensors() = std::move(r);

@@ -1,6 +1,7 @@
 #include "profiler/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -25,8 +26,28 @@ namespace autouvm::profiler {
 // persistent tensors (weights, caches, inputs) are placed: activations come and go within an iteration wherever the
 // allocator puts them, so the budget first sets aside the most of them alive at once (summing every activation instead
 // made a model that fits look 30% too big at batch 16).
-autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes) {
+int64_t PeakActivationBytes(const runtime::AccessTrace& trace, const std::vector<autouvm::v1::TensorReuse>& reuse) {
+  const int64_t n = static_cast<int64_t>(trace.ops.size());
+  const std::vector<std::vector<int>> touched = TensorsPerOp(trace, reuse);
+  std::vector<int64_t> last_use(reuse.size(), -1), live_delta(static_cast<size_t>(n) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int t : touched[static_cast<size_t>(i)]) last_use[static_cast<size_t>(t)] = i;
+  }
+  for (size_t t = 0; t < reuse.size(); ++t) {
+    if (!IsTransient(reuse[t].id()) || last_use[t] < 0) continue;
+    live_delta[static_cast<size_t>(reuse[t].first_use())] += reuse[t].bytes();
+    live_delta[static_cast<size_t>(last_use[t]) + 1] -= reuse[t].bytes();
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t i = 0; i < n; ++i) peak = std::max(peak, live += live_delta[static_cast<size_t>(i)]);
+  return peak;
+}
+
+namespace {
+
+autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                                const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes, bool stage,
+                                bool read_weights_in_place) {
   autouvm::v1::Plan plan;
   *plan.mutable_key() = key;
   plan.set_budget_bytes(budget_bytes);
@@ -42,18 +63,7 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   const std::vector<std::vector<int>> touched = TensorsPerOp(trace, reuse);
   // Activations live from their first use to their last and are placed anew by the allocator: the plan
   // leaves room for the most of them alive at once and places only the persistent tensors.
-  std::vector<int64_t> last_use(reuse.size(), -1), live_delta(static_cast<size_t>(n) + 1, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int t : touched[static_cast<size_t>(i)]) last_use[static_cast<size_t>(t)] = i;
-  }
-  for (size_t t = 0; t < reuse.size(); ++t) {
-    if (!transient[t] || last_use[t] < 0) continue;
-    live_delta[static_cast<size_t>(reuse[t].first_use())] += reuse[t].bytes();
-    live_delta[static_cast<size_t>(last_use[t]) + 1] -= reuse[t].bytes();
-  }
-  int64_t live = 0, peak_transient = 0;
-  for (int64_t i = 0; i < n; ++i) peak_transient = std::max(peak_transient, live += live_delta[static_cast<size_t>(i)]);
-  const int64_t room_total = std::max<int64_t>(0, budget_bytes - peak_transient);
+  const int64_t room_total = std::max<int64_t>(0, budget_bytes - PeakActivationBytes(trace, reuse));
   std::vector<bool> pinned(reuse.size(), false), remote(reuse.size(), false);
   if (total <= room_total) {
     for (size_t t = 0; t < reuse.size(); ++t) pinned[t] = !transient[t];
@@ -64,6 +74,9 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
     // for large prefetches), and read in place it takes no device memory, no window and no eviction —
     // which on the real driver is the expensive part (a read-mostly copy is not dropped by a prefetch
     // to the host). Such tensors that are not pinned are read remotely; the others are streamed.
+    // Where weights can be staged, they are streamed instead: a staged copy runs on a copy engine at
+    // 50.7 GB/s beside the compute and the host's op launches, and is dropped for 6.6 us per block,
+    // while a remote read holds its op (and every op after it) for its whole transfer at 47.9 GB/s.
     std::vector<int> users(reuse.size(), 0), user(reuse.size(), -1);
     for (int64_t i = 0; i < n; ++i) {
       for (int t : touched[static_cast<size_t>(i)]) {
@@ -78,6 +91,7 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
     std::vector<bool> remote_ok(reuse.size(), false);
     for (size_t t = 0; t < reuse.size(); ++t) {
       if (transient[t] || users[t] != 1 || written.count(reuse[t].id()) || reuse[t].bytes() <= 0) continue;
+      if (!read_weights_in_place && runtime::IsWeightId(reuse[t].id())) continue;
       const double intensity = trace.ops[static_cast<size_t>(user[t])].flops / static_cast<double>(reuse[t].bytes());
       remote_ok[t] = intensity <= kMaxRemoteFlopsPerByte;
     }
@@ -177,12 +191,68 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
       plan.set_streamed_bytes(plan.streamed_bytes() + f.bytes());
     }
   }
+  plan.set_staged(stage && plan.prefetches_size() > 0);
   for (size_t t = 0; t < reuse.size(); ++t) {
     if (!pinned[t]) continue;
     plan.add_pinned(reuse[t].id());
     plan.set_pinned_bytes(plan.pinned_bytes() + reuse[t].bytes());
   }
   return plan;
+}
+
+}  // namespace
+
+// Note [Staged or in place]: on a GPU that can stage weights, an unpinned weight read once per
+// iteration can be read in place (its op runs at the remote rate, 47.9 GB/s on the H200, and everything
+// after it waits) or staged (copied on the copy stream while other ops run, but through a window that
+// the pinned partition gives up, populated before and discarded after: 39-40 GB/s pipelined on the
+// H200). Staging wins where the step has enough other work to hide the copies behind — a prefill's
+// matrix products, whose weights cannot be read in place at all (kMaxRemoteFlopsPerByte) — and reading
+// in place where it has little (a decode step: the 7B's staged steps took 201 ms at factor 2.0 against
+// 176 read in place). The planner makes both and keeps the one EstimateStepSeconds finds faster.
+autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
+                           const PlanOptions& options) {
+  const bool stage = options.spec != nullptr && options.spec->uvm.staged_copy_bytes_per_s > 0;
+  autouvm::v1::Plan in_place = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/true);
+  if (!stage || in_place.remote_size() == 0) return in_place;
+  autouvm::v1::Plan staged = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/false);
+  return EstimateStepSeconds(staged, trace, *options.spec) < EstimateStepSeconds(in_place, trace, *options.spec)
+             ? staged
+             : in_place;
+}
+
+double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessTrace& trace,
+                           const runtime::GpuSpec& spec) {
+  const std::unordered_set<std::string> remote(plan.remote().begin(), plan.remote().end());
+  double ops = 0, remote_s = 0;
+  const double remote_rate =
+      spec.uvm.remote_matrix_bytes_per_s > 0 ? spec.uvm.remote_matrix_bytes_per_s : spec.uvm.remote_bytes_per_s;
+  for (const runtime::OpRecord& op : trace.ops) {
+    double local = 0;
+    for (const auto* list : {&op.reads, &op.writes}) {
+      for (const runtime::TensorUse& u : *list) {
+        if (remote.count(u.id)) {
+          remote_s += static_cast<double>(u.bytes) / remote_rate;
+        } else {
+          local += static_cast<double>(u.bytes);
+        }
+      }
+    }
+    ops += std::max({spec.framework_op_s, op.flops / spec.peak_flops, local / spec.hbm_bytes_per_s});
+  }
+  constexpr double kBlock = 2 << 20;
+  double copies = 0, discards = 0;
+  for (const autouvm::v1::Prefetch& f : plan.prefetches()) {
+    const double blocks = std::ceil(static_cast<double>(f.bytes()) / kBlock);
+    if (plan.staged()) {
+      copies += static_cast<double>(f.bytes()) / spec.uvm.staged_copy_bytes_per_s + blocks * spec.uvm.populate_block_s;
+      discards += blocks * spec.uvm.discard_block_s;
+    } else {
+      copies += static_cast<double>(f.bytes()) / spec.link_bytes_per_s;
+    }
+  }
+  return std::max(ops + remote_s + discards, copies + discards);  // copies in flight lose the discards' time
 }
 
 // Note [The paper's plan]: AutoUVM as published knows each op's roofline class and each tensor's reuse

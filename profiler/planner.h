@@ -2,7 +2,7 @@
 // the executor follows and the residency the profile is classified under.
 //
 //   std::vector<TensorReuse> reuse = ReuseDistances(trace);
-//   autouvm::v1::Plan plan = MakePlan(key, trace, reuse, budget_bytes);
+//   autouvm::v1::Plan plan = MakePlan(key, trace, reuse, budget_bytes, {.spec = &spec});
 //   Classify(trace, spec, PinnedResidency(plan), &profile);
 //
 // Policies: `stock` plans nothing (the driver alone decides); `autouvm` pins a fixed partition, reads
@@ -20,11 +20,31 @@
 #include "autouvm/v1/profile.pb.h"
 #include "profiler/roofline.h"
 #include "runtime/access_trace.h"
+#include "runtime/gpu_spec.h"
 
 namespace autouvm::profiler {
 
+struct PlanOptions {
+  // The GPU planned for. Where it can stage weights (uvm.staged_copy_bytes_per_s > 0), streamed weights
+  // are staged (Plan.staged), and the planner also makes the plan that streams every unpinned weight
+  // instead of reading some in place, keeping whichever its estimate of the step (EstimateStepSeconds)
+  // finds faster (Note [Staged or in place], planner.cc). Null: no staging.
+  const runtime::GpuSpec* spec = nullptr;
+};
+
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes);
+                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
+                           const PlanOptions& options = {});
+
+// The most activation bytes alive at once in the iteration: what a plan sets aside from its budget
+// before placing the persistent tensors.
+int64_t PeakActivationBytes(const runtime::AccessTrace& trace, const std::vector<autouvm::v1::TensorReuse>& reuse);
+
+// A steady iteration's time under `plan` on `spec`, as the planner weighs plans: the ops' own time (each
+// the most of its host launch, FLOPs and HBM bytes) plus remote reads at the remote rate, which hold
+// their op; staged copies run on the copy stream beside that, populated and discarded per block.
+double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessTrace& trace,
+                           const runtime::GpuSpec& spec);
 
 // AutoUVM as published, and the steps of its ablation.
 struct PaperOptions {

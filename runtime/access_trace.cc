@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace autouvm::runtime {
@@ -18,6 +19,10 @@ std::string Describe(const OpRecord& op) {
 }
 
 }  // namespace
+
+bool IsWeightId(const std::string& id) {
+  return absl::StartsWith(id, "param:") && !absl::StartsWith(id, "param:kv_cache");
+}
 
 std::vector<std::string> CompareTraces(const AccessTrace& expected, const AccessTrace& actual, size_t limit) {
   std::vector<std::string> out;

@@ -17,6 +17,9 @@
 
 namespace autouvm::runtime {
 
+// A model's weight: a named tensor other than its KV cache ("param:kv_cache.k"), which ops write.
+bool IsWeightId(const std::string& id);
+
 struct TensorUse {
   std::string id;
   int64_t bytes = 0;   // numel x element size of what the op used

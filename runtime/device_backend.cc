@@ -19,8 +19,20 @@ std::string_view MigrationCauseName(MigrationCause cause) {
       return "eviction";
     case MigrationCause::kOther:
       return "other";
+    case MigrationCause::kStaged:
+      return "staged";
   }
   return "other";
+}
+
+absl::Status DeviceBackend::StageOut(uint64_t, int64_t) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend cannot stage tensors"));
+}
+absl::Status DeviceBackend::StageIn(uint64_t, int64_t, Stream) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend cannot stage tensors"));
+}
+absl::Status DeviceBackend::Unstage(uint64_t, int64_t) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend cannot stage tensors"));
 }
 
 int64_t UvmCounters::h2d_total() const {

@@ -37,9 +37,11 @@ enum class Advice {
   kReadMostly,         // reads duplicate pages instead of migrating them; a write collapses the copies
 };
 
-// Why bytes crossed the link (CUPTI's CUpti_ActivityUnifiedMemoryMigrationCause).
-enum class MigrationCause { kUserPrefetch = 0, kFault, kDriverPrefetch, kEviction, kOther };
-inline constexpr int kMigrationCauses = 5;
+// Why bytes crossed the link (CUPTI's CUpti_ActivityUnifiedMemoryMigrationCause), and kStaged: copies
+// of staged tensors into their managed range (DeviceBackend::StageIn), which are not migrations (CUPTI
+// does not see them; the backend counts them).
+enum class MigrationCause { kUserPrefetch = 0, kFault, kDriverPrefetch, kEviction, kOther, kStaged };
+inline constexpr int kMigrationCauses = 6;
 std::string_view MigrationCauseName(MigrationCause cause);
 
 // Unified-memory counters since the backend was created. On CUDA they come from CUPTI's unified-memory
@@ -89,6 +91,20 @@ class DeviceBackend {
                               Location location = Location::kDevice) = 0;
   // The contents of the range are no longer needed: device copies are dropped without a copy back.
   virtual absl::Status Discard(uint64_t addr, int64_t bytes, Stream stream) = 0;
+
+  // Note [Staged streaming]: a streamed weight can live outside managed memory between its uses.
+  // StageOut copies the range's contents to a host copy the backend keeps (pinned, on CUDA) and discards
+  // the managed pages; StageIn, in order on `stream`, populates the range on the device (nothing
+  // migrates: the pages hold nothing) and copies the host copy in with a copy engine; Discard drops it
+  // again for free; Unstage puts the contents back in the managed range, on the host, and frees the copy.
+  // The copy runs at the pinned-copy rate and overlaps compute, where a remote read takes the op's own
+  // time and a migrated read-mostly copy cannot be dropped cheaply (bench/results/2026-11-30-staged-ttft-h200.md).
+  // Ranges are staged whole: StageIn and Unstage take the addr and bytes StageOut was given.
+  // UNIMPLEMENTED where the backend cannot (CUDA before 13).
+  virtual bool can_stage() const { return false; }
+  virtual absl::Status StageOut(uint64_t addr, int64_t bytes);
+  virtual absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream);
+  virtual absl::Status Unstage(uint64_t addr, int64_t bytes);
 
   // Bytes of the range resident on the device. Exact on the simulator; CUDA exposes no per-page
   // residency, so there it is the whole range if it was last prefetched to the device, else 0

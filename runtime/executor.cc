@@ -10,11 +10,14 @@
 
 namespace autouvm::runtime {
 
+constexpr int64_t kStageAlignment = int64_t{2} << 20;  // a VA block
+
 Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const AccessTrace& trace,
                    std::unordered_map<std::string, TensorRange> ranges)
     : backend_(backend),
       ops_(static_cast<int64_t>(trace.ops.size())),
       driver_evicts_(plan.driver_evicts()),
+      stage_(plan.staged() && !plan.driver_evicts() && backend->can_stage()),
       issue_at_(trace.ops.size()),
       needed_by_(trace.ops.size()),
       evict_after_(trace.ops.size()) {
@@ -35,6 +38,7 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
   std::sort(rest.begin(), rest.end());
   for (const std::string& id : rest) add(id);
   on_device_.assign(ranges_list_.size(), false);
+  staged_.assign(ranges_list_.size(), false);
 
   for (const std::string& id : plan.pinned()) {
     if (auto it = index.find(id); it != index.end()) pinned_.push_back(it->second);
@@ -90,18 +94,28 @@ void Executor::Count(size_t tensor, bool on_device) {
   peak_resident_bytes_ = std::max(peak_resident_bytes_, resident_bytes_);
 }
 
-// Streamed weights are read-mostly (the host copy stays valid, so dropping the device copy costs no
-// copy back); remote tensors are mapped for the device in host memory; pinned tensors are brought in
-// once and never evicted by the executor.
+Executor::~Executor() { (void)Release(); }
+
+// Streamed weights are staged where the plan and the backend can (Note [Staged streaming] in
+// device_backend.h), read-mostly otherwise (the host copy stays valid, so dropping the device copy costs
+// no copy back); remote tensors are mapped for the device in host memory; pinned tensors are brought
+// in once and never evicted by the executor.
 absl::Status Executor::Prepare() {
   std::vector<bool> streamed(ranges_list_.size(), false);
   for (const Fetch& f : fetches_) {
     for (size_t t : f.tensors) streamed[t] = true;
   }
   for (size_t t = 0; t < ranges_list_.size(); ++t) {
-    if (!driver_evicts_ && streamed[t] && absl::StartsWith(ids_[t], "param:") &&
-        !absl::StartsWith(ids_[t], "param:kv_cache")) {
-      RETURN_IF_ERROR(backend_->Advise(ranges_list_[t].addr, ranges_list_[t].bytes, Advice::kReadMostly, true));
+    const TensorRange& r = ranges_list_[t];
+    if (driver_evicts_ || !streamed[t] || !IsWeightId(ids_[t]) || r.bytes <= 0) continue;
+    // Note [Stage whole blocks]: a discard acts on whole pages, so a range that shares one with another
+    // tensor (small tensors packed by the allocator) is not staged; on the H200 such ranges in a small
+    // model raised fault groups every step. Weights of 2 MiB multiples get their own blocks.
+    if (stage_ && r.addr % kStageAlignment == 0 && r.bytes % kStageAlignment == 0) {
+      RETURN_IF_ERROR(backend_->StageOut(r.addr, r.bytes));
+      staged_[t] = true;
+    } else {
+      RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kReadMostly, true));
     }
   }
   for (size_t t : affinity_) {
@@ -140,10 +154,24 @@ absl::Status Executor::Repin(const std::vector<std::string>& ids) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::Release() {
+  absl::Status first;
+  for (size_t t = 0; t < staged_.size(); ++t) {
+    if (!staged_[t]) continue;
+    if (absl::Status s = backend_->Unstage(ranges_list_[t].addr, ranges_list_[t].bytes); !s.ok() && first.ok()) {
+      first = s;
+    }
+    staged_[t] = false;
+    Count(t, false);
+  }
+  return first;
+}
+
 absl::Status Executor::Issue(Fetch& f) {
   for (size_t t : f.tensors) {
     const TensorRange& r = ranges_list_[t];
-    RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
+    RETURN_IF_ERROR(staged_[t] ? backend_->StageIn(r.addr, r.bytes, Stream::kCopy)
+                               : backend_->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
     prefetched_bytes_ += r.bytes;
     Count(t, true);
   }
@@ -183,12 +211,14 @@ absl::Status Executor::BeforeOp(int64_t index) {
 // has run. Queued on the copy stream behind an event of that op, the drop held every later fetch until
 // the op finished, so the copy stream idled through each such op's compute (1.6x the link floor in
 // bench/results/2026-11-29-autouvm-sim-executor.md); queued on the compute stream it is ordered after
-// the op for free, and a read-mostly drop costs little there (no copy back).
+// the op for free, and a read-mostly drop costs little there (no copy back). A staged tensor is
+// discarded there (3.4 ms of the stream per GiB on the H200, nothing copied back).
 absl::Status Executor::AfterOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();
   for (size_t t : evict_after_[static_cast<size_t>(index)]) {
     const TensorRange& r = ranges_list_[t];
-    RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCompute));
+    RETURN_IF_ERROR(staged_[t] ? backend_->Discard(r.addr, r.bytes, Stream::kCompute)
+                               : backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCompute));
     evicted_bytes_ += r.bytes;
     Count(t, false);
   }

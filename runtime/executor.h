@@ -2,7 +2,8 @@
 // pinned tensors kept on the device, streamed ones prefetched on the copy stream ahead of the op that
 // needs them (the compute stream waits on their events) and evicted after their last use before their
 // next fetch, on the compute stream (Note [Evictions on the compute stream]). Streamed weights are
-// marked read-mostly, so evicting one drops the device copy without a copy back. Remote tensors stay in
+// staged where the plan says so and the backend can (kept as host copies outside managed memory, copied
+// in and discarded: Note [Staged streaming], device_backend.h), else marked read-mostly. Remote tensors stay in
 // host memory, mapped for the GPU to read in place (preferred location host, accessed by the device).
 //
 //   Executor ex(backend, plan, trace, ranges);       // ranges: where each tensor the plan names lives
@@ -40,6 +41,9 @@ class Executor {
  public:
   Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const AccessTrace& trace,
            std::unordered_map<std::string, TensorRange> ranges);
+  ~Executor();  // Release()s, ignoring its errors
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
   // A plan that leaves eviction to the driver (`paper`) under a software budget on a card that is not
   // really oversubscribed: the emulated driver evicts for the executor's fetches and the ops' faults.
@@ -47,6 +51,9 @@ class Executor {
   void set_driver_eviction(DriverEviction* eviction) { eviction_ = eviction; }
 
   absl::Status Prepare();
+  // Puts the tensors Prepare() staged back in managed memory (on the host), so the model runs without
+  // the plan afterwards; the first error, after trying them all.
+  absl::Status Release();
   absl::Status BeforeOp(int64_t index);
   absl::Status AfterOp(int64_t index);
   // After an iteration that stopped following the plan part way: the next one starts afresh.
@@ -59,6 +66,8 @@ class Executor {
   // Whether BeforeOp/AfterOp do anything: a plan that pins or reads in place everything needs no
   // op boundaries after Prepare().
   bool follows_ops() const { return !fetches_.empty(); }
+  // Whether streamed weights are staged (the plan asks for it and the backend can).
+  bool stages() const { return stage_; }
   int64_t prefetched_bytes() const { return prefetched_bytes_; }
   int64_t evicted_bytes() const { return evicted_bytes_; }
   // The named bytes the executor has placed on the device and not yet evicted (pinned, and streamed
@@ -84,6 +93,8 @@ class Executor {
   std::vector<size_t> remote_;
   std::vector<size_t> affinity_;
   const bool driver_evicts_;
+  const bool stage_;
+  std::vector<bool> staged_;  // parallel to ranges_list_: staged by Prepare() and not released
   DriverEviction* eviction_ = nullptr;
   std::vector<Fetch> fetches_;
   std::vector<std::vector<size_t>> issue_at_;     // per op: fetches to issue when it starts

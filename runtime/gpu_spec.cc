@@ -43,6 +43,15 @@ constexpr double kUs = 1e-6;
 //   remote      51.3 GB/s, GPU reads of host memory mapped in place; 47.9 GB/s by matrix products — the
 //               GEMV/GEMM ops of the 7B and 13B decode steps read their remote weights at 46.0–49.7 GB/s
 //               (mean 47.9) in bench/offload_bench --op-times (bench/results/2026-11-29-offload-h200.md).
+//   staged      bench/offload_bench's staged probes (2026-11-30). One 1 GiB range: the pinned copy into
+//               it runs at 50.2–51.3 GB/s (mean 50.7; 55.5 into device memory), populating it by a prefetch
+//               takes 1.2–1.3 ms, a discard 3.3–3.9 ms. In the executor's pattern (the ring probe: 24 ranges
+//               of 128 MiB brought in two ahead of a kernel reading each) populate + copy take 74.9 ms
+//               without discards → 7.4 µs per block besides the copy, and discards on the compute stream
+//               add 7.6 ms although the copy stream never waits for them → 4.9 µs per block, which the
+//               copies in flight lose too (the driver does one thing at a time).
+//               Pipelined, staged copies reach 39–40 GB/s: less than a remote read (47.9) unless other
+//               work hides them (Note [Staged or in place], profiler/planner.cc).
 // TorchScript issuing one op on the H200 host (the Observer installed): resident Llama decode steps took
 // 3.15 ms for 230 ops (dim 4096, 4 layers) and 13.68 ms for 1166 ops (dim 2048, 22 layers), medians of
 // 5, with kernels worth less: (3.15 + 13.68) ms / 1396 ops = 12.1 µs per op (bench/uvm_sim_check,
@@ -66,12 +75,15 @@ UvmCosts H200HostUvmCosts() {
   c.drop_block_s = 2.03 * kUs;
   c.remote_bytes_per_s = 51.3e9;
   c.remote_matrix_bytes_per_s = 47.9e9;
+  c.staged_copy_bytes_per_s = 50.7e9;
+  c.populate_block_s = 7.4 * kUs;
+  c.discard_block_s = 4.9 * kUs;
   return c;
 }
 
 // Other GPUs: device figures from the vendors' datasheets. Their hosts were not measured: the driver's
 // per-fault and per-call costs are host-side work and are taken from the H200 host; zero-copy reads keep
-// the H200 host's ratio to the copy roof (51.3 / 55.4).
+// the H200 host's ratio to the copy roof (51.3 / 55.4), and so do staged copies (50.7 / 55.4).
 GpuSpec FromDatasheet(std::string name, std::string description, double memory_bytes, double hbm, double flops,
                       double link) {
   GpuSpec s;
@@ -86,6 +98,7 @@ GpuSpec FromDatasheet(std::string name, std::string description, double memory_b
   s.uvm = H200HostUvmCosts();
   s.uvm.remote_bytes_per_s = link * (51.3 / 55.4);
   s.uvm.remote_matrix_bytes_per_s = link * (47.9 / 55.4);
+  s.uvm.staged_copy_bytes_per_s = link * (50.7 / 55.4);
   return s;
 }
 
@@ -138,18 +151,21 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   };
   double remote = u.remote_bytes_per_s / 1e9;
   double remote_matrix = u.remote_matrix_bytes_per_s / 1e9;
+  double staged = u.staged_copy_bytes_per_s / 1e9;
   YamlFields fu(f.Map("uvm"), f.PathOf("uvm"));
   for (Micro m : {Micro{"fault_batch_us", &u.fault_batch_s}, Micro{"fault_entry_us", &u.fault_entry_s},
                   Micro{"fault_page_us", &u.fault_page_s}, Micro{"fault_block_us", &u.fault_block_s},
                   Micro{"prefetch_call_us", &u.prefetch_call_s}, Micro{"prefetch_block_us", &u.prefetch_block_s},
                   Micro{"d2h_page_us", &u.d2h_page_s}, Micro{"d2h_clean_page_us", &u.d2h_clean_page_s},
-                  Micro{"drop_block_us", &u.drop_block_s}}) {
+                  Micro{"drop_block_us", &u.drop_block_s}, Micro{"populate_block_us", &u.populate_block_s},
+                  Micro{"discard_block_us", &u.discard_block_s}}) {
     double us = *m.seconds / kUs;
     fu.Double(m.key, &us, 0, 1e6);
     *m.seconds = us * kUs;
   }
   fu.Double("remote_gb_per_s", &remote, 1e-3, 1e5);
   fu.Double("remote_matrix_gb_per_s", &remote_matrix, 0, 1e5);
+  fu.Double("staged_copy_gb_per_s", &staged, 0, 1e5);
   fu.Double("prefetch_host_hold", &u.prefetch_host_hold, 0, 1);
   for (Micro m : {Micro{"prefetch_resident_call_us", &u.prefetch_resident_call_s},
                   Micro{"prefetch_resident_block_us", &u.prefetch_resident_block_s},
@@ -168,6 +184,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   spec->framework_op_s = framework_us * kUs;
   u.remote_bytes_per_s = remote * 1e9;
   u.remote_matrix_bytes_per_s = remote_matrix * 1e9;
+  u.staged_copy_bytes_per_s = staged * 1e9;
   return absl::OkStatus();
 }
 

@@ -40,6 +40,12 @@ struct UvmCosts {
   double remote_bytes_per_s = 0;  // device reads of host memory mapped in place (zero-copy)
   // ... by matrix products (GEMV/GEMM kernels reach less of the link than a streaming read); 0: as above.
   double remote_matrix_bytes_per_s = 0;
+  // Staged streaming (Note [Staged streaming], device_backend.h): pinned copies into a managed range,
+  // per 2 MiB block populated on the device before them, per block discarded after use. A rate of 0:
+  // the platform cannot stage, and the planner reads such weights in place instead.
+  double staged_copy_bytes_per_s = 0;
+  double populate_block_s = 0;
+  double discard_block_s = 0;
 };
 
 struct GpuSpec {

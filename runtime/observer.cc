@@ -138,8 +138,8 @@ double Flops(const std::string& op, const std::vector<at::Tensor>& in, const std
 
 struct Observer::Impl {
   // Appends the op to the trace; false for ops that move no data (views), which are left out.
-  bool Record(const std::string& op, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
-              double seconds) {
+  bool Record(const std::string& op, bool out_variant, const std::vector<at::Tensor>& inputs,
+              const std::vector<at::Tensor>& outputs, double seconds) {
     std::set<const void*> input_storages;
     for (const auto& t : inputs) {
       if (const void* key = StorageKey(t)) input_storages.insert(key);
@@ -147,8 +147,10 @@ struct Observer::Impl {
     bool all_alias = !outputs.empty();
     for (const auto& t : outputs) all_alias = all_alias && input_storages.count(StorageKey(t)) > 0;
     // Views (t, view, select, unsqueeze, ...) move no data: their outputs alias their inputs and they are
-    // not in-place (which aten spells with a trailing underscore).
-    if (all_alias && !absl::EndsWith(op, "_")) return false;
+    // neither in-place (which aten spells with a trailing underscore) nor out= overloads, which write the
+    // output they are given (CUDA's index_select of many rows calls aten::gather.out: dropping it as a
+    // view numbered the recorded prefill's ops differently from an observed one's).
+    if (all_alias && !out_variant && !absl::EndsWith(op, "_")) return false;
     if (inputs.empty() && outputs.empty()) return false;
 
     OpRecord r;
@@ -312,7 +314,9 @@ void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx->start).count();
     std::vector<at::Tensor> outputs;
     CollectLast(fn.outputs(), fn.num_outputs(), &outputs);
-    recorded = t_recording->Record(fn.name(), ctx->inputs, outputs, seconds);
+    const auto name = fn.operator_name();
+    const bool out_variant = name.has_value() && absl::StartsWith(name->overload_name, "out");
+    recorded = t_recording->Record(fn.name(), out_variant, ctx->inputs, outputs, seconds);
   }
   if (recorded && parent != nullptr) parent->had_child = true;
 }

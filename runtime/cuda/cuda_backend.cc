@@ -108,6 +108,7 @@ CudaBackend::~CudaBackend() {
   counters_.reset();
   // Destruction errors are deliberately ignored: nothing can be done about them here.
   for (auto& [addr, bytes] : allocations_) cudaFree(reinterpret_cast<void*>(addr));
+  for (auto& [addr, copy] : staged_) cudaFreeHost(copy.host);
   for (cudaEvent_t ev : streams_->timed) {
     if (ev != nullptr) cudaEventDestroy(ev);
   }
@@ -266,7 +267,74 @@ absl::Status CudaBackend::Synchronize() {
 
 absl::StatusOr<UvmCounters> CudaBackend::ReadCounters() {
   if (counters_ == nullptr) return absl::UnavailableError(counters_error_);
-  return counters_->Read();
+  UvmCounters c = counters_->Read();
+  c.h2d_bytes[static_cast<int>(MigrationCause::kStaged)] += staged_in_bytes_;
+  return c;
+}
+
+bool CudaBackend::can_stage() const { return CUDART_VERSION >= 13000; }
+
+// Note [Staging on CUDA]: measured by bench/offload_bench's staged probe on the H200 (1 GiB): a discard
+// takes 3.3-3.7 ms of its stream and moves nothing back; a prefetch of the discarded range to the
+// device populates it in 1.2 ms with no migration; the pinned copy into it then runs at 50-51 GB/s on a
+// copy engine and the contents read back right. Copied into discarded pages without the populating
+// prefetch, the copy faults page by page (0.6 GB/s).
+absl::Status CudaBackend::StageOut(uint64_t addr, int64_t bytes) {
+  if (!can_stage()) return DeviceBackend::StageOut(addr, bytes);
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
+  if (staged_.count(addr)) {
+    return absl::FailedPreconditionError(absl::StrCat("0x", absl::Hex(addr), " is staged already"));
+  }
+  void* host = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host, static_cast<size_t>(bytes), cudaHostAllocDefault),
+                       absl::StrCat("cudaHostAlloc of ", bytes, " bytes (a staged tensor's host copy)"));
+  auto fail = [&](absl::Status s) {
+    cudaFreeHost(host);
+    return s;
+  };
+  if (cudaError_t e = cudaMemcpy(host, reinterpret_cast<void*>(addr), static_cast<size_t>(bytes), cudaMemcpyDefault);
+      e != cudaSuccess) {
+    return fail(
+        absl::InternalError(absl::StrCat("cudaMemcpy into a staged tensor's host copy: ", cudaGetErrorString(e))));
+  }
+  if (absl::Status s = Discard(addr, bytes, Stream::kCopy); !s.ok()) return fail(s);
+  if (cudaError_t e = cudaStreamSynchronize(streams_->copy); e != cudaSuccess) {
+    return fail(absl::InternalError(absl::StrCat("discarding a staged range: ", cudaGetErrorString(e))));
+  }
+  staged_[addr] = {host, bytes};
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
+  auto it = staged_.find(addr);
+  if (it == staged_.end() || it->second.bytes != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
+  }
+  RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kDevice, stream));  // populates: nothing to migrate
+  cudaStream_t s = streams_->Of(stream);
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(reinterpret_cast<void*>(addr), it->second.host, static_cast<size_t>(bytes), cudaMemcpyDefault, s),
+      "cudaMemcpyAsync (a staged tensor)");
+  staged_in_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes) {
+  auto it = staged_.find(addr);
+  if (it == staged_.end() || it->second.bytes != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  // Dropped wherever it is, placed on the host with nothing to migrate, then written there.
+  RETURN_IF_ERROR(Discard(addr, bytes, Stream::kCopy));
+  RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kHost, Stream::kCopy));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_->copy), "cudaStreamSynchronize");
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(reinterpret_cast<void*>(addr), it->second.host, static_cast<size_t>(bytes), cudaMemcpyDefault),
+      "cudaMemcpy (a staged tensor back into managed memory)");
+  cudaFreeHost(it->second.host);
+  staged_.erase(it);
+  return absl::OkStatus();
 }
 
 }  // namespace autouvm::runtime::cuda

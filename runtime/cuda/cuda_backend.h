@@ -61,6 +61,12 @@ class CudaBackend final : public DeviceBackend {
   EventId RecordTimedEvent(Stream stream) override;
   absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) override;
   absl::StatusOr<UvmCounters> ReadCounters() override;
+  // Staging (Note [Staged streaming] in device_backend.h): host copies in pinned memory, one per range;
+  // needs CUDA 13 (cudaMemDiscardBatchAsync). The range may be any managed memory, the backend's or not.
+  bool can_stage() const override;
+  absl::Status StageOut(uint64_t addr, int64_t bytes) override;
+  absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
+  absl::Status Unstage(uint64_t addr, int64_t bytes) override;
 
   static constexpr int kEventRing = 4096;
   static constexpr int kTimedEventRing = 8192;  // an iteration's op boundaries
@@ -80,6 +86,12 @@ class CudaBackend final : public DeviceBackend {
   std::unique_ptr<Streams> streams_;
   EventId next_event_ = 0;
   EventId next_timed_event_ = 0;
+  struct StagedCopy {
+    void* host = nullptr;  // pinned
+    int64_t bytes = 0;
+  };
+  std::map<uint64_t, StagedCopy> staged_;  // by managed address
+  int64_t staged_in_bytes_ = 0;
   std::unique_ptr<CuptiUvmCounters> counters_;
   std::string counters_error_;  // why there are no counters, when there are none
 };

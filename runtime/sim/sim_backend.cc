@@ -57,6 +57,7 @@ absl::Status SimBackend::FreeManaged(uint64_t addr) {
     ready_at_.erase(b);
     advice_.erase(b);
   }
+  staged_.erase(staged_.lower_bound(addr), staged_.lower_bound(addr + static_cast<uint64_t>(it->second)));
   allocated_ -= it->second;
   allocations_.erase(it);
   return absl::OkStatus();
@@ -208,8 +209,67 @@ void SimBackend::ApplyAdvice(uint64_t addr, int64_t bytes, Advice advice, bool s
 
 absl::Status SimBackend::Discard(uint64_t addr, int64_t bytes, Stream stream) {
   if (bytes < 0) return absl::InvalidArgumentError("discard of a negative size");
-  clock_[Index(stream)] += options_.spec.uvm.prefetch_call_s +
-                           Charge([&] { model_.DropDeviceCopies(addr, bytes, /*discard=*/true); }, false);
+  const UvmCosts& c = options_.spec.uvm;
+  const int64_t dropped = model_.work().dropped_pages;
+  double t = Charge([&] { model_.DropDeviceCopies(addr, bytes, /*discard=*/true); }, false);
+  double& clock = clock_[Index(stream)];
+  const double start = clock;
+  if (c.discard_block_s > 0) {
+    t = static_cast<double>(model_.work().dropped_pages - dropped) * kPageBytes / kBlockBytes * c.discard_block_s;
+    // The driver does one thing at a time: a copy in flight on the other stream loses the discard's time.
+    double& other = clock_[1 - Index(stream)];
+    if (other > start) other += t;
+  }
+  clock = start + c.prefetch_call_s + t;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UvmCounters> SimBackend::ReadCounters() {
+  UvmCounters c = model_.counters();
+  c.h2d_bytes[static_cast<int>(MigrationCause::kStaged)] += staged_in_bytes_;
+  return c;
+}
+
+absl::Status SimBackend::StageOut(uint64_t addr, int64_t bytes) {
+  if (!can_stage()) return DeviceBackend::StageOut(addr, bytes);
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
+  auto it = allocations_.upper_bound(addr);
+  if (it == allocations_.begin() ||
+      addr + static_cast<uint64_t>(bytes) > std::prev(it)->first + static_cast<uint64_t>(std::prev(it)->second)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging ", bytes, " bytes at ", addr, ": not within one managed allocation"));
+  }
+  if (!staged_.emplace(addr, bytes).second) {
+    return absl::FailedPreconditionError(absl::StrCat("the range at ", addr, " is staged already"));
+  }
+  model_.DropDeviceCopies(addr, bytes, /*discard=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status SimBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
+  auto it = staged_.find(addr);
+  if (it == staged_.end() || it->second != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
+  }
+  const UvmCosts& c = options_.spec.uvm;
+  double& clock = clock_[Index(stream)];
+  const double start = std::max(clock, host_clock_);
+  const int64_t populated = model_.work().populated_pages;
+  model_.Populate(addr, bytes);
+  const double blocks = static_cast<double>(model_.work().populated_pages - populated) * kPageBytes / kBlockBytes;
+  clock = start + blocks * c.populate_block_s + static_cast<double>(bytes) / c.staged_copy_bytes_per_s;
+  staged_in_bytes_ += bytes;
+  for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
+  return absl::OkStatus();
+}
+
+absl::Status SimBackend::Unstage(uint64_t addr, int64_t bytes) {
+  auto it = staged_.find(addr);
+  if (it == staged_.end() || it->second != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
+  }
+  staged_.erase(it);
+  model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // back on the host, as StageOut found it
   return absl::OkStatus();
 }
 

@@ -16,8 +16,11 @@
 //   local bytes / HBM + remote bytes / zero-copy bandwidth), plus the launch cost.
 // - A prefetch costs its call, plus per block moved to the device a fixed part and the copy at the link
 //   rate; pages moved to the host cost the device→host cost per page.
-// - Dropping a device copy (read-mostly collapse to the host, discard, eviction of a duplicate) costs the
-//   measured drop cost per block.
+// - Dropping a device copy (read-mostly collapse to the host, eviction of a duplicate) costs the
+//   measured drop cost per block; a discard its own (discard_block_s) where the spec has one, which a
+//   copy in flight on the other stream loses as well.
+// - Bringing a staged range in costs, on its stream, the populate cost per block and the copy at the
+//   staged copy rate; its pages count as on the device from then (StageIn).
 // Streams do not contend for the link (a fault-driven kernel and a prefetch never overlap in the
 // policies measured). Managed allocations are 2 MiB aligned in the simulated address space.
 //
@@ -76,7 +79,12 @@ class SimBackend final : public DeviceBackend {
   absl::Status Synchronize() override;
   EventId RecordTimedEvent(Stream stream) override { return RecordEvent(stream); }
   absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) override;
-  absl::StatusOr<UvmCounters> ReadCounters() override { return model_.counters(); }
+  absl::StatusOr<UvmCounters> ReadCounters() override;
+  // Staging (Note [Staged streaming] in device_backend.h) where the spec has a staged copy rate.
+  bool can_stage() const override { return options_.spec.uvm.staged_copy_bytes_per_s > 0; }
+  absl::Status StageOut(uint64_t addr, int64_t bytes) override;
+  absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
+  absl::Status Unstage(uint64_t addr, int64_t bytes) override;
 
   // Runs a kernel on `stream` and advances that stream's clock. `host_s`: host time spent issuing it
   // (the framework's per-op cost); the kernel cannot start before the host has issued it, and the host
@@ -116,6 +124,8 @@ class SimBackend final : public DeviceBackend {
   std::vector<double> events_;
   std::unordered_map<uint64_t, double> ready_at_;  // block base → when a prefetch delivers it
   std::unordered_map<uint64_t, BlockAdvice> advice_;
+  std::map<uint64_t, int64_t> staged_;  // addr → bytes of each staged range
+  int64_t staged_in_bytes_ = 0;         // bytes StageIn copied (MigrationCause::kStaged)
 };
 
 }  // namespace autouvm::runtime::sim

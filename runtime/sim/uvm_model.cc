@@ -202,6 +202,25 @@ void UvmModel::Prefetch(uint64_t addr, int64_t bytes, Location to) {
   });
 }
 
+void UvmModel::Populate(uint64_t addr, int64_t bytes) {
+  ForEachBlock(addr, bytes, [&](uint64_t base, Block& block, int first, int last) {
+    for (int p = first; p <= last; ++p) {
+      Page& page = block.pages[p];
+      if (page.on_device) continue;
+      MakeRoom(base, 1);
+      page.on_device = true;
+      page.host_valid = false;
+      page.evicted = false;
+      if (block.resident++ == 0) {
+        block.has_chunk = true;
+        block.chunk = chunks_.insert(chunks_.end(), base);
+      }
+      ++device_pages_;
+      ++work_.populated_pages;
+    }
+  });
+}
+
 void UvmModel::SetReadMostly(uint64_t addr, int64_t bytes, bool on, Location keep) {
   ForEachBlock(addr, bytes, [&](uint64_t, Block& block, int first, int last) {
     for (int p = first; p <= last; ++p) {

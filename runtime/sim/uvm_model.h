@@ -42,6 +42,7 @@ struct UvmWork {
   int64_t d2h_pages = 0;        // pages copied back to the host (eviction or prefetch), GPU-written ones
   int64_t d2h_clean_pages = 0;  // ... and ones the GPU has not written since they arrived
   int64_t dropped_pages = 0;    // device copies dropped without a copy
+  int64_t populated_pages = 0;  // pages placed on the device with nothing to copy (Populate)
 };
 
 // One range a kernel touches. `entries_per_page`: fault-buffer entries the kernel raises for each page
@@ -73,6 +74,11 @@ class UvmModel {
   // Drops the device copies of the range without copying them back: all of them (`discard`: the contents
   // are no longer needed), or only those with a valid host copy (read duplicates).
   void DropDeviceCopies(uint64_t addr, int64_t bytes, bool discard);
+
+  // Pages of the range placed on the device without a copy from the host (a prefetch of discarded
+  // pages): they take device memory, as a migration would, and move no bytes; the device's copy is the
+  // only one (what a staged copy then writes into them, Note [Staged streaming] in device_backend.h).
+  void Populate(uint64_t addr, int64_t bytes);
 
   bool OnDevice(uint64_t addr) const;
   int64_t ResidentBytes(uint64_t addr, int64_t bytes);

@@ -259,6 +259,32 @@ TEST_F(ObserverTest, ConvolutionsCountTwoFlopsPerWeightElementAndOutput) {
   EXPECT_EQ(conv, 2.0 * (4 * 6 * 6) * (3 * 3 * 3));  // output [1, 4, 6, 6], 27 weights per output
 }
 
+// An out= overload writes the output it is given, an input: its outputs alias its inputs like a view's,
+// but it moves data and is counted, in both modes (CUDA's index_select of many rows runs as
+// aten::gather.out; a recorded prefill once dropped it and an observed one did not).
+TEST_F(ObserverTest, AnOutOverloadIsCountedInRecordedAndObservedIterations) {
+  torch::NoGradGuard no_grad;
+  torch::jit::Module m("M");
+  m.define("def forward(self, x, i, out):\n  return torch.index_select(x, 0, i, out=out)\n");
+  const std::vector<c10::IValue> inputs{torch::randn({8, 4}), torch::tensor({int64_t{1}, int64_t{5}}),
+                                        torch::empty({2, 4})};
+  observer_->BeginIteration();
+  m.forward(inputs);
+  const AccessTrace recorded = observer_->EndIteration();
+  ASSERT_EQ(recorded.ops.size(), 1u);
+  EXPECT_EQ(recorded.ops[0].op, "aten::index_select");
+  ASSERT_EQ(recorded.ops[0].writes.size(), 1u);
+  EXPECT_EQ(recorded.ops[0].writes[0].id, "input:2");  // in place, into `out`
+  Collector collector;
+  observer_->AddSubscriber(&collector);
+  observer_->BeginIteration(IterationMode::kObserve);
+  m.forward(inputs);
+  observer_->EndIteration();
+  observer_->RemoveSubscriber(&collector);
+  ASSERT_EQ(collector.seen.size(), 1u);
+  EXPECT_EQ(collector.seen[0].kernel, recorded.ops[0].kernel);
+}
+
 TEST_F(ObserverTest, AttentionCountsBothProducts) {
   torch::NoGradGuard no_grad;
   // Called through the dispatcher, boxed, with the schema's defaults: its signature differs by version.

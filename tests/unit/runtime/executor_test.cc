@@ -30,8 +30,8 @@ struct Fixture {
   std::unordered_map<std::string, TensorRange> ranges;
   std::vector<std::string> ids;  // allocation order
 
-  explicit Fixture(const AccessTrace& t) {
-    sim = *sim::SimBackend::Create({.spec = *FindGpuSpec("h200-pcie5")});
+  explicit Fixture(const AccessTrace& t, const GpuSpec& spec = *FindGpuSpec("h200-pcie5")) {
+    sim = *sim::SimBackend::Create({.spec = spec});
     for (const TensorUse& n : t.named) {
       ranges[n.id] = {*sim->AllocateManaged(n.bytes), n.bytes};
       ids.push_back(n.id);
@@ -68,9 +68,24 @@ struct Fixture {
   }
 };
 
-autouvm::v1::Plan PlanFor(const AccessTrace& t, int64_t budget) {
-  const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", budget, "autouvm");
-  return profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
+autouvm::v1::Plan PlanFor(const AccessTrace& t, int64_t budget, const GpuSpec& spec = *FindGpuSpec("h200-pcie5")) {
+  const auto key = profiler::DecodeKey("test", 1, spec.name, budget, "autouvm");
+  return profiler::Analyze(key, t, spec, absl::Now()).plan;
+}
+
+// What crossed the link while `ex` followed `iterations` of `t` within `budget` (Fixture::RunWithin).
+UvmCounters MovedWhileFollowing(Fixture& f, const AccessTrace& t, Executor& ex, int iterations, int64_t budget) {
+  const UvmCounters before = *f.sim->ReadCounters();
+  f.RunWithin(t, ex, iterations, budget, /*account=*/true);
+  EXPECT_TRUE(f.sim->Synchronize().ok());
+  return *f.sim->ReadCounters() - before;
+}
+
+// The H200 on a platform that cannot stage weights (CUDA before 13): what is not pinned is read in place.
+GpuSpec Unstaged() {
+  GpuSpec s = *FindGpuSpec("h200-pcie5");
+  s.uvm.staged_copy_bytes_per_s = 0;
+  return s;
 }
 
 TEST(ExecutorTest, FollowingAPlanKeepsTheDeviceUnderItsBudget) {
@@ -121,11 +136,12 @@ TEST(ExecutorTest, TheFollowerStopsAtTheFirstOpThePlanDoesNotKnow) {
   EXPECT_TRUE(run(same).ok());
 }
 
-TEST(ExecutorTest, ADecodeStepReadsWhatIsNotPinnedInPlace) {
+TEST(ExecutorTest, WithoutStagingADecodeStepReadsWhatIsNotPinnedInPlace) {
   const AccessTrace t = DecodeLike(16, 64);
   const int64_t budget = 16 * 64 * kMiB / 2;
-  Fixture f(t);
-  const autouvm::v1::Plan plan = PlanFor(t, budget);
+  Fixture f(t, Unstaged());
+  const autouvm::v1::Plan plan = PlanFor(t, budget, Unstaged());
+  EXPECT_FALSE(plan.staged());
   EXPECT_GT(plan.remote_size(), 0);
   EXPECT_EQ(plan.prefetches_size(), 0);
   EXPECT_EQ(plan.window_bytes(), 0);
@@ -145,6 +161,77 @@ TEST(ExecutorTest, ADecodeStepReadsWhatIsNotPinnedInPlace) {
   const UvmCounters moved = *f.sim->ReadCounters();
   EXPECT_EQ(moved.gpu_faults, 0);
   EXPECT_GE(moved.remote_bytes, 2 * plan.remote_bytes());
+}
+
+TEST(ExecutorTest, StagedWeightsStreamThroughTheBudgetWithNothingMigratedAndComeBackOnRelease) {
+  const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
+  const int64_t budget = 16 * 64 * kMiB / 2;
+  Fixture f(t);
+  const autouvm::v1::Plan plan = PlanFor(t, budget);
+  EXPECT_TRUE(plan.staged());
+  EXPECT_EQ(plan.remote_size(), 0);  // a staged copy overlaps compute; a remote read does not
+  ASSERT_GT(plan.prefetches_size(), 0);
+  {
+    Executor ex(f.sim.get(), plan, t, f.ranges);
+    ASSERT_TRUE(ex.Prepare().ok());
+    EXPECT_TRUE(ex.stages());
+    const int64_t pinned_in = ex.prefetched_bytes();
+    const UvmCounters moved = MovedWhileFollowing(f, t, ex, 3, budget);
+    // Every streamed byte came in as a staged copy, each iteration (and those of the next one issued
+    // in the last); nothing faulted, migrated or went back.
+    EXPECT_EQ(moved.h2d(MigrationCause::kStaged), ex.prefetched_bytes() - pinned_in);
+    EXPECT_GE(moved.h2d(MigrationCause::kStaged), 3 * plan.streamed_bytes());
+    EXPECT_EQ(moved.h2d_total(), moved.h2d(MigrationCause::kStaged));
+    EXPECT_EQ(moved.gpu_faults, 0);
+    EXPECT_EQ(moved.d2h_total(), 0);
+    EXPECT_EQ(moved.dropped_bytes, ex.evicted_bytes());
+    EXPECT_GT(ex.evicted_bytes(), 0);
+    // A staged range cannot be staged twice, nor brought in under another size.
+    const std::string streamed = plan.prefetches(0).tensors(0);
+    const TensorRange r = f.ranges[streamed];
+    EXPECT_EQ(f.sim->StageOut(r.addr, r.bytes).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(f.sim->StageIn(r.addr, r.bytes / 2, Stream::kCopy).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  // The executor gone, its staged weights are managed memory again (on the host): nothing is left staged.
+  for (const autouvm::v1::Prefetch& p : plan.prefetches()) {
+    for (const std::string& id : p.tensors()) {
+      const TensorRange r = f.ranges[id];
+      EXPECT_EQ(f.sim->Unstage(r.addr, r.bytes).code(), absl::StatusCode::kFailedPrecondition) << id;
+      EXPECT_EQ(f.Resident(id), 0) << id;
+    }
+  }
+}
+
+TEST(ExecutorTest, APlanThatStagesFallsBackToReadMostlyStreamingOnABackendThatCannot) {
+  const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
+  const int64_t budget = 16 * 64 * kMiB / 2;
+  Fixture f(t, Unstaged());
+  const autouvm::v1::Plan plan = PlanFor(t, budget);  // made for a platform that stages
+  ASSERT_TRUE(plan.staged());
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ASSERT_TRUE(ex.Prepare().ok());
+  EXPECT_FALSE(ex.stages());
+  const int64_t pinned_in = ex.prefetched_bytes();
+  const UvmCounters moved = MovedWhileFollowing(f, t, ex, 2, budget);
+  EXPECT_EQ(moved.h2d(MigrationCause::kStaged), 0);
+  EXPECT_EQ(moved.h2d(MigrationCause::kUserPrefetch), ex.prefetched_bytes() - pinned_in);
+  EXPECT_EQ(moved.gpu_faults, 0);
+}
+
+TEST(ExecutorTest, WeightsThatDoNotFillWholeBlocksAreNotStaged) {
+  // 3 MiB weights end in the middle of a 2 MiB block, where a real allocator packs the next tensor and a
+  // discard would reach it (Note [Stage whole blocks]): streamed without staging.
+  const AccessTrace t = testing::DecodeLikeTrace(16, 3, 1, /*elementwise=*/200);
+  const int64_t budget = 16 * 3 * kMiB / 2;
+  Fixture f(t);
+  const autouvm::v1::Plan plan = PlanFor(t, budget);
+  ASSERT_TRUE(plan.staged());
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ASSERT_TRUE(ex.Prepare().ok());
+  const UvmCounters moved = MovedWhileFollowing(f, t, ex, 2, budget);
+  EXPECT_EQ(moved.h2d(MigrationCause::kStaged), 0);
+  EXPECT_GT(moved.h2d(MigrationCause::kUserPrefetch), 0);
+  EXPECT_EQ(moved.gpu_faults, 0);
 }
 
 TEST(ExecutorTest, APaperPlanUnderAnEmulatedDriverStaysWithinTheBudgetAndEvictsNothingItself) {
@@ -209,7 +296,7 @@ std::vector<double> TimedIteration(Fixture& f, const AccessTrace& t) {
 
 TEST(RuntimeMonitorTest, APinnedWeightEvictedBehindThePlansBackIsNamedAndBroughtBack) {
   const AccessTrace t = DecodeLike(8, 64);
-  const int64_t budget = 8 * 64 * kMiB;  // everything fits: all pinned
+  const int64_t budget = 9 * 64 * kMiB;  // everything fits, activations too: all pinned
   Fixture f(t);
   const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", budget, "autouvm");
   const profiler::Analysis a = profiler::Analyze(key, t, f.sim->spec(), absl::Now());
@@ -245,7 +332,7 @@ TEST(RuntimeMonitorTest, APinnedWeightEvictedBehindThePlansBackIsNamedAndBrought
 TEST(RuntimeMonitorTest, ARemoteWeightFoundOnTheDeviceRunsAtHbmSpeed) {
   const AccessTrace t = DecodeLike(8, 64);
   const int64_t budget = 8 * 64 * kMiB / 2;
-  Fixture f(t);
+  Fixture f(t, Unstaged());
   const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", budget, "autouvm");
   const profiler::Analysis a = profiler::Analyze(key, t, f.sim->spec(), absl::Now());
   ASSERT_GT(a.plan.remote_size(), 0);

@@ -59,18 +59,57 @@ TEST(TraceReplayTest, ActivationBlocksAreReusedAfterTheirLastUse) {
 }
 
 // The profiler's plan for the trace and a capacity, as autouvm-sim makes it.
-std::function<autouvm::v1::Plan(int64_t)> ProfilerPlan(const AccessTrace& t) {
-  return [t](int64_t device_bytes) {
-    const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", device_bytes, "autouvm");
-    return profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
+std::function<autouvm::v1::Plan(int64_t)> ProfilerPlan(const AccessTrace& t, const GpuSpec& spec) {
+  return [t, spec](int64_t device_bytes) {
+    const auto key = profiler::DecodeKey("test", 1, spec.name, device_bytes, "autouvm");
+    return profiler::Analyze(key, t, spec, absl::Now()).plan;
   };
 }
+std::function<autouvm::v1::Plan(int64_t)> ProfilerPlan(const AccessTrace& t) { return ProfilerPlan(t, H200()); }
 
-TEST(TraceReplayTest, FollowingThePlanReadsInPlaceWithoutFaultsAndBeatsStock) {
-  const AccessTrace t = DecodeLike(16, 64);  // 1 GiB of weights
+GpuSpec Unstaged() {  // a platform that cannot stage weights (CUDA before 13)
+  GpuSpec s = H200();
+  s.uvm.staged_copy_bytes_per_s = 0;
+  return s;
+}
+
+TEST(TraceReplayTest, FollowingThePlanStagesWhatIsNotPinnedWithoutFaultsAndBeatsStockAndReadingInPlace) {
+  // 1 GiB of weights, and 200 small ops after each product whose launches the copies can hide behind.
+  const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
   auto stock = ReplayTrace(t, H200(), {.oversubscription = 1.5, .iterations = 3});
   auto planned = ReplayTrace(
       t, H200(), {.policy = "autouvm", .make_plan = ProfilerPlan(t), .oversubscription = 1.5, .iterations = 3});
+  auto in_place = ReplayTrace(
+      t, Unstaged(),
+      {.policy = "autouvm", .make_plan = ProfilerPlan(t, Unstaged()), .oversubscription = 1.5, .iterations = 3});
+  ASSERT_TRUE(stock.ok() && planned.ok() && in_place.ok()) << stock.status() << planned.status() << in_place.status();
+  const IterationReport& s = stock->iterations.back();
+  const IterationReport& p = planned->iterations.back();
+  // The weights not pinned come in as staged copies beside the compute: no fault, nothing migrated.
+  EXPECT_EQ(p.moved.gpu_faults, 0);
+  EXPECT_EQ(p.fault_seconds, 0);
+  EXPECT_EQ(p.moved.d2h_total(), 0);
+  EXPECT_GT(p.moved.h2d(MigrationCause::kStaged), 0);
+  EXPECT_EQ(p.moved.h2d_total(), p.moved.h2d(MigrationCause::kStaged));
+  EXPECT_EQ(p.moved.remote_bytes, 0);
+  EXPECT_LT(p.seconds, s.seconds / 3);
+  EXPECT_LT(p.seconds, in_place->iterations.back().seconds);
+  EXPECT_GE(p.seconds, planned->link_floor_seconds);
+}
+
+TEST(TraceReplayTest, WhereNothingHidesTheCopiesThePlanReadsInPlaceRatherThanGiveUpPinnedRoomForAWindow) {
+  const AccessTrace t = DecodeLike(16, 64);  // a product per weight and nothing else
+  const autouvm::v1::Plan plan = ProfilerPlan(t)(16 * 64 * (int64_t{1} << 20) * 2 / 3);
+  EXPECT_FALSE(plan.staged());
+  EXPECT_GT(plan.remote_size(), 0);
+}
+
+TEST(TraceReplayTest, WithoutStagingFollowingThePlanReadsInPlaceWithoutFaultsAndBeatsStock) {
+  const AccessTrace t = DecodeLike(16, 64);  // 1 GiB of weights
+  auto stock = ReplayTrace(t, Unstaged(), {.oversubscription = 1.5, .iterations = 3});
+  auto planned = ReplayTrace(
+      t, Unstaged(),
+      {.policy = "autouvm", .make_plan = ProfilerPlan(t, Unstaged()), .oversubscription = 1.5, .iterations = 3});
   ASSERT_TRUE(stock.ok() && planned.ok()) << stock.status() << planned.status();
   const IterationReport& s = stock->iterations.back();
   const IterationReport& p = planned->iterations.back();

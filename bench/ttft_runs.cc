@@ -1,0 +1,185 @@
+#include "bench/ttft_runs.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "profiler/planner.h"
+#include "profiler/reuse.h"
+#include "runtime/sim/trace_replay.h"
+#include "runtime/status_macros.h"
+
+namespace autouvm::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kLinkBytesPerSecond = 55.4e9;  // pinned copies, ../shared/gpu/NOTES.md
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::Observer* observer,
+                     const runtime::GpuSpec& spec, const TtftOptions& o, PinnedArena* arena) {
+  using runtime::Location;
+  using runtime::MigrationCause;
+  using runtime::Stream;
+  if (o.prompt_len > m.config.max_seq) {
+    return absl::InvalidArgumentError(absl::StrCat("a prompt of ", o.prompt_len, " tokens does not fit the cache's ",
+                                                   m.config.max_seq, " positions"));
+  }
+  if (o.repeats < 2) return absl::InvalidArgumentError("repeats: at least 2 (a cold prefill and a later one)");
+  // The prefill recorded (warm), then the resident reference: its first token and best time of three.
+  RETURN_IF_ERROR(MoveAllToHost(backend, m));
+  for (const auto& [id, r] : m.named)
+    RETURN_IF_ERROR(backend->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
+  RETURN_IF_ERROR(backend->Synchronize());
+  (void)Prefill(m, 1, o.prompt_len);
+  observer->BeginIteration();
+  const std::vector<int64_t> reference = Prefill(m, 1, o.prompt_len);
+  const runtime::AccessTrace trace = observer->EndIteration();
+  {
+    // Do observed iterations run the recorded op sequence? (The policies' followers check it op by op.)
+    struct KernelLog : runtime::OpSubscriber {
+      std::vector<std::string> kernels;
+      void OnOp(const runtime::OpEvent& op) override { kernels.emplace_back(op.kernel); }
+    } log;
+    observer->AddSubscriber(&log);
+    observer->BeginIteration(runtime::IterationMode::kObserve);
+    (void)Prefill(m, 1, o.prompt_len);
+    observer->EndIteration();
+    observer->RemoveSubscriber(&log);
+    observer->BeginIteration();
+    (void)Prefill(m, 1, o.prompt_len);
+    const runtime::AccessTrace again = observer->EndIteration();
+    for (size_t i = 0; i < std::max(log.kernels.size(), trace.ops.size()); ++i) {
+      const std::string a = i < trace.ops.size() ? trace.ops[i].kernel : "(none)";
+      const std::string b = i < log.kernels.size() ? log.kernels[i] : "(none)";
+      const std::string c = i < again.ops.size() ? again.ops[i].kernel : "(none)";
+      if (a != b || a != c) {
+        std::printf(
+            "prefill ops differ from op %zu: recorded %s, observed %s, recorded again %s (ops %zu / %zu / %zu)\n", i,
+            a.c_str(), b.c_str(), c.c_str(), trace.ops.size(), log.kernels.size(), again.ops.size());
+        for (size_t j = i >= 3 ? i - 3 : 0; j < i + 4 && j < trace.ops.size(); ++j) {
+          std::printf("  recorded op %zu: %s (%s)\n", j, trace.ops[j].kernel.c_str(), trace.ops[j].op.c_str());
+        }
+        break;
+      }
+    }
+  }
+  double resident_s = 1e9;
+  for (int k = 0; k < 3; ++k) {
+    const auto t0 = Clock::now();
+    (void)Prefill(m, 1, o.prompt_len);
+    resident_s = std::min(resident_s, Seconds(t0, Clock::now()));
+  }
+  const int64_t activations = [&]() -> int64_t {
+    auto layout = runtime::sim::ReplayTrace(trace, spec, {.iterations = 1});
+    return layout.ok() ? std::max<int64_t>(0, layout->footprint_bytes - m.named_bytes) : 0;
+  }();
+  const int64_t planner_room = profiler::PeakActivationBytes(trace, profiler::ReuseDistances(trace));
+  std::printf(
+      "\nTime to first token, one prompt of %lld tokens (%zu ops; activations' room %.2f GiB): resident %.2f ms\n\n"
+      "| model | prompt | factor | policy | budget GiB | first prefill ms (of it preparing) | TTFT ms | link floor ms "
+      "| floor / TTFT | sim TTFT ms | sim / real | token = reference | resident peak GiB | H2D GiB (staged) | other "
+      "arrivals GiB | fault groups | plan: pinned / remote / streamed GiB |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      (long long)o.prompt_len, trace.ops.size(), activations / kGiB, 1e3 * resident_s);
+  std::fflush(stdout);
+
+  for (const double factor : o.factors) {
+    const auto budget = static_cast<int64_t>(static_cast<double>(m.named_bytes) / factor);
+    const double floor_s = std::max(resident_s, static_cast<double>(m.named_bytes - budget) / kLinkBytesPerSecond);
+    for (const std::string& policy : o.policies) {
+      RETURN_IF_ERROR(MoveAllToHost(backend, m));
+      std::unique_ptr<BudgetPolicy> managed;
+      std::unique_ptr<ExplicitOffload> offload;
+      runtime::OpSubscriber* follow = nullptr;
+      const auto t_prepare = Clock::now();
+      if (BudgetPolicy::Known(policy)) {
+        // As in the decode runs: the planner gets the room it sets aside for activations on top.
+        ASSIGN_OR_RETURN(managed, BudgetPolicy::Create(policy, backend, trace, m,
+                                                       policy == "autouvm" ? budget + planner_room : budget, 1));
+        follow = managed->subscriber();
+      } else if (policy == "explicit") {
+        if (arena == nullptr) return absl::InvalidArgumentError("explicit needs the pinned arena");
+        ASSIGN_OR_RETURN(offload, ExplicitOffload::Create(m.module, m.config.n_layers, m.named, trace, budget, arena,
+                                                          /*synchronous=*/false));
+        for (const runtime::TensorRange& r : offload->resident_ranges()) {
+          RETURN_IF_ERROR(backend->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
+        }
+        RETURN_IF_ERROR(backend->Synchronize());
+        follow = offload.get();
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("policy ", policy, ": not one the TTFT runs know"));
+      }
+      const double prepare_s = Seconds(t_prepare, Clock::now());
+      if (follow != nullptr) observer->AddSubscriber(follow);
+      std::vector<double> times;
+      bool match = true;
+      std::string note;
+      ASSIGN_OR_RETURN(runtime::UvmCounters before_last, backend->ReadCounters());
+      for (int k = 0; k < o.repeats; ++k) {
+        if (k == o.repeats - 1) {
+          RETURN_IF_ERROR(backend->Synchronize());
+          ASSIGN_OR_RETURN(before_last, backend->ReadCounters());
+        }
+        const auto t0 = Clock::now();
+        if (follow != nullptr) observer->BeginIteration(runtime::IterationMode::kObserve);
+        match = Prefill(m, 1, o.prompt_len) == reference && match;  // synchronizes (the token to the host)
+        if (follow != nullptr) observer->EndIteration();
+        times.push_back(Seconds(t0, Clock::now()) + (k == 0 ? prepare_s : 0.0));
+        if (managed != nullptr) {
+          if (absl::Status why = managed->EndIteration(); !why.ok()) note = std::string(why.message());
+        }
+      }
+      if (follow != nullptr) observer->RemoveSubscriber(follow);
+      RETURN_IF_ERROR(backend->Synchronize());
+      ASSIGN_OR_RETURN(const runtime::UvmCounters after, backend->ReadCounters());
+      const runtime::UvmCounters moved = after - before_last;
+      const double ttft_s = Median(std::vector<double>(times.begin() + 1, times.end()));
+      double sim_s = 0;
+      if (managed != nullptr) {
+        runtime::sim::ReplayOptions so{.policy = policy, .device_bytes = budget + activations, .iterations = 3};
+        if (policy != "stock") {
+          so.policy = policy == "autouvm" ? "autouvm" : "paper";
+          so.make_plan = [&](int64_t) { return managed->plan(); };
+        }
+        if (policy != "autouvm" && factor > 1.0) so.emulated_eviction_budget = budget;
+        if (auto sim = runtime::sim::ReplayTrace(trace, spec, so); sim.ok()) sim_s = sim->iterations.back().seconds;
+      }
+      const autouvm::v1::Plan* plan = managed != nullptr && policy != "stock" ? &managed->plan() : nullptr;
+      const std::string plan_cell =
+          plan != nullptr
+              ? absl::StrFormat("%.2f / %.2f / %.2f%s", plan->pinned_bytes() / kGiB, plan->remote_bytes() / kGiB,
+                                plan->streamed_bytes() / kGiB, plan->staged() ? " staged" : "")
+          : offload ? absl::StrFormat("copied per prefill: %.2f", offload->offloaded_bytes() / kGiB)
+                    : "-";
+      const int64_t peak = managed ? managed->peak_resident_bytes() : offload ? offload->accounted() : 0;
+      std::printf(
+          "| %s | %lld | %.2f | %s | %.2f | %.1f (%.1f) | %.2f | %.2f | %.0f%% | %.2f | %.2f | %s | %.2f | "
+          "%.2f (%.2f) | %.2f | %lld | %s |%s\n",
+          m.config.name.c_str(), (long long)o.prompt_len, factor, policy.c_str(), budget / kGiB, 1e3 * times.front(),
+          1e3 * prepare_s, 1e3 * ttft_s, 1e3 * floor_s, 100 * floor_s / ttft_s, 1e3 * sim_s, sim_s / ttft_s,
+          match ? "yes" : "NO", peak / kGiB, moved.h2d_total() / kGiB, moved.h2d(MigrationCause::kStaged) / kGiB,
+          (moved.h2d(MigrationCause::kFault) + moved.h2d(MigrationCause::kDriverPrefetch)) / kGiB,
+          (long long)moved.gpu_fault_groups, plan_cell.c_str(), note.empty() ? "" : (" " + note).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace autouvm::bench
