@@ -157,10 +157,19 @@ struct Observer::Impl {
     r.index = static_cast<int64_t>(trace.ops.size());
     r.op = op;
     r.kernel = absl::StrCat(op, "#", launches[op]++);
+    // Note [Fresh destinations]: a conversion (aten::to, contiguous) allocates its result in a
+    // bookkeeping op and fills it with an in-place child (aten::copy_), whose `self` is then a tensor no
+    // counted op has produced. It is this op's output, not something the iteration read: an activation
+    // made here (it was "input:<k>", which the planner took for a persistent tensor and streamed).
+    const void* fresh_destination = nullptr;
+    if (absl::EndsWith(op, "_") && !inputs.empty() && StorageKey(inputs.front()) != nullptr && !Known(inputs.front())) {
+      fresh_destination = StorageKey(inputs.front());
+      Remember(inputs.front(), absl::StrCat("act:", op, "@", r.index, ".0"));
+    }
     std::set<std::string> seen;
     for (const auto& t : inputs) {
       const void* key = StorageKey(t);
-      if (key == nullptr) continue;
+      if (key == nullptr || key == fresh_destination) continue;
       std::string id = IdOf(t);
       if (seen.insert(id).second) r.reads.push_back(Use(std::move(id), t));
     }
@@ -247,6 +256,17 @@ struct Observer::Impl {
     std::string id = absl::StrCat("input:", inputs_seen++);
     Remember(t, id);
     return id;
+  }
+
+  // Whether the tensor already has an identity (named, or produced or read earlier in the iteration).
+  bool Known(const at::Tensor& t) {
+    const void* key = StorageKey(t);
+    {
+      std::lock_guard<std::mutex> lock(names_mu);
+      if (names.count(key)) return true;
+    }
+    auto it = live.find(key);
+    return it != live.end() && SameStorage(it->second.storage, t);
   }
 
   void Remember(const at::Tensor& t, const std::string& id) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +92,7 @@ struct ReplayArgs {
   std::string policy = "stock";
   int iterations = 3;
   int top_ops = 0;
+  int show_plan = 0;
   bool emulated_eviction = false;
 };
 
@@ -129,6 +131,43 @@ absl::StatusOr<GpuSpec> FindSpec(const std::string& name, const std::vector<GpuS
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
+// What the plan a replay followed keeps and moves: its partition and the `n` tensors it fetches the
+// most bytes of per iteration.
+void PrintPlan(const AccessTrace& trace, const autouvm::v1::Plan& plan, const std::string& label, int n) {
+  std::printf(
+      "\nplan, %s: budget %.2f GiB, window %.2f GiB; pinned %.2f GiB (%d tensors), read in place %.2f GiB (%d), "
+      "streamed %.2f GiB per iteration in %d fetches%s\n",
+      label.c_str(), GiB(plan.budget_bytes()), GiB(plan.window_bytes()), GiB(plan.pinned_bytes()), plan.pinned_size(),
+      GiB(plan.remote_bytes()), plan.remote_size(), GiB(plan.streamed_bytes()), plan.prefetches_size(),
+      plan.staged() ? ", staged" : "");
+  std::map<std::string, std::pair<int, int64_t>> fetched;  // id → fetches, bytes
+  for (const autouvm::v1::Prefetch& f : plan.prefetches()) {
+    for (const std::string& id : f.tensors()) ++fetched[id].first;
+  }
+  std::vector<std::pair<std::string, int>> order(fetched.size());
+  std::transform(fetched.begin(), fetched.end(), order.begin(), [](const auto& kv) {
+    return std::pair<std::string, int>{kv.first, kv.second.first};
+  });
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  // Each tensor's size and its first reader, from the trace.
+  std::map<std::string, std::pair<int64_t, std::string>> seen;
+  for (const autouvm::runtime::OpRecord& op : trace.ops) {
+    for (const auto* uses : {&op.reads, &op.writes}) {
+      for (const autouvm::runtime::TensorUse& u : *uses) {
+        auto [it, fresh] = seen.try_emplace(u.id, u.span(), op.kernel);
+        if (!fresh) it->second.first = std::max(it->second.first, u.span());
+      }
+    }
+  }
+  if (!order.empty()) std::printf("\n| tensor | MiB | fetches per iteration | first used by |\n|---|---|---|---|\n");
+  for (size_t i = 0; i < order.size() && static_cast<int>(i) < n; ++i) {
+    const auto it = seen.find(order[i].first);
+    std::printf("| %s | %.2f | %d | %s |\n", order[i].first.c_str(),
+                it == seen.end() ? 0.0 : static_cast<double>(it->second.first) / (1 << 20), order[i].second,
+                it == seen.end() ? "-" : it->second.second.c_str());
+  }
+}
+
 absl::Status Replay(const ReplayArgs& a) {
   ASSIGN_OR_RETURN(AccessTrace trace, ReadTrace(a.trace));
   std::vector<GpuSpec> extra;
@@ -160,9 +199,11 @@ absl::Status Replay(const ReplayArgs& a) {
         options.emulated_eviction_budget = static_cast<int64_t>(static_cast<double>(named) / factor);
       }
       // `paper`, `autouvm`: the profiler's plan for this trace, made for the capacity the replay runs with.
-      options.make_plan = [&trace, &spec, &a](int64_t device_bytes) {
+      autouvm::v1::Plan followed;
+      options.make_plan = [&trace, &spec, &a, &followed](int64_t device_bytes) {
         const auto key = autouvm::profiler::DecodeKey("replay", 1, spec.name, device_bytes, a.policy);
-        return autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;
+        followed = autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;
+        return followed;
       };
       ASSIGN_OR_RETURN(auto r, autouvm::runtime::sim::ReplayTrace(trace, spec, options));
       const auto& last = r.iterations.back();
@@ -180,6 +221,9 @@ absl::Status Replay(const ReplayArgs& a) {
           GiB(m.d2h(MigrationCause::kEviction)), static_cast<long long>(m.gpu_faults),
           static_cast<long long>(m.gpu_fault_groups), static_cast<long long>(m.evictions),
           static_cast<long long>(m.thrashing), 1e3 * last.fault_seconds);
+      if (a.show_plan > 0 && a.policy != "stock") {
+        PrintPlan(trace, followed, absl::StrFormat("%s at %.2fx", spec.name, over), a.show_plan);
+      }
       if (a.top_ops > 0) reports.push_back({absl::StrFormat("%s at %.2fx", spec.name, over), std::move(r)});
     }
   }
@@ -217,6 +261,11 @@ int main(int argc, char** argv) {
   replay->add_flag("--emulated-eviction", rep.emulated_eviction,
                    "stock and paper: emulate the driver's eviction at op boundaries under the named bytes / "
                    "oversubscription, as bench/offload_bench does on the GPU");
+  replay
+      ->add_option("--show-plan", rep.show_plan,
+                   "paper, autouvm: also print each plan's partition and the N tensors it fetches most often")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   replay->add_option("--top-ops", rep.top_ops, "also list the N slowest ops of each steady iteration")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();

@@ -74,6 +74,35 @@ TEST(SimToolTest, RecordsAndReplaysADecodeStep) {
   EXPECT_GT(std::stoll(emulated[0][12]), 0) << out;
 }
 
+TEST(SimToolTest, ShowsWhatThePlanOfAPrefillPinsAndFetches) {
+  TempDir dir;
+  // Weights of a few MiB each, and a prompt long enough that the products read them at too high an
+  // intensity to be read in place: the plan streams them.
+  server::ModelConfig c = server::DefaultTinyModelConfig("simmodel");
+  c.dim = 512, c.head_dim = 64, c.ffn_dim = 1408;
+  ASSERT_TRUE(server::WriteLlamaModel(c, 3, dir.path()).ok());
+  const std::string trace = dir.Sub("prefill.trace");
+  std::string out, err;
+  ASSERT_EQ(Sim({"record", "--model", dir.Sub("simmodel"), "--phase", "prefill", "--prompt-len", "256", "--out", trace},
+                &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(Sim({"replay", "--trace", trace, "--policy", "autouvm", "--oversubscription", "2", "--show-plan", "3"},
+                &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("plan, h200-pcie5 at 2.00x: budget "));
+  EXPECT_THAT(out, HasSubstr("| tensor | MiB | fetches per iteration | first used by |"));
+  int listed = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) listed += line.rfind("| param:", 0) == 0 ? 1 : 0;
+  EXPECT_GE(listed, 1) << out;
+  EXPECT_LE(listed, 3) << out;
+  // Without the flag, or for stock, no plan is shown.
+  ASSERT_EQ(Sim({"replay", "--trace", trace, "--oversubscription", "2", "--show-plan", "3"}, &out, &err), 0) << err;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("plan, ")));
+}
+
 TEST(SimToolTest, BadInputIsNamed) {
   TempDir dir;
   const std::string junk = dir.Sub("junk.trace");

@@ -285,6 +285,33 @@ TEST_F(ObserverTest, AnOutOverloadIsCountedInRecordedAndObservedIterations) {
   EXPECT_EQ(collector.seen[0].kernel, recorded.ops[0].kernel);
 }
 
+// A conversion's result is allocated by a bookkeeping op and filled by aten::copy_: an activation that
+// copy_ writes, not an input it reads (Note [Fresh destinations]).
+TEST_F(ObserverTest, AConversionsResultIsAnActivationOfTheCopyThatFillsIt) {
+  torch::NoGradGuard no_grad;
+  const AccessTrace t = TraceScript(observer_.get(), "def forward(self, x, y):\n  return torch.mm(x.double(), y)\n",
+                                    {torch::randn({64, 64}), torch::randn({64, 64}, torch::kFloat64)});
+  std::string ops;
+  for (const auto& op : t.ops) {
+    ops += op.kernel + " reads";
+    for (const auto& u : op.reads) ops += " " + u.id;
+    ops += " writes";
+    for (const auto& u : op.writes) ops += " " + u.id;
+    ops += "; ";
+  }
+  ASSERT_EQ(t.ops.size(), 2u) << ops;
+  EXPECT_EQ(t.ops[0].op, "aten::copy_") << ops;
+  ASSERT_EQ(t.ops[0].reads.size(), 1u);
+  EXPECT_EQ(t.ops[0].reads[0].id, "input:0");  // x
+  ASSERT_EQ(t.ops[0].writes.size(), 1u);
+  EXPECT_EQ(t.ops[0].writes[0].id, "act:aten::copy_@0.0");
+  ASSERT_FALSE(t.ops[1].reads.empty());
+  EXPECT_EQ(t.ops[1].reads[0].id, "act:aten::copy_@0.0") << ops;
+  EXPECT_EQ(t.ops[1].op, "aten::mm") << ops;
+  ASSERT_EQ(t.ops[1].reads.size(), 2u) << ops;
+  EXPECT_EQ(t.ops[1].reads[1].id, "input:1") << ops;  // y: the only other thing the iteration read
+}
+
 TEST_F(ObserverTest, AttentionCountsBothProducts) {
   torch::NoGradGuard no_grad;
   // Called through the dispatcher, boxed, with the schema's defaults: its signature differs by version.
