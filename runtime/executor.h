@@ -66,8 +66,10 @@ class Executor {
   // Whether BeforeOp/AfterOp do anything: a plan that pins or reads in place everything needs no
   // op boundaries after Prepare().
   bool follows_ops() const { return !fetches_.empty(); }
-  // Whether streamed weights are staged (the plan asks for it and the backend can).
+  // Whether streamed weights are staged (the plan asks for it and the backend can), and the bytes of
+  // those Prepare() staged that Release() has not put back.
   bool stages() const { return stage_; }
+  int64_t staged_bytes() const;
   int64_t prefetched_bytes() const { return prefetched_bytes_; }
   int64_t evicted_bytes() const { return evicted_bytes_; }
   // The named bytes the executor has placed on the device and not yet evicted (pinned, and streamed
@@ -109,8 +111,9 @@ class Executor {
 
 // Drives an Executor from the Observer's op boundaries during observed iterations, checking each op
 // against the kernel the plan was made for. On the first op that differs (another op sequence than
-// the profiled one), or a backend error, it stops following for the rest of the iteration: the ops
-// left fault as without a plan. Counted in mismatches(); the caller re-profiles the key.
+// the profiled one), or a backend error, it stops following for the rest of the iteration: staged
+// weights go back to managed memory and the ops left fault as without a plan. Counted in mismatches(); the caller
+// re-profiles the key.
 //
 //   PlanFollower follower(&executor, trace);
 //   observer->AddSubscriber(&follower);
@@ -130,6 +133,8 @@ class PlanFollower final : public OpSubscriber {
   int64_t ops_followed() const { return ops_followed_; }
 
  private:
+  void Stop(absl::Status why);  // and put staged weights back (Note [Stopping with staged weights])
+
   Executor* const executor_;
   std::vector<std::string> kernels_;  // the plan's op sequence
   bool stopped_ = false;

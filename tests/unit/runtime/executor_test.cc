@@ -117,6 +117,7 @@ TEST(ExecutorTest, TheFollowerStopsAtTheFirstOpThePlanDoesNotKnow) {
   std::vector<std::string> same;
   for (const OpRecord& op : t.ops) same.push_back(op.kernel);
   EXPECT_TRUE(run(same).ok());
+  EXPECT_GT(ex.staged_bytes(), 0);
   const int64_t fetched = ex.prefetched_bytes();
   EXPECT_GT(fetched, 0);
   EXPECT_EQ(follower.mismatches(), 0);
@@ -127,6 +128,14 @@ TEST(ExecutorTest, TheFollowerStopsAtTheFirstOpThePlanDoesNotKnow) {
   EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(why.message(), HasSubstr("op 3 is aten::addmm#0, the plan expected aten::mm#3"));
   EXPECT_EQ(follower.mismatches(), 1);
+  // The plan staged its streamed weights; stopping put them back in managed memory, where the ops left
+  // to the driver can fault them in (Note [Stopping with staged weights]).
+  ASSERT_TRUE(ex.stages());
+  EXPECT_EQ(ex.staged_bytes(), 0);
+  for (const std::string& id : f.ids) {
+    EXPECT_EQ(f.sim->Unstage(f.ranges[id].addr, f.ranges[id].bytes).code(), absl::StatusCode::kFailedPrecondition)
+        << id;
+  }
   const int64_t after_mismatch = ex.prefetched_bytes();
   EXPECT_LT(after_mismatch - fetched, fetched);  // ops 4.. were left to the driver
 
