@@ -41,19 +41,23 @@ void UvmModel::ForEachBlock(uint64_t addr, int64_t bytes, F f) {
   }
 }
 
-void UvmModel::MigrateToDevice(uint64_t base, Block& block, int page, MigrationCause cause) {
-  Page& p = block.pages[page];
-  if (p.on_device) return;
+void UvmModel::EnterDevice(uint64_t base, Block& block, Page& p) {
   MakeRoom(base, 1);
   p.on_device = true;
-  if (!p.read_mostly) p.host_valid = false;  // migrated, not duplicated
-  if (p.evicted && cause != MigrationCause::kUserPrefetch) ++counters_.thrashing;
   p.evicted = false;
   if (block.resident++ == 0) {
     block.has_chunk = true;
     block.chunk = chunks_.insert(chunks_.end(), base);
   }
   ++device_pages_;
+}
+
+void UvmModel::MigrateToDevice(uint64_t base, Block& block, int page, MigrationCause cause) {
+  Page& p = block.pages[page];
+  if (p.on_device) return;
+  if (p.evicted && cause != MigrationCause::kUserPrefetch) ++counters_.thrashing;
+  EnterDevice(base, block, p);
+  if (!p.read_mostly) p.host_valid = false;  // migrated, not duplicated
   counters_.h2d_bytes[static_cast<int>(cause)] += config_.page_bytes;
 }
 
@@ -207,15 +211,8 @@ void UvmModel::Populate(uint64_t addr, int64_t bytes) {
     for (int p = first; p <= last; ++p) {
       Page& page = block.pages[p];
       if (page.on_device) continue;
-      MakeRoom(base, 1);
-      page.on_device = true;
+      EnterDevice(base, block, page);
       page.host_valid = false;
-      page.evicted = false;
-      if (block.resident++ == 0) {
-        block.has_chunk = true;
-        block.chunk = chunks_.insert(chunks_.end(), base);
-      }
-      ++device_pages_;
       ++work_.populated_pages;
     }
   });

@@ -106,6 +106,7 @@ class UvmModel {
   // Calls f(block_base, block, first_page, last_page) for each block overlapping the range.
   template <typename F>
   void ForEachBlock(uint64_t addr, int64_t bytes, F f);
+  void EnterDevice(uint64_t base, Block& block, Page& page);  // room made, a chunk for its block, counted
   void MigrateToDevice(uint64_t base, Block& block, int page, MigrationCause cause);
   void MigrateToHost(Block& block, int page, MigrationCause cause);
   void DropPage(Block& block, int page);
