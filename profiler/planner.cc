@@ -74,9 +74,10 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
     // for large prefetches), and read in place it takes no device memory, no window and no eviction —
     // which on the real driver is the expensive part (a read-mostly copy is not dropped by a prefetch
     // to the host). Such tensors that are not pinned are read remotely; the others are streamed.
-    // Where weights can be staged, they are streamed instead: a staged copy runs on a copy engine at
-    // 50.7 GB/s beside the compute and the host's op launches, and is dropped for 6.6 us per block,
-    // while a remote read holds its op (and every op after it) for its whole transfer at 47.9 GB/s.
+    // Where weights can be staged, the plan that streams them instead is made too (Note [Staged or in
+    // place]): a staged copy runs on a copy engine beside the compute and the host's op launches (39-40
+    // GB/s pipelined on the H200, populate and discard included), while a remote read holds its op (and
+    // every op after it) for its whole transfer at 47.9 GB/s.
     std::vector<int> users(reuse.size(), 0), user(reuse.size(), -1);
     for (int64_t i = 0; i < n; ++i) {
       for (int t : touched[static_cast<size_t>(i)]) {
@@ -209,7 +210,8 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
 // H200). Staging wins where the step has enough other work to hide the copies behind — a prefill's
 // matrix products, whose weights cannot be read in place at all (kMaxRemoteFlopsPerByte) — and reading
 // in place where it has little (a decode step: the 7B's staged steps took 201 ms at factor 2.0 against
-// 176 read in place). The planner makes both and keeps the one EstimateStepSeconds finds faster.
+// 164-167 read in place, bench/results/2026-11-30-staged-ttft-h200.md). The planner makes both and
+// keeps the one EstimateStepSeconds finds faster.
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
                            const PlanOptions& options) {

@@ -97,8 +97,9 @@ class DeviceBackend {
   // the managed pages; StageIn, in order on `stream`, populates the range on the device (nothing
   // migrates: the pages hold nothing) and copies the host copy in with a copy engine; Discard drops it
   // again for free; Unstage puts the contents back in the managed range, on the host, and frees the copy.
-  // The copy runs at the pinned-copy rate and overlaps compute, where a remote read takes the op's own
-  // time and a migrated read-mostly copy cannot be dropped cheaply (bench/results/2026-11-30-staged-ttft-h200.md).
+  // The copy runs on a copy engine beside compute (on the H200 50.7 GB/s alone, 39-40 pipelined with
+  // the populates and discards), where a remote read takes the op's own time and a migrated read-mostly
+  // copy cannot be dropped cheaply (bench/results/2026-11-30-staged-ttft-h200.md).
   // Ranges are staged whole: StageIn and Unstage take the addr and bytes StageOut was given.
   // UNIMPLEMENTED where the backend cannot (CUDA before 13).
   virtual bool can_stage() const { return false; }
