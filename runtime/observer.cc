@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -162,7 +163,8 @@ struct Observer::Impl {
     // counted op has produced. It is this op's output, not something the iteration read: an activation
     // made here (it was "input:<k>", which the planner took for a persistent tensor and streamed).
     const void* fresh_destination = nullptr;
-    if (absl::EndsWith(op, "_") && !inputs.empty() && StorageKey(inputs.front()) != nullptr && !Known(inputs.front())) {
+    if (absl::EndsWith(op, "_") && !inputs.empty() && StorageKey(inputs.front()) != nullptr &&
+        !KnownId(inputs.front())) {
       fresh_destination = StorageKey(inputs.front());
       Remember(inputs.front(), absl::StrCat("act:", op, "@", r.index, ".0"));
     }
@@ -242,6 +244,15 @@ struct Observer::Impl {
   // address therefore names a tensor only while the storage seen there is still alive and the same: each
   // entry keeps a weak reference to its storage, and a mismatch makes a new identity.
   std::string IdOf(const at::Tensor& t) {
+    if (std::optional<std::string> id = KnownId(t)) return *std::move(id);
+    std::string id = absl::StrCat("input:", inputs_seen++);
+    Remember(t, id);
+    return id;
+  }
+
+  // The tensor's identity if it has one already (named — then counted as touched by the iteration — or
+  // produced or read earlier in it).
+  std::optional<std::string> KnownId(const at::Tensor& t) {
     const void* key = StorageKey(t);
     {
       std::lock_guard<std::mutex> lock(names_mu);
@@ -253,20 +264,7 @@ struct Observer::Impl {
     }
     auto it = live.find(key);
     if (it != live.end() && SameStorage(it->second.storage, t)) return it->second.id;
-    std::string id = absl::StrCat("input:", inputs_seen++);
-    Remember(t, id);
-    return id;
-  }
-
-  // Whether the tensor already has an identity (named, or produced or read earlier in the iteration).
-  bool Known(const at::Tensor& t) {
-    const void* key = StorageKey(t);
-    {
-      std::lock_guard<std::mutex> lock(names_mu);
-      if (names.count(key)) return true;
-    }
-    auto it = live.find(key);
-    return it != live.end() && SameStorage(it->second.storage, t);
+    return std::nullopt;
   }
 
   void Remember(const at::Tensor& t, const std::string& id) {

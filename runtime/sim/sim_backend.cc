@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
 
 namespace autouvm::runtime::sim {
 namespace {
@@ -125,20 +126,23 @@ void SimBackend::Copy(int64_t bytes, Stream stream) {
   clock_[Index(stream)] += static_cast<double>(bytes) / options_.spec.link_bytes_per_s;
 }
 
+absl::Status SimBackend::WithinOneAllocation(std::string_view what, uint64_t addr, int64_t bytes) const {
+  auto it = allocations_.upper_bound(addr);
+  if (it == allocations_.begin() ||
+      addr + static_cast<uint64_t>(bytes) > std::prev(it)->first + static_cast<uint64_t>(std::prev(it)->second)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(what), " of ", bytes, " bytes at ", addr, ": not within one managed allocation",
+                     it == allocations_.begin() ? std::string(" (none starts before it)")
+                                                : absl::StrCat(" (the one before it holds ", std::prev(it)->second,
+                                                               " bytes from ", std::prev(it)->first, ")")));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SimBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) {
   if (bytes < 0) return absl::InvalidArgumentError("prefetch of a negative size");
   // As CUDA (cudaErrorInvalidValue): one prefetch stays within one managed allocation.
-  if (bytes > 0) {
-    auto it = allocations_.upper_bound(addr);
-    if (it == allocations_.begin() ||
-        addr + static_cast<uint64_t>(bytes) > std::prev(it)->first + static_cast<uint64_t>(std::prev(it)->second)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prefetch of ", bytes, " bytes at ", addr, ": not within one managed allocation",
-                       it == allocations_.begin() ? std::string(" (none starts before it)")
-                                                  : absl::StrCat(" (the one before it holds ", std::prev(it)->second,
-                                                                 " bytes from ", std::prev(it)->first, ")")));
-    }
-  }
+  if (bytes > 0) RETURN_IF_ERROR(WithinOneAllocation("prefetch", addr, bytes));
   // Note [Prefetches hold the host]: a prefetch starts once the host has issued it and its stream is
   // free; one to the device holds the calling thread for most of its transfer (UvmCosts::
   // prefetch_host_hold), so the host issues nothing else — no kernel, no other prefetch — meanwhile.
@@ -233,12 +237,7 @@ absl::StatusOr<UvmCounters> SimBackend::ReadCounters() {
 absl::Status SimBackend::StageOut(uint64_t addr, int64_t bytes) {
   if (!can_stage()) return DeviceBackend::StageOut(addr, bytes);
   if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
-  auto it = allocations_.upper_bound(addr);
-  if (it == allocations_.begin() ||
-      addr + static_cast<uint64_t>(bytes) > std::prev(it)->first + static_cast<uint64_t>(std::prev(it)->second)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("staging ", bytes, " bytes at ", addr, ": not within one managed allocation"));
-  }
+  RETURN_IF_ERROR(WithinOneAllocation("staging", addr, bytes));
   if (!staged_.emplace(addr, bytes).second) {
     return absl::FailedPreconditionError(absl::StrCat("the range at ", addr, " is staged already"));
   }

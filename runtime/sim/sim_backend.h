@@ -102,6 +102,9 @@ class SimBackend final : public DeviceBackend {
  private:
   explicit SimBackend(SimOptions options);
   static int Index(Stream s) { return s == Stream::kCompute ? 0 : 1; }
+  // INVALID_ARGUMENT unless [addr, addr + bytes) lies in one managed allocation (as CUDA requires of a
+  // prefetch); `what` names the call in the message.
+  absl::Status WithinOneAllocation(std::string_view what, uint64_t addr, int64_t bytes) const;
   // Applies `change` to the model and returns the seconds the driver spends on what it did.
   template <typename Change>
   double Charge(Change change, bool prefetch_to_device);
