@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
+#include "runtime/trace_proto.h"
 
 namespace autouvm::profiler {
 
@@ -125,7 +126,35 @@ bool ProfileJobs::ShouldVerify(const autouvm::v1::ProfileKey& key) {
 
 void ProfileJobs::Verify(const autouvm::v1::ProfileKey& key, std::vector<std::string> ops) {
   absl::MutexLock lock(&mu_);
+  checking_.insert(EncodeKey(key));
   queue_.push_back({key, Check{std::move(ops)}});
+}
+
+absl::StatusOr<PlanToFollow> ProfileJobs::ReadPlan(const autouvm::v1::ProfileKey& key) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = status_.find(EncodeKey(key));
+    if (it == status_.end() || it->second.state != ProfileState::kReady || !it->second.verified ||
+        checking_.count(it->first) > 0) {
+      return absl::NotFoundError(absl::StrCat(EncodeKey(key), ": no checked plan"));
+    }
+  }
+  auto damaged = [&](const std::string& what) {
+    std::string reason = absl::StrCat("reading its plan to follow: ", what);
+    std::cerr << "autouvmd: profiler: " << EncodeKey(key) << ": " << reason << "; profiling it again\n";
+    absl::MutexLock lock(&mu_);
+    Set(key, ProfileState::kStale, reason);
+    return absl::DataLossError(absl::StrCat(EncodeKey(key), ": ", reason));
+  };
+  auto profile = repository_->Get(key);
+  if (!profile.ok()) return damaged(std::string(profile.status().message()));
+  auto plan_bytes = repository_->GetPlan(key);
+  if (!plan_bytes.ok()) return damaged(std::string(plan_bytes.status().message()));
+  if (!profile->has_value() || !plan_bytes->has_value()) return damaged("the profile or its plan is gone");
+  PlanToFollow out;
+  if (!out.plan.ParseFromString(**plan_bytes)) return damaged("the stored plan does not parse");
+  out.trace = runtime::FromProto((*profile)->trace());
+  return out;
 }
 
 ProfileStatus ProfileJobs::Status(const autouvm::v1::ProfileKey& key) const {
@@ -176,6 +205,7 @@ void ProfileJobs::Work() {
       RunCheck(job->key, std::get<Check>(job->work));
     }
     absl::MutexLock lock(&mu_);
+    if (std::holds_alternative<Check>(job->work)) checking_.erase(EncodeKey(job->key));
     --busy_;
   }
 }

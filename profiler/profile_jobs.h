@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "autouvm/v1/profile.pb.h"
@@ -55,6 +56,12 @@ struct ProfileStatus {
   bool verified = false;             // recorded here, or its ops checked against an iteration
 };
 
+// A stored plan and the trace it was made from: what a runtime::Executor follows.
+struct PlanToFollow {
+  autouvm::v1::Plan plan;
+  runtime::AccessTrace trace;
+};
+
 class ProfileJobs {
  public:
   ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const runtime::Clock* clock);
@@ -79,6 +86,10 @@ class ProfileJobs {
   void Verify(const autouvm::v1::ProfileKey& key, std::vector<std::string> ops);
 
   ProfileStatus Status(const autouvm::v1::ProfileKey& key) const;
+  // The stored plan of a ready key this process recorded or has checked, read from the repository:
+  // NOT_FOUND while the key is not ready, unchecked or being checked; DATA_LOSS if what is stored is
+  // damaged (the key is then made stale).
+  absl::StatusOr<PlanToFollow> ReadPlan(const autouvm::v1::ProfileKey& key);
   std::vector<ProfileStatus> All() const;
   // Iterations whose ops differed from their profile, and the ops that differed in them.
   int64_t identity_mismatches() const { return identity_mismatches_.load(); }
@@ -112,6 +123,7 @@ class ProfileJobs {
   mutable absl::Mutex mu_;
   std::map<std::string, ProfileStatus> status_ ABSL_GUARDED_BY(mu_);  // by encoded key
   std::set<std::string> looking_up_ ABSL_GUARDED_BY(mu_);             // first sight, store being read
+  std::set<std::string> checking_ ABSL_GUARDED_BY(mu_);               // Verify queued or running
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -88,6 +88,24 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_decode_steps_total(stats.decode_steps_total);
   out->set_decode_rows_total(stats.batched_rows_total);
   profiles_->FillModelStatus(m, out);
+  if (m.execution != nullptr) {
+    const ExecutionStats e = m.execution->stats();
+    auto* x = out->mutable_execution();
+    x->set_backend(e.backend);
+    x->set_following(e.following);
+    x->set_followed_iterations(static_cast<uint64_t>(e.followed_iterations));
+    x->set_abandoned_iterations(static_cast<uint64_t>(e.abandoned_iterations));
+    x->set_plan_switches(static_cast<uint64_t>(e.plan_switches));
+    x->set_prefetched_bytes(e.prefetched_bytes);
+    x->set_evicted_bytes(e.evicted_bytes);
+    x->set_resident_bytes(e.resident_bytes);
+    x->set_staged_bytes(e.staged_bytes);
+    x->set_last_error(e.last_error);
+    x->set_gpu_fault_groups(e.counters.gpu_fault_groups);
+    x->set_h2d_bytes(e.counters.h2d_total());
+    x->set_d2h_bytes(e.counters.d2h_total());
+    x->set_evictions(e.counters.evictions);
+  }
 }
 
 grpc::ServerUnaryReactor* AdminService::ListModels(grpc::CallbackServerContext* context,

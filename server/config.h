@@ -48,6 +48,7 @@ struct ServerConfig {
   int64_t intra_op_threads = 0;    // 0: libtorch's default
   std::string gpu = "h200-pcie5";  // the GpuSpec profiles are planned for and keyed by (runtime/gpu_spec.h)
   bool profiling = true;           // profile each (model, shape) on first use (profiler.enabled)
+  bool executor = true;            // follow plans at op boundaries (runtime.executor)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).
   std::string admin_token_file;
   ModelSettings model_defaults;

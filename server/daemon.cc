@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
       d->jobs_ = std::make_unique<profiler::ProfileJobs>(d->repository_.get(), profiling.gpu, &d->clock_);
       profiling.jobs = d->jobs_.get();
       profiling.observer = d->observer_.get();
+      profiling.executor = config.executor;
     } else {
       facts.health_details.push_back(absl::StrCat("profiling: off: ", observer.status().message()));
     }

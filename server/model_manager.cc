@@ -82,10 +82,13 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.max_queue = static_cast<int>(m->settings.max_queue);
   if (profiling_.jobs != nullptr) {
     m->runner->NameTensors(profiling_.observer->observer());
+    if (profiling_.executor) {
+      ASSIGN_OR_RETURN(m->execution, ModelExecution::Mirror(profiling_.gpu, m->runner->NamedTensors()));
+    }
     m->profiler = std::make_unique<ModelProfiler>(
         ProfileIdentity{m->digest, profiling_.gpu.name, m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes),
                         m->settings.policy},
-        profiling_.jobs, profiling_.observer);
+        profiling_.jobs, profiling_.observer, m->execution.get());
     options.hooks = m->profiler.get();
   }
   m->scheduler = std::make_unique<Scheduler>(m->runner.get(), m->tokenizer.get(), options, clock_);

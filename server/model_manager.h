@@ -18,6 +18,7 @@
 #include "runtime/gpu_spec.h"
 #include "server/config.h"
 #include "server/model_config.h"
+#include "server/model_execution.h"
 #include "server/model_profiler.h"
 #include "server/model_runner.h"
 #include "server/scheduler.h"
@@ -36,7 +37,8 @@ struct ServedModel {
   std::string digest;  // profiler::ModelDigest of model.pt and model.yaml
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelRunner> runner;
-  std::unique_ptr<ModelProfiler> profiler;  // null when profiling is off; outlives the scheduler
+  std::unique_ptr<ModelExecution> execution;  // null when plans are not followed; outlives the profiler
+  std::unique_ptr<ModelProfiler> profiler;    // null when profiling is off; outlives the scheduler
   std::unique_ptr<Scheduler> scheduler;
 };
 
@@ -44,7 +46,8 @@ struct ServedModel {
 struct ProfilingServices {
   profiler::ProfileJobs* jobs = nullptr;
   IterationObserver* observer = nullptr;
-  runtime::GpuSpec gpu;  // keys and device budgets are for this GPU
+  runtime::GpuSpec gpu;   // keys and device budgets are for this GPU
+  bool executor = false;  // follow plans (on the CPU backend: through a simulated mirror on `gpu`)
 };
 
 struct ModelView {

@@ -1,6 +1,7 @@
 #include "server/model_profiler.h"
 
 #include <chrono>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "profiler/profile_key.h"
@@ -12,8 +13,9 @@ double Seconds() { return std::chrono::duration<double>(std::chrono::steady_cloc
 
 }  // namespace
 
-ModelProfiler::ModelProfiler(ProfileIdentity identity, profiler::ProfileJobs* jobs, IterationObserver* observer)
-    : identity_(std::move(identity)), jobs_(jobs), observer_(observer) {}
+ModelProfiler::ModelProfiler(ProfileIdentity identity, profiler::ProfileJobs* jobs, IterationObserver* observer,
+                             ModelExecution* execution)
+    : identity_(std::move(identity)), jobs_(jobs), observer_(observer), execution_(execution) {}
 
 ModelProfiler::~ModelProfiler() = default;
 
@@ -25,38 +27,94 @@ autouvm::v1::ProfileKey ModelProfiler::Key(IterationPhase phase, int batch, int6
   return profiler::DecodeKey(id.model_digest, batch, id.gpu, id.device_budget_bytes, id.policy);
 }
 
+void ModelProfiler::Unfollow(bool drop_key) {
+  if (execution_ == nullptr) return;
+  absl::Status s;
+  if (drop_key) {
+    const std::string key = profiler::EncodeKey(key_);
+    plans_.erase(key);
+    s = execution_->Drop(key);
+  }
+  // The iteration reads the model's own weights: a plan that stages gives them back first.
+  if (s.ok()) s = execution_->Suspend();
+  if (!s.ok()) std::cerr << "autouvmd: executor: releasing the followed plan: " << s.message() << "\n";
+}
+
+bool ModelProfiler::BeginFollowing() {
+  // `stock` is the driver alone, by definition.
+  if (execution_ == nullptr || identity_.policy == "stock") return false;
+  const std::string key = profiler::EncodeKey(key_);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = jobs_->ReadPlan(key_);
+    if (!plan.ok()) return false;  // not ready or not checked yet (NOT_FOUND), or damaged (now stale)
+    it = plans_.emplace(key, std::make_shared<const profiler::PlanToFollow>(std::move(*plan))).first;
+  }
+  absl::Status s = execution_->Begin(key, *it->second, observer_->observer());
+  if (!s.ok()) {
+    // A plan that cannot be prepared here (the backend refused) is profiled again rather than retried
+    // at every iteration.
+    std::cerr << "autouvmd: executor: " << s.message() << "; profiling it again\n";
+    plans_.erase(it);
+    jobs_->MarkStale(key_, absl::StrCat("its plan could not be followed: ", s.message()));
+    return false;
+  }
+  return true;
+}
+
 void ModelProfiler::BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) {
   mode_ = Mode::kNone;
   key_ = Key(phase, batch, prompt_len);
   // Another model's iteration holds the observer: this key is taken up at a later iteration.
-  if (!observer_->TryAcquire()) return;
+  if (!observer_->TryAcquire()) {
+    Unfollow(false);
+    return;
+  }
   runtime::Observer* obs = observer_->observer();
   if (jobs_->ShouldRecord(key_)) {
+    Unfollow(true);
     mode_ = Mode::kRecord;
     started_ = Seconds();
     obs->BeginIteration(runtime::IterationMode::kRecord);
   } else if (jobs_->ShouldVerify(key_)) {
+    Unfollow(true);
     mode_ = Mode::kVerify;
     kernels_.clear();
     obs->AddSubscriber(this);
     obs->BeginIteration(runtime::IterationMode::kObserve);
+  } else if (BeginFollowing()) {
+    mode_ = Mode::kFollow;
+    obs->BeginIteration(runtime::IterationMode::kObserve);
   } else {
+    Unfollow(false);
     observer_->Release();
   }
 }
 
-void ModelProfiler::AfterIteration(const absl::Status& status) {
-  if (mode_ == Mode::kNone) return;
+bool ModelProfiler::AfterIteration(const absl::Status& status) {
+  if (mode_ == Mode::kNone) return false;
   runtime::Observer* obs = observer_->observer();
   runtime::AccessTrace trace = obs->EndIteration();
   if (mode_ == Mode::kVerify) obs->RemoveSubscriber(this);
-  observer_->Release();
   const Mode mode = mode_;
   mode_ = Mode::kNone;
+  if (mode == Mode::kFollow) {
+    absl::Status followed = execution_->End(obs);
+    observer_->Release();
+    // A failed iteration says nothing about the plan; one that ran other ops than the plan's does.
+    if (!followed.ok() && status.ok()) {
+      std::cerr << "autouvmd: executor: " << profiler::EncodeKey(key_) << ": " << followed.message()
+                << "; profiling it again\n";
+      jobs_->MarkStale(key_, absl::StrCat("an iteration did not follow its plan: ", followed.message()));
+      Unfollow(true);
+    }
+    return execution_->last_iteration_untrusted();
+  }
+  observer_->Release();
   if (mode == Mode::kVerify) {
     // A failed iteration proves nothing about the profile either way: it stays ready, unchecked.
     if (status.ok()) jobs_->Verify(key_, std::move(kernels_));
-    return;
+    return false;
   }
   if (!status.ok()) {
     jobs_->Fail(key_, absl::StrCat("the recorded iteration failed: ", status.message()));
@@ -65,6 +123,7 @@ void ModelProfiler::AfterIteration(const absl::Status& status) {
   } else {
     jobs_->Submit(key_, std::move(trace), Seconds() - started_);
   }
+  return false;
 }
 
 void ModelProfiler::OnOp(const runtime::OpEvent& op) { kernels_.emplace_back(op.kernel); }

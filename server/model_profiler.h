@@ -5,13 +5,20 @@
 // It never waits: if another model holds the observer, this iteration runs unobserved and the key is
 // taken up at a later one.
 //
-//   IterationObserver observer(std::move(obs));                  // one per process (the daemon's)
-//   ModelProfiler profiler(identity, &jobs, &observer);          // one per model
-//   options.hooks = &profiler;                                   // SchedulerOptions
+// With a ModelExecution, an iteration whose key has a checked plan (policies paper and autouvm) follows
+// it: the executor acts at the op boundaries the observer reports. An iteration that stops following
+// part way (its ops differ from the plan's, or the backend failed) makes the key stale, so it is
+// profiled again; if it may have read a staged weight's discarded range, AfterIteration asks the
+// scheduler to run it again (it is then recorded).
+//
+//   IterationObserver observer(std::move(obs));                        // one per process (the daemon's)
+//   ModelProfiler profiler(identity, &jobs, &observer, execution);     // one per model; execution may be null
+//   options.hooks = &profiler;                                         // SchedulerOptions
 //
 // Thread-safety: the hooks are called on the model's scheduler thread; Key may be called from any thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +27,7 @@
 #include "autouvm/v1/profile.pb.h"
 #include "profiler/profile_jobs.h"
 #include "runtime/observer.h"
+#include "server/model_execution.h"
 #include "server/scheduler.h"
 
 namespace autouvm::server {
@@ -47,22 +55,32 @@ struct ProfileIdentity {
 
 class ModelProfiler final : public IterationHooks, private runtime::OpSubscriber {
  public:
-  ModelProfiler(ProfileIdentity identity, profiler::ProfileJobs* jobs, IterationObserver* observer);
+  // `execution` (may be null: plans are not followed) outlives the profiler.
+  ModelProfiler(ProfileIdentity identity, profiler::ProfileJobs* jobs, IterationObserver* observer,
+                ModelExecution* execution = nullptr);
   ~ModelProfiler() override;
 
   autouvm::v1::ProfileKey Key(IterationPhase phase, int batch, int64_t prompt_len) const;
   const ProfileIdentity& identity() const { return identity_; }
 
   void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) override;
-  void AfterIteration(const absl::Status& status) override;
+  bool AfterIteration(const absl::Status& status) override;
 
  private:
   void OnOp(const runtime::OpEvent& op) override;
+  // Begins following key_'s plan if it has a checked one; false if the iteration follows none.
+  bool BeginFollowing();
+  // Before an iteration that follows no plan; drop_key: key_'s profile is being replaced.
+  void Unfollow(bool drop_key);
 
-  enum class Mode { kNone, kRecord, kVerify };
+  enum class Mode { kNone, kRecord, kVerify, kFollow };
   const ProfileIdentity identity_;
   profiler::ProfileJobs* const jobs_;
   IterationObserver* const observer_;
+  ModelExecution* const execution_;
+  // Plans read from the repository, by encoded key (scheduler thread only); dropped when the key is
+  // recorded or checked again.
+  std::map<std::string, std::shared_ptr<const profiler::PlanToFollow>> plans_;
   // The iteration in progress (scheduler thread only).
   Mode mode_ = Mode::kNone;
   autouvm::v1::ProfileKey key_;

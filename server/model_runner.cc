@@ -168,14 +168,22 @@ absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int
   }
 }
 
-void ModelRunner::NameTensors(runtime::Observer* observer) const {
-  auto name = [observer](const at::Tensor& t, const std::string& n) {
-    observer->NameTensor(t.storage().data(), n, static_cast<int64_t>(t.storage().nbytes()));
+std::vector<ModelRunner::NamedTensor> ModelRunner::NamedTensors() const {
+  std::vector<NamedTensor> out;
+  auto add = [&out](const at::Tensor& t, const std::string& n) {
+    out.push_back({n, reinterpret_cast<uint64_t>(t.storage().data()), static_cast<int64_t>(t.storage().nbytes())});
   };
-  for (const auto& p : impl_->module.named_parameters()) name(p.value, p.name);
-  for (const auto& b : impl_->module.named_buffers()) name(b.value, b.name);
-  name(impl_->k_cache, "kv_cache.k");
-  name(impl_->v_cache, "kv_cache.v");
+  for (const auto& p : impl_->module.named_parameters()) add(p.value, p.name);
+  for (const auto& b : impl_->module.named_buffers()) add(b.value, b.name);
+  add(impl_->k_cache, "kv_cache.k");
+  add(impl_->v_cache, "kv_cache.v");
+  return out;
+}
+
+void ModelRunner::NameTensors(runtime::Observer* observer) const {
+  for (const NamedTensor& t : NamedTensors()) {
+    observer->NameTensor(reinterpret_cast<const void*>(t.addr), t.name, t.bytes);
+  }
 }
 
 void SetIntraOpThreads(int threads) { at::set_num_threads(threads); }

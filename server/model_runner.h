@@ -41,8 +41,15 @@ class ModelRunner {
   // The model's `full` method: no cache, causal attention over `tokens`; T × vocab logits.
   absl::StatusOr<std::vector<float>> FullForward(absl::Span<const int32_t> tokens);
 
-  // Gives the observer the names of the tensors this runner owns: every parameter and buffer by its
-  // dotted name ("layer0.wq"), the caches as "kv_cache.k" / "kv_cache.v".
+  // The tensors this runner owns, in allocation order: every parameter and buffer by its dotted name
+  // ("layer0.wq"), the caches as "kv_cache.k" / "kv_cache.v"; where their storage starts and its bytes.
+  struct NamedTensor {
+    std::string name;
+    uint64_t addr = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<NamedTensor> NamedTensors() const;
+  // Gives the observer those names (its tensor ids are "param:" + name).
   void NameTensors(runtime::Observer* observer) const;
 
   const ModelConfig& config() const { return config_; }

@@ -165,17 +165,22 @@ void Scheduler::RunIdle(const IdleIteration& it) {
 }
 
 absl::StatusOr<std::vector<float>> Scheduler::Prefill(int32_t slot, absl::Span<const int32_t> tokens) {
-  if (options_.hooks) options_.hooks->BeforeIteration(IterationPhase::kPrefill, 1, static_cast<int64_t>(tokens.size()));
-  auto logits = runner_->Prefill(slot, tokens, 0);
-  if (options_.hooks) options_.hooks->AfterIteration(logits.status());
-  return logits;
+  for (int attempt = 0;; ++attempt) {
+    if (options_.hooks) {
+      options_.hooks->BeforeIteration(IterationPhase::kPrefill, 1, static_cast<int64_t>(tokens.size()));
+    }
+    auto logits = runner_->Prefill(slot, tokens, 0);
+    if (!options_.hooks || !options_.hooks->AfterIteration(logits.status()) || attempt > 0) return logits;
+  }
 }
 
 absl::Status Scheduler::Decode(absl::Span<const ModelRunner::DecodeRow> rows) {
-  if (options_.hooks) options_.hooks->BeforeIteration(IterationPhase::kDecode, static_cast<int>(rows.size()), 0);
-  absl::Status s = runner_->Decode(rows, &logits_);
-  if (options_.hooks) options_.hooks->AfterIteration(s);
-  return s;
+  // A decode step writes its rows' cache positions and nothing else: running it again is safe.
+  for (int attempt = 0;; ++attempt) {
+    if (options_.hooks) options_.hooks->BeforeIteration(IterationPhase::kDecode, static_cast<int>(rows.size()), 0);
+    absl::Status s = runner_->Decode(rows, &logits_);
+    if (!options_.hooks || !options_.hooks->AfterIteration(s) || attempt > 0) return s;
+  }
 }
 
 bool Scheduler::CheckStopConditions(Request* r) {

@@ -78,7 +78,8 @@ class IterationHooks {
  public:
   virtual ~IterationHooks() = default;
   virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
-  virtual void AfterIteration(const absl::Status& status) = 0;
+  // True: the iteration's result must not be used, run it again (once; its hooks are called again).
+  virtual bool AfterIteration(const absl::Status& status) = 0;
 };
 
 struct SchedulerOptions {

@@ -138,6 +138,22 @@ double EntriesPerPage(const std::string& op, const TensorUse& u) {
   return kMatrixEntries;
 }
 
+}  // namespace
+
+SimKernel TraceKernel(const OpRecord& op, const std::unordered_map<std::string, uint64_t>& where) {
+  SimKernel k{.name = op.kernel, .flops = op.flops, .matrix = IsMatrixOp(op.op)};
+  for (const bool write : {false, true}) {
+    for (const TensorUse& u : write ? op.writes : op.reads) {
+      auto it = where.find(u.id);
+      if (it == where.end()) continue;
+      k.ranges.push_back({it->second + static_cast<uint64_t>(u.offset), u.span(), write, EntriesPerPage(op.op, u)});
+    }
+  }
+  return k;
+}
+
+namespace {
+
 // Runs `iterations` of the trace on `backend` (nullptr: only lays the tensors out) and returns the
 // layout's segment bytes.
 absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBackend* backend, int iterations,
@@ -180,13 +196,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
       }
       if (backend != nullptr) {
         const OpRecord& op = trace.ops[i];
-        SimKernel k{.name = op.kernel, .flops = op.flops, .matrix = IsMatrixOp(op.op)};
-        for (const bool write : {false, true}) {
-          for (const TensorUse& u : write ? op.writes : op.reads) {
-            k.ranges.push_back(
-                {where.at(u.id) + static_cast<uint64_t>(u.offset), u.span(), write, EntriesPerPage(op.op, u)});
-          }
-        }
+        const SimKernel k = TraceKernel(op, where);
         if (executor) RETURN_IF_ERROR(executor->BeforeOp(static_cast<int64_t>(i)));
         // Without an executor that drives it, the emulated driver makes room for the op's faults.
         if (eviction && !(executor && follow->driver_evicts())) {

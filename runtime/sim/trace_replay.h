@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,7 @@
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/gpu_spec.h"
+#include "runtime/sim/sim_backend.h"
 
 namespace autouvm::runtime::sim {
 
@@ -59,6 +61,11 @@ struct ReplayReport {
   std::vector<IterationReport> iterations;
   std::vector<double> op_seconds;  // each op's simulated time in the last iteration, stalls included
 };
+
+// The kernel op launches on the simulator: what it reads and writes, at where[id] + the use's offset,
+// with the fault entries per page its kind of kernel raises (Note [Fault entries per kernel]). Uses of
+// tensors `where` does not place are left out (device buffers, outside managed memory).
+SimKernel TraceKernel(const OpRecord& op, const std::unordered_map<std::string, uint64_t>& where);
 
 // Policies ReplayTrace knows.
 const std::vector<std::string>& ReplayPolicies();

@@ -61,6 +61,36 @@ TEST_F(ProfileJobsTest, AKeyIsRecordedOnceAnalysedInTheBackgroundAndStored) {
   EXPECT_EQ(jobs->All().size(), 1u);
 }
 
+TEST_F(ProfileJobsTest, APlanIsReadToFollowOnlyOnceReadyAndChecked) {
+  const auto key = DecodeKey(std::string(64, 'd'), 2, "h200-pcie5", 12 << 20, "autouvm");
+  {
+    auto jobs = Jobs();
+    EXPECT_EQ(jobs->ReadPlan(key).status().code(), absl::StatusCode::kNotFound);  // unprofiled
+    ASSERT_TRUE(jobs->ShouldRecord(key));
+    EXPECT_EQ(jobs->ReadPlan(key).status().code(), absl::StatusCode::kNotFound);  // recording
+    jobs->Submit(key, Trace(), 0);
+    jobs->Drain();
+    auto plan = jobs->ReadPlan(key);  // recorded here: checked by construction
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(EncodeKey(plan->plan.key()), EncodeKey(key));
+    EXPECT_EQ(plan->plan.budget_bytes(), 12 << 20);
+    EXPECT_EQ(plan->trace.ops, Trace().ops);
+  }
+  // After a restart the stored profile is ready but unchecked, then being checked, then followed.
+  auto jobs = Jobs();
+  EXPECT_FALSE(jobs->ShouldRecord(key));
+  EXPECT_EQ(jobs->ReadPlan(key).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(jobs->ShouldVerify(key));
+  jobs->Verify(key, {"aten::mm#0", "aten::mm#1", "aten::mm#2"});
+  jobs->Drain();
+  EXPECT_TRUE(jobs->ReadPlan(key).ok());
+  // A damaged plan makes the key stale rather than be followed.
+  ASSERT_TRUE(store_->Write({{Family::kPlans, EncodeKey(key), "garbage"}}).ok());
+  EXPECT_EQ(jobs->ReadPlan(key).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(jobs->Status(key).state, ProfileState::kStale);
+  EXPECT_TRUE(jobs->ShouldRecord(key));
+}
+
 TEST_F(ProfileJobsTest, ARestartFindsTheProfileReady) {
   {
     auto jobs = Jobs();

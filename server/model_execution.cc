@@ -1,0 +1,160 @@
+#include "server/model_execution.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/sim/sim_backend.h"
+#include "runtime/sim/trace_replay.h"
+#include "runtime/status_macros.h"
+
+namespace autouvm::server {
+namespace {
+
+std::string Id(const ModelRunner::NamedTensor& t) { return absl::StrCat("param:", t.name); }
+
+}  // namespace
+
+// Launches each op of a followed iteration on the mirror as the kernel its trace recorded. Added to the
+// observer before the PlanFollower, so that an op's kernel runs after the executor's BeforeOp (its
+// fetches waited for) and before its AfterOp (its evictions).
+class ModelExecution::MirrorLauncher final : public runtime::OpSubscriber {
+ public:
+  MirrorLauncher(runtime::sim::SimBackend* sim, const runtime::AccessTrace* trace,
+                 const std::unordered_map<std::string, uint64_t>* where)
+      : sim_(sim), trace_(trace), where_(where) {}
+
+  void OnOp(const runtime::OpEvent& op) override {
+    const size_t i = static_cast<size_t>(op.index);
+    // An op the trace does not know: the follower stops at it, and the mirror cannot say what it touches.
+    if (i >= trace_->ops.size() || trace_->ops[i].kernel != op.kernel) return;
+    sim_->Launch(runtime::sim::TraceKernel(trace_->ops[i], *where_), runtime::Stream::kCompute,
+                 sim_->spec().framework_op_s);
+  }
+
+ private:
+  runtime::sim::SimBackend* const sim_;
+  const runtime::AccessTrace* const trace_;
+  const std::unordered_map<std::string, uint64_t>* const where_;
+};
+
+ModelExecution::ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<runtime::sim::SimBackend> sim,
+                               std::unordered_map<std::string, runtime::TensorRange> ranges)
+    : backend_(backend), sim_(std::move(sim)), ranges_(std::move(ranges)) {
+  for (const auto& [id, r] : ranges_) where_[id] = r.addr;
+  stats_.backend = std::string(backend_->kind());
+}
+
+absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(
+    const runtime::GpuSpec& spec, const std::vector<ModelRunner::NamedTensor>& named) {
+  // The mirror holds what the model holds whatever the card's size: the executor keeps the device
+  // budget, and a model larger than the card is what the daemon is for.
+  ASSIGN_OR_RETURN(auto sim, runtime::sim::SimBackend::Create({.spec = spec, .allow_oversubscription = true}));
+  std::unordered_map<std::string, runtime::TensorRange> ranges;
+  for (const ModelRunner::NamedTensor& t : named) {
+    ASSIGN_OR_RETURN(uint64_t addr, sim->AllocateManaged(t.bytes));
+    ranges[Id(t)] = {addr, t.bytes};
+  }
+  runtime::DeviceBackend* backend = sim.get();
+  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, std::move(sim), std::move(ranges)));
+}
+
+std::unique_ptr<ModelExecution> ModelExecution::OnDevice(runtime::DeviceBackend* backend,
+                                                         const std::vector<ModelRunner::NamedTensor>& named) {
+  std::unordered_map<std::string, runtime::TensorRange> ranges;
+  for (const ModelRunner::NamedTensor& t : named) ranges[Id(t)] = {t.addr, t.bytes};
+  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, nullptr, std::move(ranges)));
+}
+
+ModelExecution::~ModelExecution() {
+  // Deliberately unchecked: at teardown there is no one left to tell; the executor's destructor would
+  // ignore the same error.
+  (void)ReleaseExecutor();
+}
+
+absl::Status ModelExecution::ReleaseExecutor() {
+  if (executor_ == nullptr) return absl::OkStatus();
+  absl::Status released = executor_->Release();
+  {
+    absl::MutexLock lock(&mu_);
+    released_prefetched_ += executor_->prefetched_bytes();
+    released_evicted_ += executor_->evicted_bytes();
+    stats_.prefetched_bytes = released_prefetched_;
+    stats_.evicted_bytes = released_evicted_;
+    stats_.resident_bytes = 0;
+    stats_.staged_bytes = 0;
+    stats_.following.clear();
+  }
+  follower_.reset();
+  launcher_.reset();
+  executor_.reset();
+  trace_.reset();
+  key_.clear();
+  return released;
+}
+
+absl::Status ModelExecution::Begin(const std::string& key, const profiler::PlanToFollow& plan,
+                                   runtime::Observer* observer) {
+  untrusted_ = false;
+  if (key != key_ || executor_ == nullptr) {
+    absl::Status s = ReleaseExecutor();
+    if (s.ok()) {
+      trace_ = std::make_unique<runtime::AccessTrace>(plan.trace);
+      executor_ = std::make_unique<runtime::Executor>(backend_, plan.plan, *trace_, ranges_);
+      s = executor_->Prepare();
+      if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("preparing the plan of ", key, ": ", s.message()));
+    }
+    if (!s.ok()) {
+      // Deliberately unchecked: the preparation's error is the one to report; what the release says
+      // after it adds nothing the caller can act on.
+      (void)ReleaseExecutor();
+      absl::MutexLock lock(&mu_);
+      stats_.last_error = std::string(s.message());
+      return s;
+    }
+    key_ = key;
+    follower_ = std::make_unique<runtime::PlanFollower>(executor_.get(), *trace_);
+    if (sim_ != nullptr) launcher_ = std::make_unique<MirrorLauncher>(sim_.get(), trace_.get(), &where_);
+    absl::MutexLock lock(&mu_);
+    ++stats_.plan_switches;
+    stats_.following = key;
+  }
+  if (launcher_ != nullptr) observer->AddSubscriber(launcher_.get());
+  observer->AddSubscriber(follower_.get());
+  return absl::OkStatus();
+}
+
+absl::Status ModelExecution::End(runtime::Observer* observer) {
+  observer->RemoveSubscriber(follower_.get());
+  if (launcher_ != nullptr) observer->RemoveSubscriber(launcher_.get());
+  absl::Status why = follower_->EndIteration();
+  untrusted_ = !why.ok() && executor_->stages();
+  auto counters = backend_->ReadCounters();
+  absl::MutexLock lock(&mu_);
+  if (why.ok()) {
+    ++stats_.followed_iterations;
+  } else {
+    ++stats_.abandoned_iterations;
+    stats_.last_error = std::string(why.message());
+  }
+  stats_.prefetched_bytes = released_prefetched_ + executor_->prefetched_bytes();
+  stats_.evicted_bytes = released_evicted_ + executor_->evicted_bytes();
+  stats_.resident_bytes = executor_->resident_bytes();
+  stats_.staged_bytes = executor_->staged_bytes();
+  if (counters.ok()) stats_.counters = *counters;
+  return why;
+}
+
+absl::Status ModelExecution::Suspend() {
+  if (executor_ == nullptr || !executor_->stages()) return absl::OkStatus();
+  return ReleaseExecutor();
+}
+
+absl::Status ModelExecution::Drop(const std::string& key) {
+  if (key != key_) return absl::OkStatus();
+  return ReleaseExecutor();
+}
+
+ExecutionStats ModelExecution::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace autouvm::server

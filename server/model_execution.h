@@ -1,0 +1,113 @@
+// ModelExecution: a served model's plans followed at its op boundaries — a runtime::Executor driven by a
+// PlanFollower from the Observer — on the backend the daemon runs the model with. ModelProfiler decides
+// which iterations follow which plan; this class owns the executor and what it has done.
+//
+// On the CPU daemon the backend is a mirror: a SimBackend on the configured GpuSpec in which every named
+// tensor of the model has a simulated managed range of its size, and every op of a followed iteration
+// launches as the kernel its trace recorded over the named tensors it reads and writes (activations are
+// device buffers there). The simulator then accounts what the plan would move and fault on that GPU, and
+// the executor's code runs exactly as on CUDA. Over real memory (CUDA) the ranges are the tensors' own.
+//
+//   auto ex = ModelExecution::Mirror(spec, runner->NamedTensors());   // CPU daemon
+//   RETURN_IF_ERROR(ex->Begin(key, plan, observer));    // before an observed iteration of `key`
+//   forward ...
+//   absl::Status followed = ex->End(observer);          // OK: the whole iteration followed the plan
+//   ex->Suspend();                                      // before an iteration that follows no plan
+//
+// Note [One plan owns the residency]: the model's tensors have one placement at a time, so one plan —
+// the key last followed — owns it. Following another key's plan releases the executor (its staged
+// weights go back to managed memory) and prepares the new one: a plan switch, counted; a decode plan
+// that reads in place and pins keeps its placement through iterations that follow nothing, a staged
+// one is released before them (the model must read real weights).
+//
+// Thread-safety: Begin, End and Suspend on the model's scheduler thread; stats() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "profiler/profile_jobs.h"
+#include "runtime/device_backend.h"
+#include "runtime/executor.h"
+#include "runtime/gpu_spec.h"
+#include "runtime/observer.h"
+#include "server/model_runner.h"
+
+namespace autouvm::runtime::sim {
+class SimBackend;
+}
+
+namespace autouvm::server {
+
+struct ExecutionStats {
+  std::string backend;               // "sim" (the CPU daemon's mirror) or "cuda"
+  std::string following;             // the encoded key whose plan owns the residency ("" for none)
+  int64_t followed_iterations = 0;   // iterations that followed their plan from first op to last
+  int64_t abandoned_iterations = 0;  // iterations that stopped following part way (mismatch or error)
+  int64_t plan_switches = 0;         // executors prepared (Note [One plan owns the residency])
+  int64_t prefetched_bytes = 0;
+  int64_t evicted_bytes = 0;
+  int64_t resident_bytes = 0;  // named bytes the executor holds on the device now
+  int64_t staged_bytes = 0;
+  std::string last_error;  // why the last abandoned iteration or failed switch did not follow
+  runtime::UvmCounters counters;
+};
+
+class ModelExecution {
+ public:
+  // The CPU daemon's mirror on `spec` (see above). INVALID_ARGUMENT for an unusable spec.
+  static absl::StatusOr<std::unique_ptr<ModelExecution>> Mirror(const runtime::GpuSpec& spec,
+                                                                const std::vector<ModelRunner::NamedTensor>& named);
+  // Over the model's own memory on `backend` (not owned; outlives this).
+  static std::unique_ptr<ModelExecution> OnDevice(runtime::DeviceBackend* backend,
+                                                  const std::vector<ModelRunner::NamedTensor>& named);
+  ~ModelExecution();
+
+  // Makes `key`'s plan the one followed (switching to it if another owns the residency) and subscribes
+  // to `observer` for the observed iteration about to run. On an error nothing is subscribed.
+  absl::Status Begin(const std::string& key, const profiler::PlanToFollow& plan, runtime::Observer* observer);
+  // After that iteration: unsubscribes; why following stopped part way, OK if it did not.
+  absl::Status End(runtime::Observer* observer);
+  // Whether the iteration End() just reported on may have read a staged weight's discarded range (it
+  // stopped following a plan that stages): its result must not be used (Note [Stopping with staged
+  // weights], runtime/executor.cc).
+  bool last_iteration_untrusted() const { return untrusted_; }
+  // Before an iteration that follows no plan: a plan that stages gives up the residency.
+  absl::Status Suspend();
+  // Forgets the plan of `key` if it owns the residency (its profile is being replaced).
+  absl::Status Drop(const std::string& key);
+
+  ExecutionStats stats() const;
+
+ private:
+  class MirrorLauncher;
+  ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<runtime::sim::SimBackend> sim,
+                 std::unordered_map<std::string, runtime::TensorRange> ranges);
+  absl::Status ReleaseExecutor();  // folds its figures into the totals
+
+  runtime::DeviceBackend* const backend_;
+  std::unique_ptr<runtime::sim::SimBackend> sim_;  // the mirror, when there is one (backend_ points to it)
+  const std::unordered_map<std::string, runtime::TensorRange> ranges_;
+  std::unordered_map<std::string, uint64_t> where_;  // ranges_' addresses, for the mirror's kernels
+
+  // The plan owning the residency (scheduler thread only).
+  std::string key_;
+  std::unique_ptr<runtime::AccessTrace> trace_;
+  std::unique_ptr<runtime::Executor> executor_;
+  std::unique_ptr<runtime::PlanFollower> follower_;
+  std::unique_ptr<MirrorLauncher> launcher_;
+  bool untrusted_ = false;
+  int64_t released_prefetched_ = 0;  // by executors released since
+  int64_t released_evicted_ = 0;
+
+  mutable absl::Mutex mu_;
+  ExecutionStats stats_ ABSL_GUARDED_BY(mu_);  // as of the last End() or switch
+};
+
+}  // namespace autouvm::server

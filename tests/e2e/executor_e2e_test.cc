@@ -1,0 +1,139 @@
+// End-to-end: the executor inside the real daemon on the CPU backend — once a shape's profile is ready,
+// its iterations follow the plan through the simulated mirror on runtime.gpu (GetModelStatus reports
+// what it did), the tokens are those of the same request without the executor, and neither `stock` nor
+// runtime.executor: false follows anything.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "tests/e2e/daemon_process.h"
+
+namespace autouvm::testing {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+constexpr char kModel[] = "tiny-llama";
+constexpr char kPrompt[] = "hello world";  // 11 bytes and BOS: the prefill bucket of 16
+constexpr int64_t kBudget = 8 << 20;       // of the tiny model's ~21 MiB of weights and caches
+
+// A greedy completion of kPrompt; its text, or "" with the failure recorded.
+std::string Complete(DaemonProcess& d, uint32_t max_tokens) {
+  autouvm::v1::GenerateRequest r;
+  r.set_model(kModel);
+  r.set_text(kPrompt);
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  autouvm::v1::GenerateResponse resp;
+  grpc::Status s = d.generation()->Generate(&ctx, r, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.usage().completion_tokens(), max_tokens);
+  return resp.text();
+}
+
+autouvm::v1::ModelStatus Status(DaemonProcess& d) {
+  autouvm::v1::GetModelStatusRequest req;
+  req.set_model(kModel);
+  autouvm::v1::ModelStatus resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::Status s = d.admin()->GetModelStatus(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
+bool Ready(DaemonProcess& d, autouvm::v1::Phase phase) {
+  autouvm::v1::GetProfileRequest req;
+  req.set_model(kModel);
+  req.mutable_shape()->set_phase(phase);
+  req.mutable_shape()->set_batch(1);
+  if (phase == autouvm::v1::PHASE_PREFILL) req.mutable_shape()->set_prompt_len(12);
+  autouvm::v1::GetProfileResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return d.admin()->GetProfile(&ctx, req, &resp).ok() && resp.summary().state() == autouvm::v1::PROFILE_STATE_READY;
+}
+
+bool Eventually(const std::function<bool()>& done, double seconds = 60) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+// Starts a daemon with `config`, profiles kPrompt's prefill and decode shapes with one request, waits for
+// both profiles, and returns the text of that first (unfollowed) request.
+std::string ProfileBoth(DaemonProcess& d, uint32_t max_tokens) {
+  EXPECT_TRUE(d.Start()) << d.Log();
+  EXPECT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  std::string text = Complete(d, max_tokens);
+  EXPECT_TRUE(Eventually([&] { return Ready(d, autouvm::v1::PHASE_PREFILL) && Ready(d, autouvm::v1::PHASE_DECODE); }))
+      << d.Log();
+  return text;
+}
+
+std::string Config(const std::string& policy, bool executor) {
+  return "runtime: {executor: " + std::string(executor ? "true" : "false") +
+         "}\nmodels: {tiny-llama: {policy: " + policy + ", device_budget: " + std::to_string(kBudget) + "}}\n";
+}
+
+TEST(ExecutorE2E, ReadyShapesFollowTheirPlansOnTheMirrorAndGenerateTheSameTokens) {
+  constexpr uint32_t kTokens = 8;
+  DaemonProcess d({.config_yaml = Config("autouvm", true)});
+  const std::string first = ProfileBoth(d, kTokens);
+  const autouvm::v1::ModelStatus before = Status(d);
+  ASSERT_TRUE(before.has_execution()) << before.DebugString();
+
+  // Both shapes are ready: the prefill and every decode step of this request follow their plans.
+  EXPECT_EQ(Complete(d, kTokens), first);
+  const autouvm::v1::ModelStatus after = Status(d);
+  const autouvm::v1::ExecutionStatus& e = after.execution();
+  EXPECT_EQ(e.backend(), "sim");
+  EXPECT_EQ(e.abandoned_iterations(), 0u) << e.last_error() << "\n" << d.Log();
+  EXPECT_GE(e.followed_iterations() - before.execution().followed_iterations(), kTokens) << e.DebugString();
+  // The prefill's plan and the decode step's take the placement in turn.
+  EXPECT_GE(e.plan_switches() - before.execution().plan_switches(), 2u) << e.DebugString();
+  EXPECT_NE(e.following().find("/decode/"), std::string::npos) << e.following();
+  // Under a budget below the model's bytes the plans stream: the executor fetches and evicts, the
+  // simulated link carries bytes, and what it holds stays within the budget.
+  EXPECT_GT(e.prefetched_bytes(), before.execution().prefetched_bytes()) << e.DebugString();
+  EXPECT_GT(e.evicted_bytes(), 0) << e.DebugString();
+  EXPECT_GT(e.h2d_bytes(), 0) << e.DebugString();
+  EXPECT_GT(e.resident_bytes(), 0) << e.DebugString();
+  EXPECT_LE(e.resident_bytes(), kBudget) << e.DebugString();
+  EXPECT_TRUE(e.last_error().empty()) << e.last_error();
+}
+
+TEST(ExecutorE2E, StockFollowsNothingAndGeneratesWhatAutouvmGenerates) {
+  constexpr uint32_t kTokens = 6;
+  DaemonProcess autouvm({.config_yaml = Config("autouvm", true)});
+  const std::string first = ProfileBoth(autouvm, kTokens);
+  const std::string followed = Complete(autouvm, kTokens);
+  EXPECT_EQ(followed, first);
+  EXPECT_GT(Status(autouvm).execution().followed_iterations(), 0u);
+
+  DaemonProcess stock({.config_yaml = Config("stock", true)});
+  EXPECT_EQ(ProfileBoth(stock, kTokens), first);
+  EXPECT_EQ(Complete(stock, kTokens), followed);
+  const autouvm::v1::ModelStatus s = Status(stock);
+  EXPECT_EQ(s.execution().followed_iterations(), 0u) << s.DebugString();
+  EXPECT_EQ(s.execution().plan_switches(), 0u) << s.DebugString();
+}
+
+TEST(ExecutorE2E, TurnedOffTheDaemonReportsNoExecution) {
+  DaemonProcess d({.config_yaml = Config("autouvm", false)});
+  const std::string first = ProfileBoth(d, 4);
+  EXPECT_EQ(Complete(d, 4), first);
+  EXPECT_FALSE(Status(d).has_execution());
+}
+
+}  // namespace
+}  // namespace autouvm::testing
