@@ -1,8 +1,12 @@
 #include "server/config.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/status_macros.h"
 #include "runtime/yaml_fields.h"
@@ -103,9 +107,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   YamlFields fa(admin, "admin");
   fa.String("token_file", &c.admin_token_file);
   if (auto s = fa.Finish(); !s.ok()) return wrap(s);
-  if (c.backend != "cpu") {
-    return wrap(absl::InvalidArgumentError(
-        absl::StrCat("runtime.backend: '", c.backend, "' is not available in this build (cpu)")));
+  if (const auto backends = runtime::ComputeBackends();
+      std::find(backends.begin(), backends.end(), c.backend) == backends.end()) {
+    return wrap(absl::InvalidArgumentError(absl::StrCat(
+        "runtime.backend: '", c.backend, "' is not available in this build (", absl::StrJoin(backends, ", "), ")")));
   }
 
   if (auto s = ReadModelSettings(defaults, "model_defaults", &c.model_defaults); !s.ok()) return wrap(s);

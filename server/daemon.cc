@@ -12,6 +12,7 @@
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
+#include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
 #include "runtime/status_macros.h"
@@ -99,7 +100,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   facts.repository = d->repository_.get();
   facts.jobs = d->jobs_.get();
 
-  d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_, profiling);
+  // Where the models compute: a CUDA device that cannot be opened is the daemon's error, not a model's.
+  ASSIGN_OR_RETURN(const runtime::GpuSpec gpu, runtime::FindGpuSpec(config.gpu));
+  ASSIGN_OR_RETURN(d->device_, runtime::OpenComputeDevice({.backend = config.backend, .spec = gpu}));
+  std::cerr << "autouvmd: compute backend: " << d->device_->kind() << "\n";
+  d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_, profiling, d->device_.get());
   d->gate_ = std::make_unique<ServingGate>();
   d->generation_ = std::make_unique<GenerationService>(d->models_.get(), &d->config_, d->gate_.get());
   d->profile_admin_ =

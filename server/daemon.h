@@ -26,6 +26,10 @@ class ProfileRepository;
 class ProfileJobs;
 }  // namespace autouvm::profiler
 
+namespace autouvm::runtime {
+class ComputeDevice;
+}
+
 namespace autouvm::server {
 
 class ModelManager;
@@ -56,6 +60,7 @@ class Daemon {
   std::unique_ptr<profiler::ProfileRepository> repository_;
   std::unique_ptr<profiler::ProfileJobs> jobs_;  // null when profiling is off
   std::unique_ptr<IterationObserver> observer_;
+  std::unique_ptr<runtime::ComputeDevice> device_;  // runtime.backend; outlives the models
   std::unique_ptr<ModelManager> models_;
   std::unique_ptr<ServingGate> gate_;
   std::unique_ptr<GenerationService> generation_;

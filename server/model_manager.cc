@@ -13,8 +13,9 @@ namespace autouvm::server {
 
 namespace fs = std::filesystem;
 
-ModelManager::ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling)
-    : config_(config), clock_(clock), profiling_(std::move(profiling)) {}
+ModelManager::ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling,
+                           runtime::ComputeDevice* device)
+    : config_(config), clock_(clock), profiling_(std::move(profiling)), device_(device) {}
 
 ModelManager::~ModelManager() { Shutdown(absl::ZeroDuration()); }
 
@@ -74,7 +75,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
                                                    "' differs from the directory name '", m->name, "'"));
   }
   ASSIGN_OR_RETURN(m->tokenizer, CreateTokenizer(m->config, m->dir));
-  ASSIGN_OR_RETURN(m->runner, ModelRunner::Create(m->dir, m->config, static_cast<int>(m->settings.max_batch)));
+  ASSIGN_OR_RETURN(m->runner, ModelRunner::Create(m->dir, m->config, static_cast<int>(m->settings.max_batch), device_));
   // The digest names the model's profiles: a changed model.pt or model.yaml is a new model to them.
   ASSIGN_OR_RETURN(m->digest, profiler::ModelDigest((fs::path(m->dir) / "model.pt").string(), yaml));
   SchedulerOptions options;
@@ -82,7 +83,9 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.max_queue = static_cast<int>(m->settings.max_queue);
   if (profiling_.jobs != nullptr) {
     m->runner->NameTensors(profiling_.observer->observer());
-    if (profiling_.executor) {
+    if (profiling_.executor && device_ != nullptr && device_->backend() != nullptr) {
+      m->execution = ModelExecution::OnDevice(device_->backend(), m->runner->NamedTensors());
+    } else if (profiling_.executor) {
       ASSIGN_OR_RETURN(m->execution, ModelExecution::Mirror(profiling_.gpu, m->runner->NamedTensors()));
     }
     m->profiler = std::make_unique<ModelProfiler>(

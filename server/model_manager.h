@@ -58,7 +58,9 @@ struct ModelView {
 
 class ModelManager {
  public:
-  ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling = {});
+  // `device` (null: the CPU) outlives the manager.
+  ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling = {},
+               runtime::ComputeDevice* device = nullptr);
   ~ModelManager();
 
   // Loads every entry of the repository; returns an error only if the repository itself is unusable.
@@ -82,6 +84,7 @@ class ModelManager {
   const ServerConfig config_;
   const runtime::Clock* clock_;
   const ProfilingServices profiling_;
+  runtime::ComputeDevice* const device_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;

@@ -38,12 +38,21 @@ struct ModelRunner::Impl {
   torch::jit::Module module;
   torch::Tensor k_cache;  // [n_layers, max_batch, n_kv_heads, max_seq, head_dim]
   torch::Tensor v_cache;
+  runtime::ComputeDevice* device = nullptr;  // null: the CPU
+  torch::Device torch_device = torch::kCPU;
 
-  // Runs forward over tokens [B, T] for `slots` starting at `start_pos`; returns logits [B, T, V].
+  // On the device's compute stream while it lives (null on the CPU).
+  std::unique_ptr<runtime::ComputeDevice::ThreadScope> Enter() const {
+    return device != nullptr ? device->Enter() : nullptr;
+  }
+  torch::Tensor On(const torch::Tensor& t) const { return t.to(torch_device); }
+
+  // Runs forward over tokens [B, T] for `slots` starting at `start_pos`; returns logits [B, T, V] on the host.
   torch::Tensor Forward(const torch::Tensor& tokens, const torch::Tensor& slots, const torch::Tensor& start_pos) {
     torch::NoGradGuard no_grad;
-    std::vector<torch::jit::IValue> inputs{tokens, slots, start_pos, k_cache, v_cache};
-    return module.forward(inputs).toTensor();
+    auto on = Enter();
+    std::vector<torch::jit::IValue> inputs{On(tokens), On(slots), On(start_pos), k_cache, v_cache};
+    return module.forward(inputs).toTensor().to(torch::kCPU);
   }
 };
 
@@ -53,11 +62,18 @@ ModelRunner::ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max
 ModelRunner::~ModelRunner() = default;
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::string& entry_dir,
-                                                                 const ModelConfig& config, int max_batch) {
+                                                                 const ModelConfig& config, int max_batch,
+                                                                 runtime::ComputeDevice* device) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch: must be at least 1");
   const std::string path = (std::filesystem::path(entry_dir) / "model.pt").string();
   if (!std::filesystem::exists(path)) return absl::NotFoundError(absl::StrCat(path, ": missing"));
   auto impl = std::make_unique<Impl>();
+  const bool cuda = device != nullptr && device->kind() == "cuda";
+  if (cuda) {
+    impl->device = device;
+    impl->torch_device = torch::kCUDA;
+  }
+  auto on = impl->Enter();
   try {
     impl->module = torch::jit::load(path, torch::kCPU);
     impl->module.eval();
@@ -69,7 +85,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
     return absl::InvalidArgumentError(absl::StrCat(path, ": has no forward method"));
   }
   if (config.generated_weights_seed != 0) {
-    if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, torch::kCPU); !s.ok()) {
+    if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, impl->torch_device); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
     }
   }
@@ -79,17 +95,25 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
     bytes += p.numel() * p.element_size();
   }
   auto dtype = TorchDtype(config.dtype);
-  // Note [fp16 on CPU]: libtorch's CPU kernels have no fp16 matmul, so fp16 models compute in fp32 there.
-  if (dtype == torch::kHalf) {
-    impl->module.to(torch::kFloat);
-    dtype = torch::kFloat;
+  try {
+    // Note [fp16 on CPU]: libtorch's CPU kernels have no fp16 matmul, so fp16 models compute in fp32 there.
+    if (dtype == torch::kHalf && !cuda) {
+      impl->module.to(torch::kFloat);
+      dtype = torch::kFloat;
+    }
+    if (cuda) impl->module.to(torch::kCUDA);
+    impl->k_cache = torch::zeros({config.n_layers, max_batch, config.n_kv_heads, config.max_seq, config.head_dim},
+                                 torch::TensorOptions().dtype(dtype).device(impl->torch_device));
+    impl->v_cache = torch::zeros_like(impl->k_cache);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": placing the model on ", cuda ? "the GPU" : "the CPU",
+                                                     ": ", TorchError("allocation", e).message()));
   }
-  impl->k_cache = torch::zeros({config.n_layers, max_batch, config.n_kv_heads, config.max_seq, config.head_dim}, dtype);
-  impl->v_cache = torch::zeros_like(impl->k_cache);
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(impl), config, max_batch));
   runner->parameter_count_ = params;
   runner->parameter_bytes_ = bytes;
   runner->compute_dtype_ = dtype == torch::kFloat ? "fp32" : config.dtype;
+  on.reset();  // ForwardAll enters the device itself
   runner->kv_cache_bytes_ = 2 * runner->impl_->k_cache.numel() * runner->impl_->k_cache.element_size();
   // One tiny step proves the module matches the contract before any request depends on it.
   const int32_t probe[1] = {0};
@@ -161,8 +185,9 @@ absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int
   if (!impl_->module.find_method("full")) return absl::UnimplementedError("the model has no `full` method");
   try {
     torch::NoGradGuard no_grad;
-    auto t = ToLongTensor(tokens).unsqueeze(0);
-    return ToVector(impl_->module.get_method("full")({t}).toTensor()[0]);
+    auto on = impl_->Enter();
+    auto t = impl_->On(ToLongTensor(tokens).unsqueeze(0));
+    return ToVector(impl_->module.get_method("full")({t}).toTensor()[0].to(torch::kCPU));
   } catch (const std::exception& e) {
     return TorchError("full forward", e);
   }
@@ -185,6 +210,8 @@ void ModelRunner::NameTensors(runtime::Observer* observer) const {
     observer->NameTensor(reinterpret_cast<const void*>(t.addr), t.name, t.bytes);
   }
 }
+
+std::string_view ModelRunner::device_kind() const { return impl_->device != nullptr ? "cuda" : "cpu"; }
 
 void SetIntraOpThreads(int threads) { at::set_num_threads(threads); }
 

@@ -1,9 +1,13 @@
 // Runs a model repository entry's TorchScript module: prefill and batched decode steps against a KV
 // cache preallocated for max_batch slots × max_seq positions, updated in place by the model.
 //
-//   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8));
+//   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8, device));
 //   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
 //   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
+//
+// On a CUDA ComputeDevice the weights (generated ones made on the GPU), the caches and every activation
+// live in managed memory, and each call computes on the device's compute stream; tokens go in and logits
+// come out through host memory.
 //
 // libtorch stays inside model_runner.cc. Not thread-safe: one scheduler thread drives a runner.
 #pragma once
@@ -15,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "runtime/compute_device.h"
 #include "runtime/observer.h"
 #include "server/model_config.h"
 
@@ -28,8 +33,9 @@ class ModelRunner {
     int64_t pos;  // position the token takes in the slot's sequence
   };
 
+  // `device` (null: the CPU) outlives the runner.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir, const ModelConfig& config,
-                                                             int max_batch);
+                                                             int max_batch, runtime::ComputeDevice* device = nullptr);
   ~ModelRunner();
 
   // Writes `tokens` into `slot` at positions start_pos.. and returns the logits of the last one.
@@ -57,6 +63,8 @@ class ModelRunner {
   int64_t parameter_count() const { return parameter_count_; }
   int64_t parameter_bytes() const { return parameter_bytes_; }
   int64_t kv_cache_bytes() const { return kv_cache_bytes_; }
+  // "cpu" or "cuda".
+  std::string_view device_kind() const;
   // The dtype the model computes in here (fp16 models compute in fp32 on the CPU backend).
   const std::string& compute_dtype() const { return compute_dtype_; }
 

@@ -1,0 +1,328 @@
+// daemon_overhead (GPU host): what serving through the daemon costs against the bare engine loop, on the
+// same model, budget and policy. Both sides use the daemon's own engine — ModelRunner on the CUDA
+// ComputeDevice (weights generated on the GPU, in managed memory), the ModelProfiler recording each shape
+// once and then following its plan through a ModelExecution over the CUDA backend:
+//
+// - bare: in this process, a prefill and `--tokens` decode steps of batch 1, each iteration wrapped in
+//   the profiler's hooks, the next token the argmax of the logits; decode tokens/s over the timed steps.
+// - daemon: autouvmd (runtime.backend cuda) on a repository holding the same model entry, driven over
+//   gRPC by GenerateStream with the same prompt (token ids), greedy, ignore_eos; decode tokens/s from
+//   the arrival times of the streamed tokens after the first, measured here, the client.
+//
+// Each side first serves one untimed request (profiling its shapes; the bare side drains the profiler's
+// jobs, the daemon is polled until its decode profile is ready), then --repeats timed ones; the table
+// gives each repeat and the medians. The tokens of the two sides must be equal.
+//
+//   source .gpu/env.sh; build-gpu/bench/daemon_overhead --preset 7b --factor 1.5 --tokens 64
+//
+// Budget: the model's named bytes (weights, rope tables, KV cache) / factor, configured as the model's
+// device_budget on both sides (the planner sets its activations' room aside from it).
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "autouvm/v1/admin.grpc.pb.h"
+#include "autouvm/v1/generation.grpc.pb.h"
+#include "bench/decode_harness.h"
+#include "profiler/profile_jobs.h"
+#include "profiler/profile_key.h"
+#include "profiler/profile_repository.h"
+#include "profiler/profile_store.h"
+#include "runtime/compute_device.h"
+#include "server/llama_builder.h"
+#include "server/model_execution.h"
+#include "server/model_profiler.h"
+#include "server/model_runner.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using autouvm::server::IterationPhase;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "daemon_overhead: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().message()));
+  return std::move(v).value();
+}
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) Die(absl::StrCat(what, ": ", s.message()));
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Starts `argv` with stdout and stderr into `log`; the pid, or -1.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+  }
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+int32_t Argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+
+struct Run {
+  std::vector<int32_t> tokens;
+  double decode_tokens_per_s = 0;
+};
+
+// The bare loop: the daemon's engine without the daemon.
+class Bare {
+ public:
+  Bare(autouvm::runtime::ComputeDevice* device, const std::string& entry_dir,
+       const autouvm::server::ModelConfig& config) {
+    observer_ =
+        std::make_unique<autouvm::server::IterationObserver>(Check(autouvm::runtime::Observer::Create(), "observer"));
+    autouvm::runtime::Observer::MakeExecutionRepeatable();
+    runner_ = Check(autouvm::server::ModelRunner::Create(entry_dir, config, 1, device), "loading the model");
+    runner_->NameTensors(observer_->observer());
+    store_ = autouvm::profiler::NewInMemoryProfileStore();
+    repository_ = std::make_unique<autouvm::profiler::ProfileRepository>(store_.get());
+    const auto spec = device->backend()->spec();
+    jobs_ = std::make_unique<autouvm::profiler::ProfileJobs>(repository_.get(), spec, &clock_);
+    execution_ = autouvm::server::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors());
+  }
+
+  // Before the first Generate: the profile keys' model and budget.
+  void Profile(const std::string& digest, const std::string& gpu, int64_t budget) {
+    profiler_ = std::make_unique<autouvm::server::ModelProfiler>(
+        autouvm::server::ProfileIdentity{digest, gpu, budget, "autouvm"}, jobs_.get(), observer_.get(),
+        execution_.get());
+  }
+
+  int64_t named_bytes() const {
+    int64_t n = 0;
+    for (const auto& t : runner_->NamedTensors()) n += t.bytes;
+    return n;
+  }
+
+  Run Generate(const std::vector<int32_t>& prompt, int tokens) {
+    Run r;
+    const int64_t vocab = runner_->config().vocab_size;
+    profiler_->BeforeIteration(IterationPhase::kPrefill, 1, static_cast<int64_t>(prompt.size()));
+    auto logits = runner_->Prefill(0, prompt, 0);
+    Check(logits.status(), "prefill");
+    if (profiler_->AfterIteration(logits.status())) Die("a followed prefill had to be re-run");
+    r.tokens.push_back(Argmax(logits->data(), vocab));
+    std::vector<float> out;
+    const auto t0 = Clock::now();
+    for (int i = 1; i < tokens; ++i) {
+      const autouvm::server::ModelRunner::DecodeRow row{0, r.tokens.back(),
+                                                        static_cast<int64_t>(prompt.size()) + i - 1};
+      profiler_->BeforeIteration(IterationPhase::kDecode, 1, 0);
+      absl::Status s = runner_->Decode({&row, 1}, &out);
+      Check(s, "decode");
+      if (profiler_->AfterIteration(s)) Die("a followed decode step had to be re-run");
+      r.tokens.push_back(Argmax(out.data(), vocab));
+    }
+    r.decode_tokens_per_s = (tokens - 1) / std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  }
+
+  void Drain() { jobs_->Drain(); }
+  autouvm::server::ExecutionStats stats() const { return execution_->stats(); }
+
+ private:
+  autouvm::runtime::RealClock clock_;
+  std::unique_ptr<autouvm::server::IterationObserver> observer_;
+  std::unique_ptr<autouvm::server::ModelRunner> runner_;
+  std::unique_ptr<autouvm::profiler::ProfileStore> store_;
+  std::unique_ptr<autouvm::profiler::ProfileRepository> repository_;
+  std::unique_ptr<autouvm::profiler::ProfileJobs> jobs_;
+  std::unique_ptr<autouvm::server::ModelExecution> execution_;
+  std::unique_ptr<autouvm::server::ModelProfiler> profiler_;
+};
+
+// The daemon, over gRPC.
+Run GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,
+                          const std::vector<int32_t>& prompt, int tokens) {
+  autouvm::v1::GenerateRequest req;
+  req.set_model(model);
+  for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
+  req.set_add_bos(false);
+  req.set_max_tokens(static_cast<uint32_t>(tokens));
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+  auto reader = stub->GenerateStream(&ctx, req);
+  autouvm::v1::GenerateStreamResponse resp;
+  Run r;
+  Clock::time_point first, last;
+  while (reader->Read(&resp)) {
+    if (!resp.has_chunk()) continue;
+    for (int32_t id : resp.chunk().token_ids()) {
+      last = Clock::now();
+      if (r.tokens.empty()) first = last;
+      r.tokens.push_back(id);
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) Die(absl::StrCat("GenerateStream: ", s.error_message()));
+  if (static_cast<int>(r.tokens.size()) != tokens) Die(absl::StrCat("the daemon generated ", r.tokens.size()));
+  r.decode_tokens_per_s = (tokens - 1) / std::chrono::duration<double>(last - first).count();
+  return r;
+}
+
+bool DecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model) {
+  autouvm::v1::GetProfileRequest req;
+  req.set_model(model);
+  req.mutable_shape()->set_phase(autouvm::v1::PHASE_DECODE);
+  req.mutable_shape()->set_batch(1);
+  autouvm::v1::GetProfileResponse resp;
+  grpc::ClientContext ctx;
+  return admin->GetProfile(&ctx, req, &resp).ok() && resp.summary().state() == autouvm::v1::PROFILE_STATE_READY;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"daemon_overhead: tokens/s through the daemon against the bare engine loop (GPU host)"};
+  std::string preset = "7b";
+  double factor = 1.5;
+  int tokens = 64, prompt_len = 16, repeats = 3;
+  std::string daemon_path = AUTOUVMD_PATH;
+  app.add_option("--preset", preset, "7b, 13b or small");
+  app.add_option("--factor", factor, "oversubscription: named bytes / device budget");
+  app.add_option("--tokens", tokens, "tokens generated per request (the first by the prefill)");
+  app.add_option("--prompt", prompt_len, "prompt tokens");
+  app.add_option("--repeats", repeats, "timed requests per side");
+  app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  CLI11_PARSE(app, argc, argv);
+
+  // The model entry both sides load: weights generated on the GPU from the entry's seed.
+  const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/daemon-overhead-", getpid());
+  const std::string repo = root + "/models";
+  autouvm::server::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
+  c.name = "bench-" + preset;
+  Check(autouvm::server::WriteLlamaModel(c, 7, repo), "writing the model entry");
+  const std::string entry = repo + "/" + c.name;
+  const std::string digest = Check(autouvm::profiler::ModelDigest(entry), "digest");
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.push_back(1 + (i * 7919) % 31999);
+
+  const auto spec = Check(autouvm::runtime::FindGpuSpec("h200-pcie5"), "spec");
+  std::vector<Run> bare_runs;
+  int64_t budget = 0, named = 0;
+  autouvm::server::ExecutionStats bare_stats;
+  {
+    auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
+    Bare bare(device.get(), entry, c);
+    named = bare.named_bytes();
+    budget = static_cast<int64_t>(static_cast<double>(named) / factor);
+    bare.Profile(digest, spec.name, budget);
+    bare.Generate(prompt, tokens);  // profiles the prefill and the first decode step
+    bare.Drain();
+    bare.Generate(prompt, tokens);  // checks nothing, follows: warm
+    for (int i = 0; i < repeats; ++i) bare_runs.push_back(bare.Generate(prompt, tokens));
+    bare_stats = bare.stats();
+  }
+  std::printf("model %s: %.2f GiB named, budget %.2f GiB (factor %.2f), %d prompt tokens, %d generated\n",
+              c.name.c_str(), named / double(1 << 30), budget / double(1 << 30), factor, prompt_len, tokens);
+  std::printf("bare: %lld iterations followed, %lld abandoned, %lld plan switches\n",
+              (long long)bare_stats.followed_iterations, (long long)bare_stats.abandoned_iterations,
+              (long long)bare_stats.plan_switches);
+
+  // The daemon on the same entry and budget.
+  const std::string config_path = root + "/autouvmd.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "server: {listen: 127.0.0.1:0, metrics_listen: \"\"}\n"
+      << "repository: {path: " << repo << ", generate_default_model: \"\"}\n"
+      << "state_dir: " << root << "/state\n"
+      << "runtime: {backend: cuda, gpu: " << spec.name << "}\n"
+      << "models: {" << c.name << ": {max_batch: 1, policy: autouvm, device_budget: " << budget << "}}\n";
+  }
+  const std::string port_file = root + "/port";
+  const std::string log = root + "/daemon.log";
+  const pid_t pid = Spawn({daemon_path, "--config", config_path, "--port-file", port_file}, log);
+  if (pid < 0) Die("cannot start " + daemon_path);
+  std::string port;
+  for (int i = 0; i < 600 && port.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    port = ReadFile(port_file);
+  }
+  if (port.empty()) Die("the daemon did not start: " + ReadFile(log));
+  auto channel = grpc::CreateChannel("127.0.0.1:" + port, grpc::InsecureChannelCredentials());
+  auto gen = autouvm::v1::Generation::NewStub(channel);
+  auto admin = autouvm::v1::Admin::NewStub(channel);
+  // Loading: health SERVING once the model is in; GenerateStream says UNAVAILABLE until then.
+  std::vector<Run> daemon_runs;
+  for (int i = 0; i < 600; ++i) {
+    autouvm::v1::GetModelStatusRequest req;
+    req.set_model(c.name);
+    autouvm::v1::ModelStatus st;
+    grpc::ClientContext ctx;
+    if (admin->GetModelStatus(&ctx, req, &st).ok() && st.state() == autouvm::v1::MODEL_STATE_READY) break;
+    if (st.state() == autouvm::v1::MODEL_STATE_FAILED) Die("the daemon failed to load the model: " + st.error());
+    if (waitpid(pid, nullptr, WNOHANG) == pid) Die("the daemon exited: " + ReadFile(log));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  GenerateThroughDaemon(gen.get(), c.name, prompt, tokens);  // profiles
+  for (int i = 0; i < 300 && !DecodeReady(admin.get(), c.name); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  GenerateThroughDaemon(gen.get(), c.name, prompt, tokens);  // warm
+  for (int i = 0; i < repeats; ++i) daemon_runs.push_back(GenerateThroughDaemon(gen.get(), c.name, prompt, tokens));
+  autouvm::v1::ModelStatus status;
+  {
+    autouvm::v1::GetModelStatusRequest req;
+    req.set_model(c.name);
+    grpc::ClientContext ctx;
+    if (!admin->GetModelStatus(&ctx, req, &status).ok()) Die("GetModelStatus failed");
+  }
+  kill(pid, SIGTERM);
+  int wstatus = 0;
+  const int code = waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+
+  std::printf("daemon: %llu iterations followed, %llu abandoned, %llu plan switches, backend %s (exit %d)%s%s\n",
+              (unsigned long long)status.execution().followed_iterations(),
+              (unsigned long long)status.execution().abandoned_iterations(),
+              (unsigned long long)status.execution().plan_switches(), status.execution().backend().c_str(), code,
+              status.execution().last_error().empty() ? "" : "; last error: ", status.execution().last_error().c_str());
+  std::printf("\n| repeat | bare decode tok/s | daemon decode tok/s | daemon / bare |\n|---|---|---|---|\n");
+  std::vector<double> b, d;
+  bool same = true;
+  for (int i = 0; i < repeats; ++i) {
+    b.push_back(bare_runs[i].decode_tokens_per_s);
+    d.push_back(daemon_runs[i].decode_tokens_per_s);
+    same &= bare_runs[i].tokens == daemon_runs[i].tokens;
+    std::printf("| %d | %.2f | %.2f | %.3f |\n", i + 1, b.back(), d.back(), d.back() / b.back());
+  }
+  std::printf("| median | %.2f | %.2f | %.3f |\n", Median(b), Median(d), Median(d) / Median(b));
+  std::printf("\ntokens equal on both sides: %s\n", same ? "yes" : "NO");
+  std::filesystem::remove_all(root);
+  return same ? 0 : 1;
+}

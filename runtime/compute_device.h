@@ -1,0 +1,62 @@
+// ComputeDevice: where the daemon's models compute — the CPU, or a CUDA GPU whose PyTorch allocations go
+// to managed memory (runtime/cuda/managed_memory.h) and whose unified memory the executor drives through
+// a DeviceBackend (runtime/cuda/cuda_backend.h). The daemon opens one per process, from runtime.backend.
+//
+//   ASSIGN_OR_RETURN(auto device, OpenComputeDevice({.backend = "cuda", .spec = spec}));
+//   auto on = device->Enter();   // on a model's thread, around its iterations
+//
+// The implementation is chosen by the build: runtime/compute_device_cpu.cc where libtorch has no CUDA,
+// runtime/cuda/compute_device.cc where it has (no #ifdef outside runtime/cuda/).
+//
+// Thread-safety: Enter may be called from any thread; backend() is the process's one backend, which the
+// models' threads share (iterations of one model at a time drive it: ModelProfiler's observer lock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/device_backend.h"
+#include "runtime/gpu_spec.h"
+
+namespace autouvm::runtime {
+
+class ComputeDevice {
+ public:
+  virtual ~ComputeDevice() = default;
+  virtual std::string_view kind() const = 0;  // "cpu" or "cuda"
+  // The unified memory the executor drives; null on the CPU (where the daemon mirrors it on a SimBackend).
+  virtual DeviceBackend* backend() = 0;
+  // Managed bytes the process has allocated (0 on the CPU).
+  virtual int64_t managed_bytes() const = 0;
+
+  // While the returned scope lives, the calling thread computes on the device's compute stream (the one
+  // backend() orders its work against). Null on the CPU.
+  class ThreadScope {
+   public:
+    virtual ~ThreadScope() = default;
+  };
+  virtual std::unique_ptr<ThreadScope> Enter() = 0;
+};
+
+struct ComputeDeviceOptions {
+  std::string backend = "cpu";  // runtime.backend
+  GpuSpec spec;                 // runtime.gpu: what the backend reports its spec to be
+  // May the process's managed memory exceed the card's free memory (AUTOUVM_MAX_MANAGED_BYTES caps it
+  // either way)?
+  bool allow_oversubscription = false;
+};
+
+// The CPU (runtime/compute_device.cc): no backend, no managed memory, no stream.
+std::unique_ptr<ComputeDevice> NewCpuDevice();
+
+// INVALID_ARGUMENT naming runtime.backend for a backend this build does not have; UNAVAILABLE when
+// CUDA finds no usable device.
+absl::StatusOr<std::unique_ptr<ComputeDevice>> OpenComputeDevice(const ComputeDeviceOptions& options);
+// The backends this build can open: "cpu", and "cuda" where libtorch has CUDA.
+std::vector<std::string> ComputeBackends();
+
+}  // namespace autouvm::runtime

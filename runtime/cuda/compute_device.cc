@@ -1,0 +1,77 @@
+// OpenComputeDevice where libtorch has CUDA (runtime/compute_device.h): the CPU, or CUDA device 0 with
+// every PyTorch allocation of the process in managed memory and one compute stream the models' threads
+// share, which the CudaBackend orders its prefetches and evictions against.
+#include "runtime/compute_device.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/managed_memory.h"
+#include "runtime/status_macros.h"
+
+namespace autouvm::runtime {
+namespace {
+
+class StreamScope final : public ComputeDevice::ThreadScope {
+ public:
+  explicit StreamScope(c10::cuda::CUDAStream stream) : guard_(stream) {}
+
+ private:
+  c10::cuda::CUDAStreamGuard guard_;
+};
+
+class CudaDevice final : public ComputeDevice {
+ public:
+  CudaDevice(std::unique_ptr<cuda::ManagedMemoryPool> pool, c10::cuda::CUDAStream stream)
+      : pool_(std::move(pool)),
+        scope_(std::make_unique<cuda::ManagedMemoryPool::Scope>(pool_.get())),
+        stream_(stream) {}
+  ~CudaDevice() override {
+    // The model's tensors are gone by now (the daemon destroys its models first); the scope ends before
+    // the pool does.
+    backend_.reset();
+    scope_.reset();
+  }
+
+  std::string_view kind() const override { return "cuda"; }
+  DeviceBackend* backend() override { return backend_.get(); }
+  int64_t managed_bytes() const override { return pool_->allocated_bytes(); }
+  std::unique_ptr<ThreadScope> Enter() override { return std::make_unique<StreamScope>(stream_); }
+
+  std::unique_ptr<cuda::CudaBackend> backend_;
+
+ private:
+  std::unique_ptr<cuda::ManagedMemoryPool> pool_;
+  // Note [One managed scope]: PyTorch routes a device's allocations to a pool for every thread while a
+  // begin/endAllocateToPool pair is open, so one scope held for the process's life puts every model's
+  // weights, caches and activations in managed memory, from whichever thread allocates them.
+  std::unique_ptr<cuda::ManagedMemoryPool::Scope> scope_;
+  c10::cuda::CUDAStream stream_;
+};
+
+}  // namespace
+
+std::vector<std::string> ComputeBackends() { return {"cpu", "cuda"}; }
+
+absl::StatusOr<std::unique_ptr<ComputeDevice>> OpenComputeDevice(const ComputeDeviceOptions& options) {
+  if (options.backend == "cpu") return NewCpuDevice();
+  if (options.backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("runtime.backend: '", options.backend, "' is not one of cpu, cuda"));
+  }
+  ASSIGN_OR_RETURN(const int64_t cap, cuda::ManagedMemoryPool::CapFromEnvironment());
+  ASSIGN_OR_RETURN(auto pool, cuda::ManagedMemoryPool::Create(
+                                  0, {.cap_bytes = cap, .allow_oversubscription = options.allow_oversubscription}));
+  const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true);
+  auto device = std::make_unique<CudaDevice>(std::move(pool), stream);
+  ASSIGN_OR_RETURN(device->backend_,
+                   cuda::CudaBackend::Create({.spec = options.spec,
+                                              .cap_bytes = cap,
+                                              .allow_oversubscription = options.allow_oversubscription,
+                                              .compute_stream = stream.stream()}));
+  return device;
+}
+
+}  // namespace autouvm::runtime
