@@ -96,6 +96,7 @@ int32_t Argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::m
 struct Run {
   std::vector<int32_t> tokens;
   double decode_tokens_per_s = 0;
+  double ttft_ms = 0;  // from the request to its first token (bare: the prefill and its hooks)
 };
 
 // The bare loop: the daemon's engine without the daemon.
@@ -131,11 +132,13 @@ class Bare {
   Run Generate(const std::vector<int32_t>& prompt, int tokens) {
     Run r;
     const int64_t vocab = runner_->config().vocab_size;
+    const auto start = Clock::now();
     profiler_->BeforeIteration(IterationPhase::kPrefill, 1, static_cast<int64_t>(prompt.size()));
     auto logits = runner_->Prefill(0, prompt, 0);
     Check(logits.status(), "prefill");
     if (profiler_->AfterIteration(logits.status())) Die("a followed prefill had to be re-run");
     r.tokens.push_back(Argmax(logits->data(), vocab));
+    r.ttft_ms = 1e3 * std::chrono::duration<double>(Clock::now() - start).count();
     std::vector<float> out;
     const auto t0 = Clock::now();
     for (int i = 1; i < tokens; ++i) {
@@ -177,6 +180,7 @@ Run GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string
   req.mutable_sampling()->set_temperature(0);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+  const auto start = Clock::now();
   auto reader = stub->GenerateStream(&ctx, req);
   autouvm::v1::GenerateStreamResponse resp;
   Run r;
@@ -185,7 +189,10 @@ Run GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string
     if (!resp.has_chunk()) continue;
     for (int32_t id : resp.chunk().token_ids()) {
       last = Clock::now();
-      if (r.tokens.empty()) first = last;
+      if (r.tokens.empty()) {
+        first = last;
+        r.ttft_ms = 1e3 * std::chrono::duration<double>(first - start).count();
+      }
       r.tokens.push_back(id);
     }
   }
@@ -312,16 +319,22 @@ int main(int argc, char** argv) {
               (unsigned long long)status.execution().abandoned_iterations(),
               (unsigned long long)status.execution().plan_switches(), status.execution().backend().c_str(), code,
               status.execution().last_error().empty() ? "" : "; last error: ", status.execution().last_error().c_str());
-  std::printf("\n| repeat | bare decode tok/s | daemon decode tok/s | daemon / bare |\n|---|---|---|---|\n");
-  std::vector<double> b, d;
+  std::printf(
+      "\n| repeat | bare decode tok/s | daemon decode tok/s | daemon / bare | bare TTFT ms | daemon TTFT ms |\n"
+      "|---|---|---|---|---|---|\n");
+  std::vector<double> b, d, bt, dt;
   bool same = true;
   for (int i = 0; i < repeats; ++i) {
     b.push_back(bare_runs[i].decode_tokens_per_s);
     d.push_back(daemon_runs[i].decode_tokens_per_s);
     same &= bare_runs[i].tokens == daemon_runs[i].tokens;
-    std::printf("| %d | %.2f | %.2f | %.3f |\n", i + 1, b.back(), d.back(), d.back() / b.back());
+    bt.push_back(bare_runs[i].ttft_ms);
+    dt.push_back(daemon_runs[i].ttft_ms);
+    std::printf("| %d | %.2f | %.2f | %.3f | %.1f | %.1f |\n", i + 1, b.back(), d.back(), d.back() / b.back(),
+                bt.back(), dt.back());
   }
-  std::printf("| median | %.2f | %.2f | %.3f |\n", Median(b), Median(d), Median(d) / Median(b));
+  std::printf("| median | %.2f | %.2f | %.3f | %.1f | %.1f |\n", Median(b), Median(d), Median(d) / Median(b),
+              Median(bt), Median(dt));
   std::printf("\ntokens equal on both sides: %s\n", same ? "yes" : "NO");
   std::filesystem::remove_all(root);
   return same ? 0 : 1;
