@@ -113,7 +113,8 @@ class Bare {
     repository_ = std::make_unique<autouvm::profiler::ProfileRepository>(store_.get());
     const auto spec = device->backend()->spec();
     jobs_ = std::make_unique<autouvm::profiler::ProfileJobs>(repository_.get(), spec, &clock_);
-    execution_ = autouvm::server::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors());
+    // As the daemon runs it by default (runtime.monitor_every).
+    execution_ = autouvm::server::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors(), {});
   }
 
   // Before the first Generate: the profile keys' model and budget.

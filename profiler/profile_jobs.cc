@@ -154,6 +154,8 @@ absl::StatusOr<PlanToFollow> ProfileJobs::ReadPlan(const autouvm::v1::ProfileKey
   PlanToFollow out;
   if (!out.plan.ParseFromString(**plan_bytes)) return damaged("the stored plan does not parse");
   out.trace = runtime::FromProto((*profile)->trace());
+  out.profile = std::move(**profile);
+  out.profile.clear_trace();
   return out;
 }
 

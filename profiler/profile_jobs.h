@@ -56,10 +56,12 @@ struct ProfileStatus {
   bool verified = false;             // recorded here, or its ops checked against an iteration
 };
 
-// A stored plan and the trace it was made from: what a runtime::Executor follows.
+// A stored plan and the trace it was made from: what a runtime::Executor follows; and the profile's op
+// classes under the plan, what a runtime::RuntimeMonitor checks the ops' times against.
 struct PlanToFollow {
   autouvm::v1::Plan plan;
   runtime::AccessTrace trace;
+  autouvm::v1::Profile profile;  // its trace cleared (`trace` holds it)
 };
 
 class ProfileJobs {

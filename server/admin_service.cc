@@ -105,6 +105,9 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_h2d_bytes(e.counters.h2d_total());
     x->set_d2h_bytes(e.counters.d2h_total());
     x->set_evictions(e.counters.evictions);
+    x->set_sampled_iterations(static_cast<uint64_t>(e.sampled_iterations));
+    x->set_reclassified_ops(static_cast<uint64_t>(e.reclassified_ops));
+    x->set_repinned_bytes(e.repinned_bytes);
   }
 }
 

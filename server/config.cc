@@ -97,6 +97,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   ft.Int("intra_op_threads", &c.intra_op_threads, 0, 1024);
   ft.String("gpu", &c.gpu);
   ft.Bool("executor", &c.executor);
+  ft.Int("monitor_every", &c.monitor_every, 0, 1000000);
   if (auto s = ft.Finish(); !s.ok()) return wrap(s);
   if (auto spec = runtime::FindGpuSpec(c.gpu); !spec.ok()) {
     return wrap(absl::InvalidArgumentError(absl::StrCat("runtime.gpu: ", spec.status().message())));

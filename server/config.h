@@ -49,6 +49,7 @@ struct ServerConfig {
   std::string gpu = "h200-pcie5";  // the GpuSpec profiles are planned for and keyed by (runtime/gpu_spec.h)
   bool profiling = true;           // profile each (model, shape) on first use (profiler.enabled)
   bool executor = true;            // follow plans at op boundaries (runtime.executor)
+  int64_t monitor_every = 64;      // time one followed iteration in this many (runtime.monitor_every; 0: never)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).
   std::string admin_token_file;
   ModelSettings model_defaults;

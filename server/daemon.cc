@@ -92,6 +92,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
       profiling.jobs = d->jobs_.get();
       profiling.observer = d->observer_.get();
       profiling.executor = config.executor;
+      profiling.execution.monitor_every = config.monitor_every;
     } else {
       facts.health_details.push_back(absl::StrCat("profiling: off: ", observer.status().message()));
     }

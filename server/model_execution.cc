@@ -36,14 +36,14 @@ class ModelExecution::MirrorLauncher final : public runtime::OpSubscriber {
 };
 
 ModelExecution::ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<runtime::sim::SimBackend> sim,
-                               std::unordered_map<std::string, runtime::TensorRange> ranges)
-    : backend_(backend), sim_(std::move(sim)), ranges_(std::move(ranges)) {
+                               std::unordered_map<std::string, runtime::TensorRange> ranges, ExecutionOptions options)
+    : backend_(backend), options_(options), sim_(std::move(sim)), ranges_(std::move(ranges)) {
   for (const auto& [id, r] : ranges_) where_[id] = r.addr;
   stats_.backend = std::string(backend_->kind());
 }
 
 absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(
-    const runtime::GpuSpec& spec, const std::vector<ModelRunner::NamedTensor>& named) {
+    const runtime::GpuSpec& spec, const std::vector<ModelRunner::NamedTensor>& named, ExecutionOptions options) {
   // The mirror holds what the model holds whatever the card's size: the executor keeps the device
   // budget, and a model larger than the card is what the daemon is for.
   ASSIGN_OR_RETURN(auto sim, runtime::sim::SimBackend::Create({.spec = spec, .allow_oversubscription = true}));
@@ -53,14 +53,15 @@ absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(
     ranges[Id(t)] = {addr, t.bytes};
   }
   runtime::DeviceBackend* backend = sim.get();
-  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, std::move(sim), std::move(ranges)));
+  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, std::move(sim), std::move(ranges), options));
 }
 
 std::unique_ptr<ModelExecution> ModelExecution::OnDevice(runtime::DeviceBackend* backend,
-                                                         const std::vector<ModelRunner::NamedTensor>& named) {
+                                                         const std::vector<ModelRunner::NamedTensor>& named,
+                                                         ExecutionOptions options) {
   std::unordered_map<std::string, runtime::TensorRange> ranges;
   for (const ModelRunner::NamedTensor& t : named) ranges[Id(t)] = {t.addr, t.bytes};
-  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, nullptr, std::move(ranges)));
+  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, nullptr, std::move(ranges), options));
 }
 
 ModelExecution::~ModelExecution() {
@@ -84,14 +85,16 @@ absl::Status ModelExecution::ReleaseExecutor() {
   }
   follower_.reset();
   launcher_.reset();
+  timer_.reset();
+  monitor_.reset();
   executor_.reset();
   trace_.reset();
   key_.clear();
   return released;
 }
 
-absl::Status ModelExecution::Begin(const std::string& key, const profiler::PlanToFollow& plan,
-                                   runtime::Observer* observer) {
+absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const std::string& key,
+                                                                          const profiler::PlanToFollow& plan) {
   untrusted_ = false;
   if (key != key_ || executor_ == nullptr) {
     absl::Status s = ReleaseExecutor();
@@ -112,20 +115,40 @@ absl::Status ModelExecution::Begin(const std::string& key, const profiler::PlanT
     key_ = key;
     follower_ = std::make_unique<runtime::PlanFollower>(executor_.get(), *trace_);
     if (sim_ != nullptr) launcher_ = std::make_unique<MirrorLauncher>(sim_.get(), trace_.get(), &where_);
+    if (options_.monitor_every > 0) {
+      monitor_ = std::make_unique<runtime::RuntimeMonitor>(*trace_, plan.profile, plan.plan, backend_->spec(),
+                                                           runtime::RuntimeMonitor::Options());
+    }
     absl::MutexLock lock(&mu_);
     ++stats_.plan_switches;
     stats_.following = key;
   }
-  if (launcher_ != nullptr) observer->AddSubscriber(launcher_.get());
-  observer->AddSubscriber(follower_.get());
-  return absl::OkStatus();
+  // In this order: an op's mark before the follower's waits (a wait counts to the op it delays), its
+  // kernel on the mirror between the follower's BeforeOp and AfterOp.
+  std::vector<runtime::OpSubscriber*> subscribers;
+  if (launcher_ != nullptr) subscribers.push_back(launcher_.get());
+  if (timer_ != nullptr) {
+    timer_->BeginIteration();
+    subscribers.push_back(timer_.get());
+  }
+  subscribers.push_back(follower_.get());
+  return subscribers;
 }
 
-absl::Status ModelExecution::End(runtime::Observer* observer) {
-  observer->RemoveSubscriber(follower_.get());
-  if (launcher_ != nullptr) observer->RemoveSubscriber(launcher_.get());
+absl::Status ModelExecution::End() {
   absl::Status why = follower_->EndIteration();
   untrusted_ = !why.ok() && executor_->stages();
+  if (timer_ != nullptr) {
+    auto seconds = timer_->EndIteration();
+    absl::Status monitored = seconds.ok() ? absl::OkStatus() : seconds.status();
+    // Only an iteration that followed its plan to the end is what the profile describes.
+    if (monitored.ok() && why.ok() && !seconds->empty()) monitored = Monitor(*seconds);
+    if (!monitored.ok() && why.ok()) why = monitored;
+  } else if (monitor_ != nullptr) {
+    // The first iteration after a switch carries the new plan's preparation (its pinned tensors still
+    // arriving): the timer starts with the next one (Note [Monitoring followed iterations]).
+    timer_ = std::make_unique<runtime::OpTimer>(backend_, options_.monitor_every);
+  }
   auto counters = backend_->ReadCounters();
   absl::MutexLock lock(&mu_);
   if (why.ok()) {
@@ -140,6 +163,24 @@ absl::Status ModelExecution::End(runtime::Observer* observer) {
   stats_.staged_bytes = executor_->staged_bytes();
   if (counters.ok()) stats_.counters = *counters;
   return why;
+}
+
+absl::Status ModelExecution::Monitor(const std::vector<double>& op_seconds) {
+  const std::vector<runtime::Reclassified> changed = monitor_->Observe(op_seconds);
+  std::vector<std::string> missing;
+  for (const runtime::Reclassified& r : changed) missing.insert(missing.end(), r.missing.begin(), r.missing.end());
+  const int64_t repinned_before = executor_->repinned_bytes();
+  absl::Status s = missing.empty() ? absl::OkStatus() : executor_->Repin(missing);
+  absl::MutexLock lock(&mu_);
+  ++stats_.sampled_iterations;
+  stats_.reclassified_ops += static_cast<int64_t>(changed.size());
+  stats_.repinned_bytes += executor_->repinned_bytes() - repinned_before;
+  return s;
+}
+
+const runtime::TensorRange* ModelExecution::range(const std::string& id) const {
+  auto it = ranges_.find(id);
+  return it == ranges_.end() ? nullptr : &it->second;
 }
 
 absl::Status ModelExecution::Suspend() {

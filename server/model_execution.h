@@ -8,10 +8,12 @@
 // device buffers there). The simulator then accounts what the plan would move and fault on that GPU, and
 // the executor's code runs exactly as on CUDA. Over real memory (CUDA) the ranges are the tensors' own.
 //
-//   auto ex = ModelExecution::Mirror(spec, runner->NamedTensors());   // CPU daemon
-//   RETURN_IF_ERROR(ex->Begin(key, plan, observer));    // before an observed iteration of `key`
+//   auto ex = ModelExecution::Mirror(spec, runner->NamedTensors(), {});   // CPU daemon
+//   ASSIGN_OR_RETURN(auto subscribers, ex->Begin(key, plan));   // before an observed iteration of `key`
+//   for (auto* s : subscribers) observer->AddSubscriber(s);     // in this order
 //   forward ...
-//   absl::Status followed = ex->End(observer);          // OK: the whole iteration followed the plan
+//   for (auto* s : subscribers) observer->RemoveSubscriber(s);
+//   absl::Status followed = ex->End();                  // OK: the whole iteration followed the plan
 //   ex->Suspend();                                      // before an iteration that follows no plan
 //
 // Note [One plan owns the residency]: the model's tensors have one placement at a time, so one plan —
@@ -19,6 +21,14 @@
 // weights go back to managed memory) and prepares the new one: a plan switch, counted; a decode plan
 // that reads in place and pins keeps its placement through iterations that follow nothing, a staged
 // one is released before them (the model must read real weights).
+//
+// Note [Monitoring followed iterations]: the second followed iteration after each switch, then one in
+// `monitor_every`, is timed op by op (the first carries the switch: the plan's pinned tensors arriving) on the
+// backend's compute stream (runtime::OpTimer: CUDA events, or the simulator's clock on the mirror), and a
+// runtime::RuntimeMonitor compares each op with the class the profile gave it under the plan: an op planned compute- or
+// HBM-bound that now waits as long as moving its pinned tensors over the link names them, and the executor brings them
+// back at once (Executor::Repin: something else — another model, the driver — evicted them). Ops reclassified and bytes
+// re-pinned are counted. A timed iteration waits for its work to finish on the GPU.
 //
 // Thread-safety: Begin, End and Suspend on the model's scheduler thread; stats() from any thread.
 #pragma once
@@ -37,6 +47,8 @@
 #include "runtime/executor.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
+#include "runtime/op_timer.h"
+#include "runtime/runtime_monitor.h"
 #include "server/model_runner.h"
 
 namespace autouvm::runtime::sim {
@@ -55,25 +67,34 @@ struct ExecutionStats {
   int64_t evicted_bytes = 0;
   int64_t resident_bytes = 0;  // named bytes the executor holds on the device now
   int64_t staged_bytes = 0;
-  std::string last_error;  // why the last abandoned iteration or failed switch did not follow
+  int64_t sampled_iterations = 0;  // timed op by op for the runtime monitor
+  int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
+  int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone
+  std::string last_error;          // why the last abandoned iteration or failed switch did not follow
   runtime::UvmCounters counters;
+};
+
+struct ExecutionOptions {
+  int64_t monitor_every = 64;  // time one followed iteration in this many for the runtime monitor; 0: never
 };
 
 class ModelExecution {
  public:
   // The CPU daemon's mirror on `spec` (see above). INVALID_ARGUMENT for an unusable spec.
   static absl::StatusOr<std::unique_ptr<ModelExecution>> Mirror(const runtime::GpuSpec& spec,
-                                                                const std::vector<ModelRunner::NamedTensor>& named);
+                                                                const std::vector<ModelRunner::NamedTensor>& named,
+                                                                ExecutionOptions options);
   // Over the model's own memory on `backend` (not owned; outlives this).
   static std::unique_ptr<ModelExecution> OnDevice(runtime::DeviceBackend* backend,
-                                                  const std::vector<ModelRunner::NamedTensor>& named);
+                                                  const std::vector<ModelRunner::NamedTensor>& named,
+                                                  ExecutionOptions options);
   ~ModelExecution();
 
-  // Makes `key`'s plan the one followed (switching to it if another owns the residency) and subscribes
-  // to `observer` for the observed iteration about to run. On an error nothing is subscribed.
-  absl::Status Begin(const std::string& key, const profiler::PlanToFollow& plan, runtime::Observer* observer);
-  // After that iteration: unsubscribes; why following stopped part way, OK if it did not.
-  absl::Status End(runtime::Observer* observer);
+  // Makes `key`'s plan the one followed (switching to it if another owns the residency), ready for the
+  // observed iteration about to run: the subscribers to add to the observer for it, in order.
+  absl::StatusOr<std::vector<runtime::OpSubscriber*>> Begin(const std::string& key, const profiler::PlanToFollow& plan);
+  // After that iteration (its subscribers removed): why following stopped part way, OK if it did not.
+  absl::Status End();
   // Whether the iteration End() just reported on may have read a staged weight's discarded range (it
   // stopped following a plan that stages): its result must not be used (Note [Stopping with staged
   // weights], runtime/executor.cc).
@@ -84,14 +105,21 @@ class ModelExecution {
   absl::Status Drop(const std::string& key);
 
   ExecutionStats stats() const;
+  // The backend the executor drives (the mirror's SimBackend on the CPU), and where it placed a named
+  // tensor ("param:<name>"); null for an unknown id.
+  runtime::DeviceBackend* backend() const { return backend_; }
+  const runtime::TensorRange* range(const std::string& id) const;
 
  private:
   class MirrorLauncher;
   ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<runtime::sim::SimBackend> sim,
-                 std::unordered_map<std::string, runtime::TensorRange> ranges);
+                 std::unordered_map<std::string, runtime::TensorRange> ranges, ExecutionOptions options);
+  // The timed iteration that just ended, checked by the monitor; pinned tensors found gone come back.
+  absl::Status Monitor(const std::vector<double>& op_seconds);
   absl::Status ReleaseExecutor();  // folds its figures into the totals
 
   runtime::DeviceBackend* const backend_;
+  const ExecutionOptions options_;
   std::unique_ptr<runtime::sim::SimBackend> sim_;  // the mirror, when there is one (backend_ points to it)
   const std::unordered_map<std::string, runtime::TensorRange> ranges_;
   std::unordered_map<std::string, uint64_t> where_;  // ranges_' addresses, for the mirror's kernels
@@ -102,6 +130,8 @@ class ModelExecution {
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<runtime::PlanFollower> follower_;
   std::unique_ptr<MirrorLauncher> launcher_;
+  std::unique_ptr<runtime::OpTimer> timer_;  // null when monitor_every is 0
+  std::unique_ptr<runtime::RuntimeMonitor> monitor_;
   bool untrusted_ = false;
   int64_t released_prefetched_ = 0;  // by executors released since
   int64_t released_evicted_ = 0;

@@ -84,9 +84,10 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   if (profiling_.jobs != nullptr) {
     m->runner->NameTensors(profiling_.observer->observer());
     if (profiling_.executor && device_ != nullptr && device_->backend() != nullptr) {
-      m->execution = ModelExecution::OnDevice(device_->backend(), m->runner->NamedTensors());
+      m->execution = ModelExecution::OnDevice(device_->backend(), m->runner->NamedTensors(), profiling_.execution);
     } else if (profiling_.executor) {
-      ASSIGN_OR_RETURN(m->execution, ModelExecution::Mirror(profiling_.gpu, m->runner->NamedTensors()));
+      ASSIGN_OR_RETURN(m->execution,
+                       ModelExecution::Mirror(profiling_.gpu, m->runner->NamedTensors(), profiling_.execution));
     }
     m->profiler = std::make_unique<ModelProfiler>(
         ProfileIdentity{m->digest, profiling_.gpu.name, m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes),

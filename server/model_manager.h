@@ -48,6 +48,7 @@ struct ProfilingServices {
   IterationObserver* observer = nullptr;
   runtime::GpuSpec gpu;   // keys and device budgets are for this GPU
   bool executor = false;  // follow plans (on the CPU backend: through a simulated mirror on `gpu`)
+  ExecutionOptions execution;
 };
 
 struct ModelView {

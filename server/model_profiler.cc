@@ -50,8 +50,9 @@ bool ModelProfiler::BeginFollowing() {
     if (!plan.ok()) return false;  // not ready or not checked yet (NOT_FOUND), or damaged (now stale)
     it = plans_.emplace(key, std::make_shared<const profiler::PlanToFollow>(std::move(*plan))).first;
   }
-  absl::Status s = execution_->Begin(key, *it->second, observer_->observer());
-  if (!s.ok()) {
+  auto subscribers = execution_->Begin(key, *it->second);
+  if (!subscribers.ok()) {
+    const absl::Status& s = subscribers.status();
     // A plan that cannot be prepared here (the backend refused) is profiled again rather than retried
     // at every iteration.
     std::cerr << "autouvmd: executor: " << s.message() << "; profiling it again\n";
@@ -59,6 +60,8 @@ bool ModelProfiler::BeginFollowing() {
     jobs_->MarkStale(key_, absl::StrCat("its plan could not be followed: ", s.message()));
     return false;
   }
+  following_ = std::move(*subscribers);
+  for (runtime::OpSubscriber* sub : following_) observer_->observer()->AddSubscriber(sub);
   return true;
 }
 
@@ -99,7 +102,9 @@ bool ModelProfiler::AfterIteration(const absl::Status& status) {
   const Mode mode = mode_;
   mode_ = Mode::kNone;
   if (mode == Mode::kFollow) {
-    absl::Status followed = execution_->End(obs);
+    for (runtime::OpSubscriber* sub : following_) obs->RemoveSubscriber(sub);
+    following_.clear();
+    absl::Status followed = execution_->End();
     observer_->Release();
     // A failed iteration says nothing about the plan; one that ran other ops than the plan's does.
     if (!followed.ok() && status.ok()) {

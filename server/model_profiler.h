@@ -81,6 +81,7 @@ class ModelProfiler final : public IterationHooks, private runtime::OpSubscriber
   // Plans read from the repository, by encoded key (scheduler thread only); dropped when the key is
   // recorded or checked again.
   std::map<std::string, std::shared_ptr<const profiler::PlanToFollow>> plans_;
+  std::vector<runtime::OpSubscriber*> following_;  // the followed iteration's subscribers
   // The iteration in progress (scheduler thread only).
   Mode mode_ = Mode::kNone;
   autouvm::v1::ProfileKey key_;

@@ -110,6 +110,8 @@ TEST(ExecutorE2E, ReadyShapesFollowTheirPlansOnTheMirrorAndGenerateTheSameTokens
   EXPECT_GT(e.resident_bytes(), 0) << e.DebugString();
   EXPECT_LE(e.resident_bytes(), kBudget) << e.DebugString();
   EXPECT_TRUE(e.last_error().empty()) << e.last_error();
+  // The runtime monitor timed the second decode step after the prefill's switch.
+  EXPECT_GE(e.sampled_iterations(), 1u) << e.DebugString();
 }
 
 TEST(ExecutorE2E, StockFollowsNothingAndGeneratesWhatAutouvmGenerates) {

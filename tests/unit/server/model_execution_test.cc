@@ -1,0 +1,165 @@
+// ModelExecution on the simulated mirror (the CPU daemon's executor): a plan followed op by op — its
+// subscribers driven as the Observer drives them — moves bytes on the mirror and keeps the budget; the
+// runtime monitor brings back a pinned tensor evicted behind the executor's back; following another
+// key's plan is a switch; an iteration whose ops leave the plan is abandoned and said why.
+#include "server/model_execution.h"
+
+#include <gtest/gtest.h>
+
+#include "profiler/analysis.h"
+#include "profiler/profile_key.h"
+
+namespace autouvm::server {
+namespace {
+
+constexpr int kWeights = 8;
+constexpr int kOps = 2 * kWeights;
+constexpr int64_t kWeight = 8 << 20;
+
+// Two passes of matrix-vector products over eight 8 MiB weights (each read twice an iteration, so
+// that a plan fetches rather than reads them in place).
+runtime::AccessTrace Trace() {
+  runtime::AccessTrace t;
+  for (int i = 0; i < kWeights; ++i) {
+    const std::string w = "param:w" + std::to_string(i);
+    t.named.push_back({w, kWeight, 0, kWeight});
+  }
+  for (int i = 0; i < kOps; ++i) {
+    const std::string w = "param:w" + std::to_string(i % kWeights);
+    runtime::OpRecord op;
+    op.index = i;
+    op.op = "aten::mm";
+    op.kernel = "aten::mm#" + std::to_string(i);
+    op.reads = {{w, kWeight, 0, kWeight}};
+    op.writes = {{"act:aten::mm@" + std::to_string(i) + ".0", 8192, 0, 8192}};
+    op.flops = 2.0 * kWeight / 2;  // bf16: one multiply-add per weight
+    t.ops.push_back(op);
+  }
+  return t;
+}
+
+std::vector<ModelRunner::NamedTensor> Named() {
+  std::vector<ModelRunner::NamedTensor> out;
+  for (int i = 0; i < kWeights; ++i) out.push_back({"w" + std::to_string(i), 0, kWeight});
+  return out;
+}
+
+class ModelExecutionTest : public ::testing::Test {
+ protected:
+  profiler::PlanToFollow Plan(int64_t budget) {
+    const auto key = profiler::DecodeKey(std::string(64, 'e'), 1, spec_.name, budget, "autouvm");
+    profiler::Analysis a = profiler::Analyze(key, trace_, spec_, absl::Now());
+    return {a.plan, trace_, a.profile};
+  }
+  std::unique_ptr<ModelExecution> Mirror(int64_t monitor_every) {
+    auto ex = ModelExecution::Mirror(spec_, Named(), {.monitor_every = monitor_every});
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    return std::move(ex).value();
+  }
+  // One iteration as the observer drives it: every subscriber's BeforeOp, then every OnOp, op by op.
+  // `kernel_at` replaces one op's kernel (-1: none).
+  absl::Status Iterate(ModelExecution& ex, const std::string& key, const profiler::PlanToFollow& plan,
+                       int kernel_at = -1) {
+    auto subscribers = ex.Begin(key, plan);
+    if (!subscribers.ok()) return subscribers.status();
+    for (int i = 0; i < kOps; ++i) {
+      for (runtime::OpSubscriber* s : *subscribers) s->BeforeOp(i);
+      const std::string kernel = i == kernel_at ? "aten::add#0" : trace_.ops[i].kernel;
+      runtime::OpEvent ev{.index = i, .op = "aten::mm", .kernel = kernel};
+      for (runtime::OpSubscriber* s : *subscribers) s->OnOp(ev);
+    }
+    return ex.End();
+  }
+
+  const runtime::GpuSpec spec_ = *runtime::FindGpuSpec("h200-pcie5");
+  const runtime::AccessTrace trace_ = Trace();
+};
+
+TEST_F(ModelExecutionTest, APlanIsFollowedOnTheMirrorWithinItsBudget) {
+  constexpr int64_t kBudget = 40 << 20;  // of 64 MiB of weights
+  const auto plan = Plan(kBudget);
+  ASSERT_GT(plan.plan.pinned_size(), 0);
+  ASSERT_GT(plan.plan.prefetches_size(), 0);
+  auto ex = Mirror(/*monitor_every=*/2);
+  EXPECT_EQ(ex->stats().backend, "sim");
+  for (int it = 0; it < 3; ++it) ASSERT_TRUE(Iterate(*ex, "k", plan).ok());
+  const ExecutionStats s = ex->stats();
+  EXPECT_EQ(s.following, "k");
+  EXPECT_EQ(s.followed_iterations, 3);
+  EXPECT_EQ(s.abandoned_iterations, 0);
+  EXPECT_EQ(s.plan_switches, 1);
+  // Streamed weights cross the simulated link every iteration; the pinned ones once.
+  EXPECT_GE(s.prefetched_bytes, 3 * plan.plan.streamed_bytes()) << s.prefetched_bytes;
+  EXPECT_GT(s.evicted_bytes, 0);
+  EXPECT_GE(s.counters.h2d_total(), s.prefetched_bytes);
+  EXPECT_GT(s.resident_bytes, 0);
+  EXPECT_LE(s.resident_bytes, kBudget);
+  // Timed: the second iteration (the first carries the plan's preparation), then one in two.
+  EXPECT_EQ(s.sampled_iterations, 1);
+  EXPECT_EQ(s.repinned_bytes, 0);  // nothing evicted the pinned weights
+}
+
+TEST_F(ModelExecutionTest, TheMonitorBringsBackAPinnedWeightEvictedBehindTheExecutor) {
+  const auto plan = Plan(40 << 20);
+  const std::string pinned = plan.plan.pinned(0);
+  auto ex = Mirror(/*monitor_every=*/1);
+  ASSERT_TRUE(Iterate(*ex, "k", plan).ok());
+  const runtime::TensorRange* r = ex->range(pinned);
+  ASSERT_NE(r, nullptr);
+  runtime::DeviceBackend* sim = ex->backend();
+  ASSERT_EQ(*sim->ResidentBytes(r->addr, r->bytes), r->bytes);
+  // Another model (or the driver) takes the pinned weight's pages.
+  ASSERT_TRUE(sim->Prefetch(r->addr, r->bytes, runtime::Location::kHost, runtime::Stream::kCompute).ok());
+  ASSERT_TRUE(sim->Synchronize().ok());
+  ASSERT_EQ(*sim->ResidentBytes(r->addr, r->bytes), 0);
+
+  // The op that reads it faults it in, takes as long as the link, and the monitor says so.
+  ASSERT_TRUE(Iterate(*ex, "k", plan).ok());
+  ExecutionStats s = ex->stats();
+  EXPECT_GE(s.reclassified_ops, 1);
+  EXPECT_EQ(s.repinned_bytes, r->bytes);
+  ASSERT_TRUE(sim->Synchronize().ok());
+  EXPECT_EQ(*sim->ResidentBytes(r->addr, r->bytes), r->bytes);
+
+  // Back where the plan wants it: the next sample finds every op in its class.
+  const int64_t reclassified = s.reclassified_ops;
+  ASSERT_TRUE(Iterate(*ex, "k", plan).ok());
+  s = ex->stats();
+  EXPECT_EQ(s.reclassified_ops, reclassified);
+  EXPECT_EQ(s.repinned_bytes, r->bytes);
+  EXPECT_EQ(s.sampled_iterations, 2);
+}
+
+TEST_F(ModelExecutionTest, AnotherKeysPlanTakesThePlacementAndAStrayOpAbandonsTheIteration) {
+  const auto tight = Plan(24 << 20);
+  const auto roomy = Plan(128 << 20);  // everything pinned
+  auto ex = Mirror(/*monitor_every=*/0);
+  ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());
+  ASSERT_TRUE(Iterate(*ex, "roomy", roomy).ok());
+  ExecutionStats s = ex->stats();
+  EXPECT_EQ(s.plan_switches, 2);
+  EXPECT_EQ(s.following, "roomy");
+  EXPECT_EQ(s.resident_bytes, kWeights * kWeight);
+  EXPECT_EQ(s.sampled_iterations, 0);  // the monitor is off
+
+  absl::Status stray = Iterate(*ex, "tight", tight, /*kernel_at=*/3);
+  EXPECT_EQ(stray.code(), absl::StatusCode::kFailedPrecondition) << stray;
+  EXPECT_NE(stray.message().find("op 3 is aten::add#0"), std::string::npos) << stray;
+  // Its weights are whole 2 MiB blocks, staged on this spec: the stray op may have read a discarded
+  // range, so the iteration's result must not be used.
+  ASSERT_TRUE(tight.plan.staged());
+  EXPECT_TRUE(ex->last_iteration_untrusted());
+  s = ex->stats();
+  EXPECT_EQ(s.abandoned_iterations, 1);
+  EXPECT_EQ(s.followed_iterations, 2);
+  EXPECT_EQ(s.plan_switches, 3);
+  EXPECT_EQ(s.last_error, std::string(stray.message()));
+  EXPECT_EQ(s.staged_bytes, 0);  // put back in managed memory when following stopped
+
+  // Dropping the key that holds the placement releases it.
+  ASSERT_TRUE(ex->Drop("tight").ok());
+  EXPECT_EQ(ex->stats().following, "");
+}
+
+}  // namespace
+}  // namespace autouvm::server
