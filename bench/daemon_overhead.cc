@@ -259,9 +259,12 @@ int main(int argc, char** argv) {
   }
   std::printf("model %s: %.2f GiB named, budget %.2f GiB (factor %.2f), %d prompt tokens, %d generated\n",
               c.name.c_str(), named / double(1 << 30), budget / double(1 << 30), factor, prompt_len, tokens);
-  std::printf("bare: %lld iterations followed, %lld abandoned, %lld plan switches\n",
-              (long long)bare_stats.followed_iterations, (long long)bare_stats.abandoned_iterations,
-              (long long)bare_stats.plan_switches);
+  std::printf(
+      "bare: %lld iterations followed, %lld abandoned, %lld plan switches; monitor: %lld sampled, %lld ops "
+      "reclassified, %.1f MiB re-pinned\n",
+      (long long)bare_stats.followed_iterations, (long long)bare_stats.abandoned_iterations,
+      (long long)bare_stats.plan_switches, (long long)bare_stats.sampled_iterations,
+      (long long)bare_stats.reclassified_ops, bare_stats.repinned_bytes / double(1 << 20));
 
   // The daemon on the same entry and budget.
   const std::string config_path = root + "/autouvmd.yaml";
@@ -315,11 +318,17 @@ int main(int argc, char** argv) {
   int wstatus = 0;
   const int code = waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
 
-  std::printf("daemon: %llu iterations followed, %llu abandoned, %llu plan switches, backend %s (exit %d)%s%s\n",
-              (unsigned long long)status.execution().followed_iterations(),
-              (unsigned long long)status.execution().abandoned_iterations(),
-              (unsigned long long)status.execution().plan_switches(), status.execution().backend().c_str(), code,
-              status.execution().last_error().empty() ? "" : "; last error: ", status.execution().last_error().c_str());
+  const autouvm::v1::ExecutionStatus& x = status.execution();
+  std::printf(
+      "daemon: %llu iterations followed, %llu abandoned, %llu plan switches, backend %s (exit %d)%s%s; monitor: "
+      "%llu sampled, %llu ops reclassified, %.1f MiB re-pinned; CUPTI: %lld fault groups, %.2f GiB host->device, "
+      "%.2f GiB device->host; executor: %.2f GiB prefetched, %.2f GiB evicted\n",
+      (unsigned long long)x.followed_iterations(), (unsigned long long)x.abandoned_iterations(),
+      (unsigned long long)x.plan_switches(), x.backend().c_str(), code,
+      x.last_error().empty() ? "" : "; last error: ", x.last_error().c_str(),
+      (unsigned long long)x.sampled_iterations(), (unsigned long long)x.reclassified_ops(),
+      x.repinned_bytes() / double(1 << 20), (long long)x.gpu_fault_groups(), x.h2d_bytes() / double(1 << 30),
+      x.d2h_bytes() / double(1 << 30), x.prefetched_bytes() / double(1 << 30), x.evicted_bytes() / double(1 << 30));
   std::printf(
       "\n| repeat | bare decode tok/s | daemon decode tok/s | daemon / bare | bare TTFT ms | daemon TTFT ms |\n"
       "|---|---|---|---|---|---|\n");
