@@ -24,6 +24,16 @@ add_library(autouvm_sentencepiece_lib INTERFACE)
 target_link_libraries(autouvm_sentencepiece_lib INTERFACE ${SENTENCEPIECE_TRAIN_LIBRARY} ${SENTENCEPIECE_LIBRARY})
 target_include_directories(autouvm_sentencepiece_lib SYSTEM INTERFACE ${SENTENCEPIECE_INCLUDE_DIR})
 
+# The metrics endpoint: prometheus-cpp's core (registry, text format) and cpp-httplib (Debian builds its
+# implementation into a shared library). By file, for the same reason as sentencepiece.
+find_library(PROMETHEUS_CORE_LIBRARY prometheus-cpp-core REQUIRED)
+find_path(PROMETHEUS_INCLUDE_DIR prometheus/registry.h REQUIRED)
+find_library(HTTPLIB_LIBRARY cpp-httplib REQUIRED)
+find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+add_library(autouvm_metrics_deps INTERFACE)
+target_link_libraries(autouvm_metrics_deps INTERFACE ${PROMETHEUS_CORE_LIBRARY} ${HTTPLIB_LIBRARY})
+target_include_directories(autouvm_metrics_deps SYSTEM INTERFACE ${PROMETHEUS_INCLUDE_DIR} ${HTTPLIB_INCLUDE_DIR})
+
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 
 # Note [libstdc++ first]: libraries of the PyTorch wheel on the GPU host export copies of libstdc++

@@ -159,6 +159,11 @@ absl::StatusOr<PlanToFollow> ProfileJobs::ReadPlan(const autouvm::v1::ProfileKey
   return out;
 }
 
+std::map<std::string, double> ProfileJobs::ProfilingSeconds() const {
+  absl::MutexLock lock(&mu_);
+  return profiling_seconds_;
+}
+
 ProfileStatus ProfileJobs::Status(const autouvm::v1::ProfileKey& key) const {
   absl::MutexLock lock(&mu_);
   auto it = status_.find(EncodeKey(key));
@@ -219,6 +224,7 @@ void ProfileJobs::RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job) 
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   absl::Status written = repository_->Put(a.profile, a.plan.SerializeAsString());
   absl::MutexLock lock(&mu_);
+  profiling_seconds_[key.model_digest()] += a.profile.profiling_seconds();
   // Marked stale or forgotten while it was analysed: the key records again rather than trust this one.
   auto it = status_.find(EncodeKey(key));
   if (it == status_.end() || it->second.state != ProfileState::kAnalyzing) return;

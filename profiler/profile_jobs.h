@@ -96,6 +96,8 @@ class ProfileJobs {
   // Iterations whose ops differed from their profile, and the ops that differed in them.
   int64_t identity_mismatches() const { return identity_mismatches_.load(); }
   int64_t mismatched_ops() const { return mismatched_ops_.load(); }
+  // Seconds spent recording and analysing profiles in this process, by model digest.
+  std::map<std::string, double> ProfilingSeconds() const;
   // Blocks until every submitted analysis and verification has finished (for tests and shutdown).
   void Drain();
 
@@ -123,9 +125,10 @@ class ProfileJobs {
   std::atomic<int64_t> identity_mismatches_{0};
   std::atomic<int64_t> mismatched_ops_{0};
   mutable absl::Mutex mu_;
-  std::map<std::string, ProfileStatus> status_ ABSL_GUARDED_BY(mu_);  // by encoded key
-  std::set<std::string> looking_up_ ABSL_GUARDED_BY(mu_);             // first sight, store being read
-  std::set<std::string> checking_ ABSL_GUARDED_BY(mu_);               // Verify queued or running
+  std::map<std::string, ProfileStatus> status_ ABSL_GUARDED_BY(mu_);      // by encoded key
+  std::set<std::string> looking_up_ ABSL_GUARDED_BY(mu_);                 // first sight, store being read
+  std::set<std::string> checking_ ABSL_GUARDED_BY(mu_);                   // Verify queued or running
+  std::map<std::string, double> profiling_seconds_ ABSL_GUARDED_BY(mu_);  // by model digest
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -144,6 +144,7 @@ grpc::ServerUnaryReactor* AdminService::GetServerStatus(grpc::CallbackServerCont
     response->set_profile_store(facts_.profile_store);
     for (const std::string& d : facts_.health_details) response->add_health_details(d);
     response->set_admin_auth(!facts_.admin_token.empty());
+    response->set_metrics_address(facts_.metrics_address);
     if (facts_.repository) response->set_corrupt_profiles_total(facts_.repository->corrupt_reads());
     if (facts_.jobs) {
       response->set_identity_mismatches_total(facts_.jobs->identity_mismatches());

@@ -26,6 +26,7 @@ struct AdminFacts {
   std::string admin_token;                  // "" : no authentication
   const profiler::ProfileRepository* repository = nullptr;
   const profiler::ProfileJobs* jobs = nullptr;  // null when profiling is off
+  std::string metrics_address;                  // where /metrics is served ("" : not served)
 };
 
 class AdminService final : public autouvm::v1::Admin::CallbackService {

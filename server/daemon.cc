@@ -19,6 +19,7 @@
 #include "runtime/yaml_fields.h"
 #include "server/admin_service.h"
 #include "server/generation_service.h"
+#include "server/metrics.h"
 #include "server/model_manager.h"
 #include "server/model_profiler.h"
 #include "server/model_runner.h"
@@ -107,7 +108,28 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   std::cerr << "autouvmd: compute backend: " << d->device_->kind() << "\n";
   d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_, profiling, d->device_.get());
   d->gate_ = std::make_unique<ServingGate>();
-  d->generation_ = std::make_unique<GenerationService>(d->models_.get(), &d->config_, d->gate_.get());
+  d->metrics_ = std::make_unique<Metrics>(MetricsSources{.models = d->models_.get(),
+                                                         .jobs = d->jobs_.get(),
+                                                         .repository = d->repository_.get(),
+                                                         .version = AUTOUVM_VERSION,
+                                                         .backend = config.backend,
+                                                         .gpu = config.gpu});
+  if (!config.metrics_listen.empty()) {
+    const Daemon* self = d.get();
+    // Ready: some model is served and the daemon is not draining (what the gRPC health service says).
+    auto ready = [self] {
+      if (self->gate_->draining() || !self->models_->loaded()) return false;
+      for (const ModelView& v : self->models_->List()) {
+        if (v.state == ModelState::kReady) return true;
+      }
+      return false;
+    };
+    ASSIGN_OR_RETURN(d->metrics_server_, MetricsServer::Start(config.metrics_listen, d->metrics_.get(), ready));
+    facts.metrics_address = d->metrics_server_->address();
+    std::cerr << "autouvmd: metrics on http://" << facts.metrics_address << "/metrics\n";
+  }
+  d->generation_ =
+      std::make_unique<GenerationService>(d->models_.get(), &d->config_, d->gate_.get(), d->metrics_.get());
   d->profile_admin_ =
       std::make_unique<ProfileAdmin>(d->models_.get(), d->jobs_.get(), d->repository_.get(), d->profiles_.get(),
                                      &d->clock_, absl::StrCat("autouvmd ", AUTOUVM_VERSION));

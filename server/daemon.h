@@ -37,6 +37,8 @@ class ServingGate;
 class GenerationService;
 class AdminService;
 class IterationObserver;
+class Metrics;
+class MetricsServer;
 class ProfileAdmin;
 
 class Daemon {
@@ -63,6 +65,8 @@ class Daemon {
   std::unique_ptr<runtime::ComputeDevice> device_;  // runtime.backend; outlives the models
   std::unique_ptr<ModelManager> models_;
   std::unique_ptr<ServingGate> gate_;
+  std::unique_ptr<Metrics> metrics_;               // reads the models and the gate at each scrape
+  std::unique_ptr<MetricsServer> metrics_server_;  // null when server.metrics_listen is empty
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<ProfileAdmin> profile_admin_;
   std::unique_ptr<AdminService> admin_;

@@ -1,5 +1,6 @@
 #include "server/generation_service.h"
 
+#include <chrono>
 #include <deque>
 #include <random>
 
@@ -55,8 +56,8 @@ void FillSummary(const std::string& request_id, const std::string& model, const 
 // a pointer to the call (as its GenerationSink) until OnFinish.
 class Call {
  public:
-  Call(ModelManager* models, const ServerConfig* config, ServingGate* gate)
-      : models_(models), config_(config), gate_(gate) {}
+  Call(ModelManager* models, const ServerConfig* config, ServingGate* gate, Metrics* metrics)
+      : models_(models), config_(config), gate_(gate), metrics_(metrics) {}
   ~Call() {
     if (entered_) gate_->Exit();
   }
@@ -73,13 +74,13 @@ class Call {
       return absl::FailedPreconditionError(absl::StrCat("model '", request.model(), "' failed to load: ", view.error));
     }
     const ServedModel& m = *view.model;
+    model_ = m.name;
     thread_local std::mt19937_64 seeds(std::random_device{}());
     auto params = BuildGenerationParams(request, m.config, *m.tokenizer, m.settings, config_->limits, seeds());
     if (!params.ok()) return params.status();
     if (params->request_id.empty()) params->request_id = MakeRequestId();
     params->deadline = absl::FromChrono(context->deadline());
     request_id_ = params->request_id;  // for the final message
-    model_ = m.name;
     auto handle = m.scheduler->Submit(std::move(*params), sink);
     if (!handle.ok()) return handle.status();
     absl::MutexLock lock(&mu_);
@@ -97,10 +98,27 @@ class Call {
   const std::string& request_id() const { return request_id_; }
   const std::string& model() const { return model_; }
 
+  // The call ends with `status`; `result` when the scheduler ran it. The model label is the served
+  // model the request named, or "" (an unknown name is not a label: clients choose it).
+  void Record(const absl::Status& status, const GenerationResult* result) {
+    if (metrics_ != nullptr) metrics_->RecordRequest(model_, status.code(), result);
+  }
+  // A token was emitted (scheduler thread only).
+  void Token() {
+    const auto now = std::chrono::steady_clock::now();
+    if (metrics_ != nullptr && tokens_++ > 0) {
+      metrics_->RecordTokenGap(model_, std::chrono::duration<double>(now - last_token_).count());
+    }
+    last_token_ = now;
+  }
+
  private:
   ModelManager* models_;
   const ServerConfig* config_;
   ServingGate* gate_;
+  Metrics* metrics_;
+  int64_t tokens_ = 0;
+  std::chrono::steady_clock::time_point last_token_;
   bool entered_ = false;
   std::string request_id_;
   std::string model_;
@@ -111,10 +129,12 @@ class Call {
 
 class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamResponse>, public GenerationSink {
  public:
-  StreamReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate) : call_(models, config, gate) {}
+  StreamReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate, Metrics* metrics)
+      : call_(models, config, gate, metrics) {}
 
   void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
     if (absl::Status s = call_.Admit(context, request, this); !s.ok()) {
+      call_.Record(s, nullptr);
       Finish(ToGrpc(s));  // the scheduler never saw the request
       return;
     }
@@ -126,6 +146,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
   }
 
   void OnToken(int32_t token, const std::string& text) override {
+    call_.Token();
     GenerateStreamResponse msg;
     msg.mutable_chunk()->add_token_ids(token);
     msg.mutable_chunk()->set_text(text);
@@ -133,6 +154,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
   }
 
   void OnFinish(const std::string& tail, const GenerationResult& result) override {
+    call_.Record(result.status, &result);
     if (!tail.empty()) {
       GenerateStreamResponse msg;
       msg.mutable_chunk()->set_text(tail);
@@ -211,11 +233,13 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
 
 class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSink {
  public:
-  UnaryReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate, GenerateResponse* response)
-      : call_(models, config, gate), response_(response) {}
+  UnaryReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate, Metrics* metrics,
+               GenerateResponse* response)
+      : call_(models, config, gate, metrics), response_(response) {}
 
   void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
     if (absl::Status s = call_.Admit(context, request, this); !s.ok()) {
+      call_.Record(s, nullptr);
       Finish(ToGrpc(s));  // the scheduler never saw the request
       return;
     }
@@ -231,11 +255,13 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
 
   // Called from the scheduler thread only, before OnFinish; gRPC reads response_ after Finish.
   void OnToken(int32_t token, const std::string& text) override {
+    call_.Token();
     response_->add_token_ids(token);
     response_->mutable_text()->append(text);
   }
 
   void OnFinish(const std::string& tail, const GenerationResult& result) override {
+    call_.Record(result.status, &result);
     response_->mutable_text()->append(tail);
     FillSummary(call_.request_id(), call_.model(), result, response_);
     const grpc::Status status = ToGrpc(result.status);
@@ -265,14 +291,14 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
 
 grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  auto* reactor = new StreamReactor(models_, config_, gate_);
+  auto* reactor = new StreamReactor(models_, config_, gate_, metrics_);
   reactor->Start(context, *request);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const GenerateRequest* request, GenerateResponse* response) {
-  auto* reactor = new UnaryReactor(models_, config_, gate_, response);
+  auto* reactor = new UnaryReactor(models_, config_, gate_, metrics_, response);
   reactor->Start(context, *request);
   return reactor;
 }

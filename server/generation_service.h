@@ -8,6 +8,7 @@
 
 #include "autouvm/v1/generation.grpc.pb.h"
 #include "server/config.h"
+#include "server/metrics.h"
 #include "server/model_manager.h"
 #include "server/serving_gate.h"
 
@@ -15,9 +16,9 @@ namespace autouvm::server {
 
 class GenerationService final : public autouvm::v1::Generation::CallbackService {
  public:
-  // All three must outlive the service.
-  GenerationService(ModelManager* models, const ServerConfig* config, ServingGate* gate)
-      : models_(models), config_(config), gate_(gate) {}
+  // All must outlive the service; `metrics` may be null.
+  GenerationService(ModelManager* models, const ServerConfig* config, ServingGate* gate, Metrics* metrics = nullptr)
+      : models_(models), config_(config), gate_(gate), metrics_(metrics) {}
 
   grpc::ServerWriteReactor<autouvm::v1::GenerateStreamResponse>* GenerateStream(
       grpc::CallbackServerContext* context, const autouvm::v1::GenerateRequest* request) override;
@@ -28,6 +29,7 @@ class GenerationService final : public autouvm::v1::Generation::CallbackService 
   ModelManager* models_;
   const ServerConfig* config_;
   ServingGate* gate_;
+  Metrics* metrics_;
 };
 
 }  // namespace autouvm::server

@@ -28,16 +28,10 @@ bool DaemonProcess::Start() {
   std::filesystem::remove(dir_.Sub("port"));  // a restart must not read the last run's port
   // Two intra-op threads: ctest runs several daemons at once, and on a many-core host libtorch's default
   // (one thread per core each) oversubscribes the machine until tests time out.
-  std::vector<std::string> argv = {AUTOUVMD_PATH,
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--port-file",
-                                   dir_.Sub("port"),
-                                   "--model-repository",
-                                   repository(),
-                                   "--state-dir",
-                                   dir_.Sub("state"),
-                                   "--threads",
+  std::vector<std::string> argv = {AUTOUVMD_PATH, "--listen", "127.0.0.1:0",
+                                   // Several daemons at once: the metrics endpoint on a free port too.
+                                   "--metrics-listen", "127.0.0.1:0", "--port-file", dir_.Sub("port"),
+                                   "--model-repository", repository(), "--state-dir", dir_.Sub("state"), "--threads",
                                    "2"};
   std::string yaml = options_.config_yaml;
   if (!options_.generate_default_model) yaml += "\nrepository: {generate_default_model: \"\"}\n";

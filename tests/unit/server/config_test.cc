@@ -31,7 +31,7 @@ TEST(ServerConfigTest, EmbeddedDefaultParses) {
   auto c = ParseServerConfig(EmbeddedDefaultConfig(), "embedded");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen, "127.0.0.1:50051");
-  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9400");
+  EXPECT_EQ(c->metrics_listen, "0.0.0.0:9090");
   EXPECT_EQ(c->drain_timeout_ms, 30000);
   EXPECT_EQ(c->backend, "cpu");
   EXPECT_EQ(c->model_defaults.max_batch, 8);
@@ -57,7 +57,7 @@ TEST(ServerConfigTest, FileValuesReplaceDefaultsKeyByKey) {
   auto c = ParseServerConfig("server:\n  listen: 0.0.0.0:0\nlimits:\n  max_stop_strings: 3\n", kOrigin);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen, "0.0.0.0:0");
-  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9400");  // untouched
+  EXPECT_EQ(c->metrics_listen, "0.0.0.0:9090");  // untouched
   EXPECT_EQ(c->limits.max_stop_strings, 3);
   EXPECT_EQ(c->limits.max_stop_string_bytes, 256);
 }

@@ -1,0 +1,223 @@
+// End-to-end: the daemon's metrics endpoint scraped by a real Prometheus (Debian's `prometheus`) — the
+// scrape passes `promtool check metrics`, /healthz and /readyz answer, every metric of docs/metrics.md is
+// a series Prometheus' HTTP API returns, and the values move as requests complete.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "tests/e2e/daemon_process.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace autouvm::testing {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+constexpr char kModel[] = "tiny-llama";
+
+bool Eventually(const std::function<bool()>& done, double seconds = 60) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+grpc::Status Generate(DaemonProcess& d, const std::string& model, uint32_t max_tokens) {
+  autouvm::v1::GenerateRequest r;
+  r.set_model(model);
+  r.set_text("hello metrics");
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  autouvm::v1::GenerateResponse resp;
+  return d.generation()->Generate(&ctx, r, &resp);
+}
+
+// A real Prometheus scraping `target` every second, on a free loopback port.
+class Prometheus {
+ public:
+  explicit Prometheus(const std::string& target) {
+    port_ = FreePort();
+    std::ofstream(dir_.Sub("prometheus.yml")) << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                                              << "scrape_configs:\n"
+                                              << "  - job_name: autouvmd\n"
+                                              << "    static_configs: [{targets: ['" << target << "']}]\n";
+    pid_ = Spawn({"/usr/bin/prometheus", "--config.file=" + dir_.Sub("prometheus.yml"),
+                  "--storage.tsdb.path=" + dir_.Sub("data"), "--web.listen-address=127.0.0.1:" + std::to_string(port_),
+                  "--log.level=warn"},
+                 dir_.Sub("out.log"), dir_.Sub("err.log"));
+  }
+  ~Prometheus() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      WaitExit(&pid_, 30);
+    }
+  }
+  bool Ready() {
+    httplib::Client c("127.0.0.1", port_);
+    auto r = c.Get("/-/ready");
+    return r && r->status == 200;
+  }
+  // The instant vector `expr` evaluates to: each series' value; nullopt if the query failed.
+  std::optional<std::vector<double>> Query(const std::string& expr) {
+    httplib::Client c("127.0.0.1", port_);
+    auto r = c.Get("/api/v1/query", httplib::Params{{"query", expr}}, httplib::Headers{});
+    if (!r || r->status != 200) return std::nullopt;
+    auto j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || j.value("status", "") != "success") return std::nullopt;
+    std::vector<double> out;
+    for (const auto& series : j["data"]["result"]) out.push_back(std::stod(series["value"][1].get<std::string>()));
+    return out;
+  }
+  // The sum of `expr`'s series, or -1 when it has none.
+  double Sum(const std::string& expr) {
+    auto v = Query(expr);
+    if (!v || v->empty()) return -1;
+    double s = 0;
+    for (double x : *v) s += x;
+    return s;
+  }
+  std::string Log() const { return ReadFile(dir_.Sub("err.log")); }
+
+ private:
+  TempDir dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) {
+  // A budget below the model's bytes, so that the executor streams on the mirror and its counters move.
+  DaemonProcess d({.config_yaml = "models: {tiny-llama: {device_budget: 8388608}}\n"});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  autouvm::v1::ServerStatus status;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.admin()->GetServerStatus(&ctx, {}, &status).ok());
+  }
+  const std::string address = status.metrics_address();
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  ASSERT_GT(port, 0);
+
+  httplib::Client http("127.0.0.1", port);
+  auto healthz = http.Get("/healthz");
+  ASSERT_TRUE(healthz);
+  EXPECT_EQ(healthz->status, 200);
+  auto readyz = http.Get("/readyz");
+  ASSERT_TRUE(readyz);
+  EXPECT_EQ(readyz->status, 200);
+  EXPECT_EQ(http.Get("/nothing-here")->status, 404);
+
+  // Traffic: served requests, then refused ones (an unknown model, a bad field).
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Generate(d, kModel, 6).ok());
+  EXPECT_EQ(Generate(d, "no-such-model", 4).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Generate(d, kModel, 1u << 30).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The scrape is valid Prometheus text.
+  auto scrape = http.Get("/metrics");
+  ASSERT_TRUE(scrape);
+  ASSERT_EQ(scrape->status, 200);
+  EXPECT_NE(scrape->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+  TempDir tmp;
+  std::ofstream(tmp.Sub("scrape.txt")) << scrape->body;
+  std::string out, err;
+  EXPECT_EQ(RunCommand({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + tmp.Sub("scrape.txt")}, &out, &err), 0)
+      << out << err;
+
+  Prometheus prom(address);
+  ASSERT_TRUE(Eventually([&] { return prom.Ready(); })) << prom.Log();
+  const std::string m = "{model=\"tiny-llama\"}";
+  ASSERT_TRUE(Eventually([&] { return prom.Sum("autouvm_requests_total{model=\"tiny-llama\",code=\"OK\"}") >= 3; }))
+      << prom.Log();
+  EXPECT_EQ(prom.Sum("autouvm_requests_total{model=\"\",code=\"NOT_FOUND\"}"), 1);
+  EXPECT_EQ(prom.Sum("autouvm_requests_total{model=\"tiny-llama\",code=\"INVALID_ARGUMENT\"}"), 1);
+  EXPECT_EQ(prom.Sum("autouvm_generation_tokens_total" + m), 18);
+  EXPECT_EQ(prom.Sum("autouvm_time_to_first_token_seconds_count" + m), 3);
+  EXPECT_EQ(prom.Sum("autouvm_inter_token_latency_seconds_count" + m), 15);  // 5 gaps per 6-token request
+
+  // Every metric of docs/metrics.md is a series, labelled by model where it belongs to one.
+  for (const std::string name : {"autouvm_prompt_tokens_total",
+                                 "autouvm_request_duration_seconds_bucket",
+                                 "autouvm_queue_time_seconds_bucket",
+                                 "autouvm_requests_running",
+                                 "autouvm_requests_waiting",
+                                 "autouvm_device_budget_bytes",
+                                 "autouvm_plan_iterations_total",
+                                 "autouvm_plan_switches_total",
+                                 "autouvm_prefetch_bytes_total",
+                                 "autouvm_evicted_bytes_total",
+                                 "autouvm_resident_bytes",
+                                 "autouvm_staged_bytes",
+                                 "autouvm_gpu_page_fault_groups_total",
+                                 "autouvm_migrated_bytes_total",
+                                 "autouvm_dropped_bytes_total",
+                                 "autouvm_driver_evictions_total",
+                                 "autouvm_thrashing_events_total",
+                                 "autouvm_throttling_events_total",
+                                 "autouvm_remote_bytes_total",
+                                 "autouvm_monitor_samples_total",
+                                 "autouvm_monitor_reclassified_ops_total",
+                                 "autouvm_monitor_repinned_bytes_total",
+                                 "autouvm_profiles",
+                                 "autouvm_profiling_seconds_total"}) {
+    EXPECT_GE(prom.Sum(name + m), 0) << name << " has no series for the model";
+  }
+  for (const std::string name : {"autouvm_profile_mismatches_total", "autouvm_profile_store_errors_total",
+                                 "autouvm_process_resident_memory_bytes", "autouvm_uptime_seconds"}) {
+    EXPECT_GE(prom.Sum(name), 0) << name << " has no series";
+  }
+  EXPECT_EQ(prom.Sum("autouvm_build_info{backend=\"cpu\",gpu=\"h200-pcie5\"}"), 1);
+  EXPECT_GT(prom.Sum("autouvm_process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(prom.Sum("autouvm_profiles{model=\"tiny-llama\",state=\"ready\"}"), 1);
+  EXPECT_GT(prom.Sum("autouvm_profiling_seconds_total" + m), 0);
+
+  // Values move: more requests, and the executor's figures on the mirror grow with them (the shapes are
+  // profiled by now, so these iterations follow their plans).
+  const double followed = prom.Sum("autouvm_plan_iterations_total{model=\"tiny-llama\",outcome=\"followed\"}");
+  const double h2d = prom.Sum("autouvm_migrated_bytes_total{model=\"tiny-llama\",direction=\"h2d\"}");
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Generate(d, kModel, 6).ok());
+  EXPECT_TRUE(Eventually([&] { return prom.Sum("autouvm_requests_total{model=\"tiny-llama\",code=\"OK\"}") >= 5; }));
+  EXPECT_TRUE(Eventually([&] { return prom.Sum("autouvm_generation_tokens_total" + m) >= 30; }));
+  EXPECT_TRUE(Eventually([&] {
+    return prom.Sum("autouvm_plan_iterations_total{model=\"tiny-llama\",outcome=\"followed\"}") >= followed + 12;
+  })) << followed;
+  EXPECT_TRUE(Eventually([&] {
+    return prom.Sum("autouvm_migrated_bytes_total{model=\"tiny-llama\",direction=\"h2d\"}") > h2d;
+  })) << h2d;
+  EXPECT_EQ(prom.Sum("autouvm_plan_iterations_total{model=\"tiny-llama\",outcome=\"abandoned\"}"), 0);
+}
+
+}  // namespace
+}  // namespace autouvm::testing
