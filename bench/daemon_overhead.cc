@@ -97,6 +97,8 @@ struct Run {
   std::vector<int32_t> tokens;
   double decode_tokens_per_s = 0;
   double ttft_ms = 0;  // from the request to its first token (bare: the prefill and its hooks)
+  // Bare only: what the prefill and the decode steps moved (CUPTI, through the CUDA backend).
+  autouvm::runtime::UvmCounters prefill_moved, decode_moved;
 };
 
 // The bare loop: the daemon's engine without the daemon.
@@ -115,6 +117,7 @@ class Bare {
     jobs_ = std::make_unique<autouvm::profiler::ProfileJobs>(repository_.get(), spec, &clock_);
     // As the daemon runs it by default (runtime.monitor_every).
     execution_ = autouvm::server::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors(), {});
+    backend_ = device->backend();
   }
 
   // Before the first Generate: the profile keys' model and budget.
@@ -130,9 +133,16 @@ class Bare {
     return n;
   }
 
+  // The backend's counters once its work is done.
+  autouvm::runtime::UvmCounters Counters() {
+    Check(backend_->Synchronize(), "synchronize");
+    return Check(backend_->ReadCounters(), "CUPTI counters");
+  }
+
   Run Generate(const std::vector<int32_t>& prompt, int tokens) {
     Run r;
     const int64_t vocab = runner_->config().vocab_size;
+    const autouvm::runtime::UvmCounters before = Counters();
     const auto start = Clock::now();
     profiler_->BeforeIteration(IterationPhase::kPrefill, 1, static_cast<int64_t>(prompt.size()));
     auto logits = runner_->Prefill(0, prompt, 0);
@@ -140,6 +150,8 @@ class Bare {
     if (profiler_->AfterIteration(logits.status())) Die("a followed prefill had to be re-run");
     r.tokens.push_back(Argmax(logits->data(), vocab));
     r.ttft_ms = 1e3 * std::chrono::duration<double>(Clock::now() - start).count();
+    const autouvm::runtime::UvmCounters after_prefill = Counters();
+    r.prefill_moved = after_prefill - before;
     std::vector<float> out;
     const auto t0 = Clock::now();
     for (int i = 1; i < tokens; ++i) {
@@ -152,6 +164,7 @@ class Bare {
       r.tokens.push_back(Argmax(out.data(), vocab));
     }
     r.decode_tokens_per_s = (tokens - 1) / std::chrono::duration<double>(Clock::now() - t0).count();
+    r.decode_moved = Counters() - after_prefill;
     return r;
   }
 
@@ -160,6 +173,7 @@ class Bare {
 
  private:
   autouvm::runtime::RealClock clock_;
+  autouvm::runtime::DeviceBackend* backend_ = nullptr;
   std::unique_ptr<autouvm::server::IterationObserver> observer_;
   std::unique_ptr<autouvm::server::ModelRunner> runner_;
   std::unique_ptr<autouvm::profiler::ProfileStore> store_;
@@ -346,6 +360,17 @@ int main(int argc, char** argv) {
   std::printf("| median | %.2f | %.2f | %.3f | %.1f | %.1f |\n", Median(b), Median(d), Median(d) / Median(b),
               Median(bt), Median(dt));
   std::printf("\ntokens equal on both sides: %s\n", same ? "yes" : "NO");
+  std::printf("bare, what each timed request moved (CUPTI):\n");
+  for (int i = 0; i < repeats; ++i) {
+    const Run& r = bare_runs[i];
+    const double steps = tokens - 1;
+    std::printf(
+        "  %d: prefill %lld fault groups, %.1f MiB h2d, %.1f MiB d2h; decode per step %.1f fault groups, %.1f MiB "
+        "h2d, %.1f MiB d2h\n",
+        i + 1, (long long)r.prefill_moved.gpu_fault_groups, r.prefill_moved.h2d_total() / double(1 << 20),
+        r.prefill_moved.d2h_total() / double(1 << 20), r.decode_moved.gpu_fault_groups / steps,
+        r.decode_moved.h2d_total() / double(1 << 20) / steps, r.decode_moved.d2h_total() / double(1 << 20) / steps);
+  }
   std::filesystem::remove_all(root);
   return same ? 0 : 1;
 }
