@@ -92,4 +92,22 @@ int DaemonProcess::Wait(double timeout_s) {
 
 std::string DaemonProcess::Log() const { return ReadFile(dir_.Sub("stderr.log")); }
 
+autouvm::v1::GenerateRequest GreedyRequest(const std::string& model, const std::string& text, uint32_t max_tokens) {
+  autouvm::v1::GenerateRequest r;
+  r.set_model(model);
+  r.set_text(text);
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0);
+  return r;
+}
+
+grpc::Status CallGenerate(DaemonProcess& d, const autouvm::v1::GenerateRequest& request,
+                          autouvm::v1::GenerateResponse* response) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  autouvm::v1::GenerateResponse ignored;
+  return d.generation()->Generate(&ctx, request, response != nullptr ? response : &ignored);
+}
+
 }  // namespace autouvm::testing

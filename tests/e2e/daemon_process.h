@@ -23,11 +23,19 @@
 
 namespace autouvm::testing {
 
+class DaemonProcess;
+
 struct DaemonOptions {
   std::string config_yaml;  // written to a file and passed with --config ("" → embedded default)
   std::vector<std::string> extra_args;
   bool generate_default_model = true;  // false: the test fills repository() itself before Start
 };
+
+// Greedy decoding of `max_tokens` tokens after `text`, EOS ignored (so exactly that many come back).
+autouvm::v1::GenerateRequest GreedyRequest(const std::string& model, const std::string& text, uint32_t max_tokens);
+// Generate (unary) with a 60 s deadline; `response` may be null.
+grpc::Status CallGenerate(DaemonProcess& d, const autouvm::v1::GenerateRequest& request,
+                          autouvm::v1::GenerateResponse* response = nullptr);
 
 class DaemonProcess {
  public:

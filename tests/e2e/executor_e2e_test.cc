@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tests/e2e/daemon_process.h"
+#include "tests/testing/eventually.h"
 
 namespace autouvm::testing {
 namespace {
@@ -22,16 +23,8 @@ constexpr int64_t kBudget = 8 << 20;       // of the tiny model's ~21 MiB of wei
 
 // A greedy completion of kPrompt; its text, or "" with the failure recorded.
 std::string Complete(DaemonProcess& d, uint32_t max_tokens) {
-  autouvm::v1::GenerateRequest r;
-  r.set_model(kModel);
-  r.set_text(kPrompt);
-  r.set_max_tokens(max_tokens);
-  r.set_ignore_eos(true);
-  r.mutable_sampling()->set_temperature(0);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   autouvm::v1::GenerateResponse resp;
-  grpc::Status s = d.generation()->Generate(&ctx, r, &resp);
+  grpc::Status s = CallGenerate(d, GreedyRequest(kModel, kPrompt, max_tokens), &resp);
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.usage().completion_tokens(), max_tokens);
   return resp.text();
@@ -58,15 +51,6 @@ bool Ready(DaemonProcess& d, autouvm::v1::Phase phase) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   return d.admin()->GetProfile(&ctx, req, &resp).ok() && resp.summary().state() == autouvm::v1::PROFILE_STATE_READY;
-}
-
-bool Eventually(const std::function<bool()>& done, double seconds = 60) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return done();
 }
 
 // Starts a daemon with `config`, profiles kPrompt's prefill and decode shapes with one request, waits for

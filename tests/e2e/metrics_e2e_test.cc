@@ -1,6 +1,7 @@
 // End-to-end: the daemon's metrics endpoint scraped by a real Prometheus (Debian's `prometheus`) — the
 // scrape passes `promtool check metrics`, /healthz and /readyz answer, every metric of docs/metrics.md is
-// a series Prometheus' HTTP API returns, and the values move as requests complete.
+// a series Prometheus' HTTP API returns, the values move as requests complete, and every expression of
+// the Grafana dashboard (deploy/grafana/autouvmd.json) parses and returns series.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "tests/e2e/daemon_process.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -26,15 +28,6 @@ namespace {
 using grpc::health::v1::HealthCheckResponse;
 
 constexpr char kModel[] = "tiny-llama";
-
-bool Eventually(const std::function<bool()>& done, double seconds = 60) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
-}
 
 int FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -52,16 +45,7 @@ int FreePort() {
 }
 
 grpc::Status Generate(DaemonProcess& d, const std::string& model, uint32_t max_tokens) {
-  autouvm::v1::GenerateRequest r;
-  r.set_model(model);
-  r.set_text("hello metrics");
-  r.set_max_tokens(max_tokens);
-  r.set_ignore_eos(true);
-  r.mutable_sampling()->set_temperature(0);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  autouvm::v1::GenerateResponse resp;
-  return d.generation()->Generate(&ctx, r, &resp);
+  return CallGenerate(d, GreedyRequest(model, "hello metrics", max_tokens));
 }
 
 // A real Prometheus scraping `target` every second, on a free loopback port.
@@ -217,6 +201,33 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
     return prom.Sum("autouvm_migrated_bytes_total{model=\"tiny-llama\",direction=\"h2d\"}") > h2d;
   })) << h2d;
   EXPECT_EQ(prom.Sum("autouvm_plan_iterations_total{model=\"tiny-llama\",outcome=\"abandoned\"}"), 0);
+
+  // The Grafana dashboard, its variables as Grafana fills them for this model.
+  std::ifstream file(AUTOUVM_DASHBOARD_PATH);
+  const auto dashboard = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(dashboard.is_discarded()) << AUTOUVM_DASHBOARD_PATH << " is not JSON";
+  auto fill = [](std::string e) {
+    for (const auto& [var, value] :
+         {std::pair<std::string, std::string>{"$__rate_interval", "1m"}, {"$model", kModel}}) {
+      for (size_t at = e.find(var); at != std::string::npos; at = e.find(var, at + value.size())) {
+        e.replace(at, var.size(), value);
+      }
+    }
+    return e;
+  };
+  int expressions = 0;
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = fill(target["expr"].get<std::string>());
+      ++expressions;
+      const auto series = prom.Query(expr);
+      ASSERT_TRUE(series.has_value()) << panel["title"] << ": does not parse: " << expr;
+      EXPECT_FALSE(series->empty()) << panel["title"] << ": no series: " << expr;
+    }
+  }
+  EXPECT_GE(expressions, 20);
+  // The model variable's query: the models Grafana offers.
+  EXPECT_EQ(prom.Sum("count(autouvm_requests_running)"), 1);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "profiler/profile_store.h"
 #include "server/llama_builder.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::testing {
@@ -31,16 +32,8 @@ using grpc::health::v1::HealthCheckResponse;
 constexpr char kModel[] = "tiny-llama";
 
 grpc::Status Generate(DaemonProcess& d, const std::string& text, uint32_t max_tokens) {
-  autouvm::v1::GenerateRequest r;
-  r.set_model(kModel);
-  r.set_text(text);
-  r.set_max_tokens(max_tokens);
-  r.set_ignore_eos(true);
-  r.mutable_sampling()->set_temperature(0);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   autouvm::v1::GenerateResponse resp;
-  grpc::Status s = d.generation()->Generate(&ctx, r, &resp);
+  grpc::Status s = CallGenerate(d, GreedyRequest(kModel, text, max_tokens), &resp);
   if (s.ok() && resp.usage().completion_tokens() != max_tokens) return {grpc::StatusCode::INTERNAL, "short completion"};
   return s;
 }
@@ -80,15 +73,6 @@ autouvm::v1::ServerStatus Server(DaemonProcess& d) {
 }
 
 // Polls (every 20 ms, up to 60 s) until `done`; the background analysis has no event a client can wait on.
-bool Eventually(const std::function<bool()>& done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return done();
-}
-
 // Whether the shape's profile is ready (an error, such as DATA_LOSS before a damaged entry is replaced,
 // is "not yet").
 bool Ready(DaemonProcess& d, const autouvm::v1::ShapeBucket& shape) {
