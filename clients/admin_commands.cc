@@ -70,6 +70,26 @@ void PrintStatus(const ModelStatus& status) {
   line("policy", status.policy());
   line("device_budget_bytes", status.device_budget_bytes());
   for (const auto& profile : status.profiles()) line("profile", ProfileOneLine(profile));
+  if (status.has_execution()) {
+    // What the executor did: docs/profiling.md "Following plans".
+    const auto& e = status.execution();
+    line("execution.backend", e.backend());
+    line("execution.following", e.following().empty() ? "-" : e.following());
+    line("execution.followed_iterations", e.followed_iterations());
+    line("execution.abandoned_iterations", e.abandoned_iterations());
+    line("execution.plan_switches", e.plan_switches());
+    line("execution.prefetched_bytes", e.prefetched_bytes());
+    line("execution.evicted_bytes", e.evicted_bytes());
+    line("execution.resident_bytes", e.resident_bytes());
+    line("execution.staged_bytes", e.staged_bytes());
+    line("execution.gpu_fault_groups", e.gpu_fault_groups());
+    line("execution.h2d_bytes", e.h2d_bytes());
+    line("execution.d2h_bytes", e.d2h_bytes());
+    line("execution.monitor_samples", e.sampled_iterations());
+    line("execution.reclassified_ops", e.reclassified_ops());
+    line("execution.repinned_bytes", e.repinned_bytes());
+    if (!e.last_error().empty()) line("execution.last_error", e.last_error());
+  }
   std::cout.flush();
 }
 

@@ -20,6 +20,7 @@ void PrintServerStatus(const autouvm::v1::ServerStatus& status) {
   line("gpu", status.gpu());
   line("profile_store", status.profile_store());
   line("admin_auth", status.admin_auth() ? "true" : "false");
+  line("metrics_address", status.metrics_address().empty() ? "-" : status.metrics_address());
   line("corrupt_profiles_total", status.corrupt_profiles_total());
   line("identity_mismatches_total", status.identity_mismatches_total());
   line("mismatched_ops_total", status.mismatched_ops_total());

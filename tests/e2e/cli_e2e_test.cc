@@ -45,6 +45,7 @@ TEST_F(CliE2E, ModelsAndStatusDescribeTheModel) {
   EXPECT_NE(out.find("state: READY"), std::string::npos) << out;
   EXPECT_NE(out.find("max_seq: 512"), std::string::npos) << out;
   EXPECT_NE(out.find("backend: cpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("execution.backend: sim"), std::string::npos) << out;  // the executor's mirror
 }
 
 TEST_F(CliE2E, GenerateStreamsTheSameTextAsTheUnaryCall) {
