@@ -96,6 +96,11 @@ absl::Status ModelExecution::ReleaseExecutor() {
 absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const std::string& key,
                                                                           const profiler::PlanToFollow& plan) {
   untrusted_ = false;
+  // Note [Counters per model]: the backend's counters are the device's (on CUDA one backend serves every
+  // model), so each model counts what moved between the start of its followed iterations (a switch's
+  // preparation included) and their end.
+  auto before = backend_->ReadCounters();
+  counters_before_ = before.ok() ? std::optional<runtime::UvmCounters>(*before) : std::nullopt;
   if (key != key_ || executor_ == nullptr) {
     absl::Status s = ReleaseExecutor();
     if (s.ok()) {
@@ -161,7 +166,7 @@ absl::Status ModelExecution::End() {
   stats_.evicted_bytes = released_evicted_ + executor_->evicted_bytes();
   stats_.resident_bytes = executor_->resident_bytes();
   stats_.staged_bytes = executor_->staged_bytes();
-  if (counters.ok()) stats_.counters = *counters;
+  if (counters.ok() && counters_before_.has_value()) stats_.counters += *counters - *counters_before_;
   return why;
 }
 

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -71,6 +72,7 @@ struct ExecutionStats {
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
   int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone
   std::string last_error;          // why the last abandoned iteration or failed switch did not follow
+  // What the backend moved during this model's followed iterations (Note [Counters per model]).
   runtime::UvmCounters counters;
 };
 
@@ -133,7 +135,8 @@ class ModelExecution {
   std::unique_ptr<runtime::OpTimer> timer_;  // null when monitor_every is 0
   std::unique_ptr<runtime::RuntimeMonitor> monitor_;
   bool untrusted_ = false;
-  int64_t released_prefetched_ = 0;  // by executors released since
+  std::optional<runtime::UvmCounters> counters_before_;  // at Begin (Note [Counters per model])
+  int64_t released_prefetched_ = 0;                      // by executors released since
   int64_t released_evicted_ = 0;
 
   mutable absl::Mutex mu_;

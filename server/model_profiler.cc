@@ -53,11 +53,10 @@ bool ModelProfiler::BeginFollowing() {
   auto subscribers = execution_->Begin(key, *it->second);
   if (!subscribers.ok()) {
     const absl::Status& s = subscribers.status();
-    // A plan that cannot be prepared here (the backend refused) is profiled again rather than retried
-    // at every iteration.
-    std::cerr << "autouvmd: executor: " << s.message() << "; profiling it again\n";
+    // A plan that cannot be prepared here (the backend refused) fails its key: profiling it again would
+    // make the same plan, so the shape is served without one until an admin Reprofile.
     plans_.erase(it);
-    jobs_->MarkStale(key_, absl::StrCat("its plan could not be followed: ", s.message()));
+    jobs_->Fail(key_, absl::StrCat("its plan could not be prepared: ", s.message()));
     return false;
   }
   following_ = std::move(*subscribers);
