@@ -73,6 +73,7 @@ ModelExecution::~ModelExecution() {
 absl::Status ModelExecution::ReleaseExecutor() {
   if (executor_ == nullptr) return absl::OkStatus();
   absl::Status released = executor_->Release();
+  CloseCounterWindow();  // what the release moved belongs to this model
   {
     absl::MutexLock lock(&mu_);
     released_prefetched_ += executor_->prefetched_bytes();
@@ -97,10 +98,15 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                                                                           const profiler::PlanToFollow& plan) {
   untrusted_ = false;
   // Note [Counters per model]: the backend's counters are the device's (on CUDA one backend serves every
-  // model), so each model counts what moved between the start of its followed iterations (a switch's
-  // preparation included) and their end.
-  auto before = backend_->ReadCounters();
-  counters_before_ = before.ok() ? std::optional<runtime::UvmCounters>(*before) : std::nullopt;
+  // model), so each model counts what moved during windows of its followed iterations: a window opens
+  // at the start of an iteration (before a switch's preparation) and closes at the end of the
+  // kCounterWindow-th, at an abandoned iteration, or when the plan is released. Reading CUDA's counters
+  // forces a CUPTI flush: once per iteration cost a 7B decode step ~10% on the H200 (two flushes per
+  // step: 4.9 tok/s against 5.4-5.6 with one), so they are read per window, not per iteration.
+  if (!counters_before_.has_value()) {
+    auto before = backend_->ReadCounters();
+    if (before.ok()) counters_before_ = *before;
+  }
   if (key != key_ || executor_ == nullptr) {
     absl::Status s = ReleaseExecutor();
     if (s.ok()) {
@@ -154,7 +160,7 @@ absl::Status ModelExecution::End() {
     // arriving): the timer starts with the next one (Note [Monitoring followed iterations]).
     timer_ = std::make_unique<runtime::OpTimer>(backend_, options_.monitor_every);
   }
-  auto counters = backend_->ReadCounters();
+  if (++window_iterations_ >= kCounterWindow || !why.ok()) CloseCounterWindow();
   absl::MutexLock lock(&mu_);
   if (why.ok()) {
     ++stats_.followed_iterations;
@@ -166,8 +172,18 @@ absl::Status ModelExecution::End() {
   stats_.evicted_bytes = released_evicted_ + executor_->evicted_bytes();
   stats_.resident_bytes = executor_->resident_bytes();
   stats_.staged_bytes = executor_->staged_bytes();
-  if (counters.ok() && counters_before_.has_value()) stats_.counters += *counters - *counters_before_;
   return why;
+}
+
+void ModelExecution::CloseCounterWindow() {
+  if (!counters_before_.has_value()) return;
+  auto now = backend_->ReadCounters();
+  if (now.ok()) {
+    absl::MutexLock lock(&mu_);
+    stats_.counters += *now - *counters_before_;
+  }
+  counters_before_.reset();
+  window_iterations_ = 0;
 }
 
 absl::Status ModelExecution::Monitor(const std::vector<double>& op_seconds) {

@@ -72,7 +72,8 @@ struct ExecutionStats {
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
   int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone
   std::string last_error;          // why the last abandoned iteration or failed switch did not follow
-  // What the backend moved during this model's followed iterations (Note [Counters per model]).
+  // What the backend moved during this model's followed iterations, as of the last closed window
+  // (Note [Counters per model]: up to 64 iterations behind).
   runtime::UvmCounters counters;
 };
 
@@ -119,6 +120,7 @@ class ModelExecution {
   // The timed iteration that just ended, checked by the monitor; pinned tensors found gone come back.
   absl::Status Monitor(const std::vector<double>& op_seconds);
   absl::Status ReleaseExecutor();  // folds its figures into the totals
+  void CloseCounterWindow();       // adds what the backend moved since the window opened
 
   runtime::DeviceBackend* const backend_;
   const ExecutionOptions options_;
@@ -135,8 +137,11 @@ class ModelExecution {
   std::unique_ptr<runtime::OpTimer> timer_;  // null when monitor_every is 0
   std::unique_ptr<runtime::RuntimeMonitor> monitor_;
   bool untrusted_ = false;
-  std::optional<runtime::UvmCounters> counters_before_;  // at Begin (Note [Counters per model])
-  int64_t released_prefetched_ = 0;                      // by executors released since
+  // Note [Counters per model]: the counters when the open window began, and its iterations so far.
+  static constexpr int64_t kCounterWindow = 64;
+  std::optional<runtime::UvmCounters> counters_before_;
+  int64_t window_iterations_ = 0;
+  int64_t released_prefetched_ = 0;  // by executors released since
   int64_t released_evicted_ = 0;
 
   mutable absl::Mutex mu_;
