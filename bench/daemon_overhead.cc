@@ -34,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "autouvm/v1/admin.grpc.pb.h"
 #include "autouvm/v1/generation.grpc.pb.h"
+#include "bench/bench_util.h"
 #include "bench/decode_harness.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_key.h"
@@ -50,25 +51,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using autouvm::server::IterationPhase;
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "daemon_overhead: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <typename T>
-T Check(absl::StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().message()));
-  return std::move(v).value();
-}
-
-void Check(const absl::Status& s, const std::string& what) {
-  if (!s.ok()) Die(absl::StrCat(what, ": ", s.message()));
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using autouvm::bench::Check;
+using autouvm::bench::Die;
+using autouvm::bench::Median;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
@@ -231,6 +216,7 @@ bool DecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  autouvm::bench::BenchName() = "daemon_overhead";
   CLI::App app{"daemon_overhead: tokens/s through the daemon against the bare engine loop (GPU host)"};
   std::string preset = "7b";
   double factor = 1.5;

@@ -63,6 +63,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "bench/decode_harness.h"
 #include "bench/explicit_offload.h"
 #include "bench/ttft_runs.h"
@@ -87,31 +88,12 @@ using autouvm::runtime::TensorRange;
 using autouvm::runtime::UvmCounters;
 using Clock = std::chrono::steady_clock;
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kLinkBytesPerSecond = 55.4e9;  // pinned copies, ../shared/gpu/NOTES.md
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "offload_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <typename T>
-T Check(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) Die(std::string(what) + ": " + std::string(v.status().message()));
-  return std::move(v).value();
-}
-
-void Check(const absl::Status& s, const char* what) {
-  if (!s.ok()) Die(std::string(what) + ": " + std::string(s.message()));
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+using autouvm::bench::Check;
+using autouvm::bench::Die;
+using autouvm::bench::kGiB;
+using autouvm::bench::kLinkBytesPerSecond;
+using autouvm::bench::Median;
+using autouvm::bench::Seconds;
 
 // zerocopy's split: which named tensors stay in host memory — the weights of the layers, from the last,
 // that do not fit in the budget once everything else is resident (the same rule as explicit offloading's,
@@ -158,6 +140,7 @@ struct RunResult {
 }  // namespace
 
 int main(int argc, char** argv) {
+  autouvm::bench::BenchName() = "offload_bench";
   std::string preset = "7b", batches_flag = "1,16", factors_flag = "1.0,1.5,1.75,2.0", policies_flag = "stock,autouvm";
   int steps = 6, prompt_len = 16, ttft_prompt = 0;
   int64_t seed = 1;

@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_model.h"
+#include "bench/bench_util.h"
 #include "profiler/analysis.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_key.h"
@@ -45,11 +46,7 @@ using autouvm::server::ModelRunner;
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
+using autouvm::bench::Median;
 
 struct Trial {
   double plain = 0;     // median plain iteration, s

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_util.h"
 #include "profiler/planner.h"
 #include "profiler/reuse.h"
 #include "runtime/sim/trace_replay.h"
@@ -18,16 +19,6 @@ namespace autouvm::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kLinkBytesPerSecond = 55.4e9;  // pinned copies, ../shared/gpu/NOTES.md
-
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "runtime/status_macros.h"
 
 namespace autouvm::bench {
@@ -21,10 +22,6 @@ using runtime::Location;
 using runtime::Stream;
 using runtime::UvmCounters;
 using Clock = std::chrono::steady_clock;
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // GPU time between two marks on a stream (a pair of CUDA events): Start, the work, Stop, then Ms.
 class EventTimer {

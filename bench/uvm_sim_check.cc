@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/bench_model.h"
+#include "bench/bench_util.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
 #include "runtime/observer.h"
@@ -29,10 +30,7 @@ namespace {
 using autouvm::runtime::MigrationCause;
 using autouvm::runtime::UvmCounters;
 
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
+using autouvm::bench::Median;
 
 int Fail(const std::string& what) {
   std::fprintf(stderr, "uvm_sim_check: %s\n", what.c_str());
