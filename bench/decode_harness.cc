@@ -5,11 +5,14 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "profiler/analysis.h"
 #include "profiler/planner.h"
 #include "profiler/profile_key.h"
 #include "profiler/reuse.h"
+#include "runtime/sim/trace_replay.h"
 #include "runtime/status_macros.h"
 #include "server/generated_weights.h"
 #include "server/llama_builder.h"
@@ -173,6 +176,24 @@ int64_t BudgetPolicy::resident_bytes() const {
 
 int64_t BudgetPolicy::peak_resident_bytes() const {
   return eviction_ ? eviction_->peak_resident_bytes() : executor_ ? executor_->peak_resident_bytes() : 0;
+}
+
+double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
+                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor) {
+  runtime::sim::ReplayOptions o{.policy = "stock", .device_bytes = budget + activations, .iterations = 3};
+  if (plan != nullptr) {
+    o.policy = policy == "autouvm" ? "autouvm" : "paper";
+    o.make_plan = [plan](int64_t) { return *plan; };
+  }
+  // What the benchmarks do to stock and paper under a budget: the emulated driver, not the simulator's own.
+  if (policy != "autouvm" && factor > 1.0) o.emulated_eviction_budget = budget;
+  auto sim = runtime::sim::ReplayTrace(trace, spec, o);
+  return sim.ok() ? sim->iterations.back().seconds : 0;
+}
+
+std::string PlanCell(const autouvm::v1::Plan& plan) {
+  return absl::StrFormat("%.2f / %.2f / %.2f%s", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
+                         plan.streamed_bytes() / kGiB, plan.staged() ? " staged" : "");
 }
 
 }  // namespace autouvm::bench

@@ -28,6 +28,7 @@
 #include "runtime/device_backend.h"
 #include "runtime/driver_eviction.h"
 #include "runtime/executor.h"
+#include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
 #include "server/model_config.h"
 
@@ -99,5 +100,15 @@ class BudgetPolicy {
   EvictionHook hook_;
   runtime::OpSubscriber* subscriber_ = nullptr;
 };
+
+// What the benchmarks print beside a measured row (offload_bench's decode, ttft_runs' prefill):
+// The simulator's last of three iterations of `trace` for a budget policy (stock, paper and its ablation,
+// autouvm) on `spec` with room for `budget` named bytes and `activations` — the plan followed for paper
+// and autouvm (`plan`, null for stock), and for stock and paper under a budget (factor > 1) the
+// driver's eviction emulated as the GPU benchmark does. 0 if the replay fails.
+double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
+                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor);
+// A plan's GiB pinned / remote / streamed, and "staged" if it stages.
+std::string PlanCell(const autouvm::v1::Plan& plan);
 
 }  // namespace autouvm::bench

@@ -397,29 +397,16 @@ int main(int argc, char** argv) {
                            : offload ? offload->accounted()
                                      : zerocopy.resident_bytes;
         // The simulator on the same trace, capacity = the budget plus the activations' room.
-        double sim_s = 0;
-        {
-          autouvm::runtime::sim::ReplayOptions o{
-              .policy = policy, .device_bytes = budget + activations, .iterations = 3};
-          if (policy == "autouvm" || policy.rfind("paper", 0) == 0) {
-            o.policy = policy == "autouvm" ? "autouvm" : "paper";
-            o.make_plan = [&](int64_t) { return plan; };
-          }
-          // What this program does to stock and paper under a budget: the emulated driver, not the
-          // simulator's own.
-          if (policy != "autouvm" && factor > 1.0) o.emulated_eviction_budget = budget;
-          if (policy != "explicit" && policy != "zerocopy" && policy != "prefetched") {
-            auto sim = autouvm::runtime::sim::ReplayTrace(trace, spec, o);
-            if (sim.ok()) sim_s = sim->iterations.back().seconds;
-          }
-        }
+        const bool planned = policy == "autouvm" || policy.rfind("paper", 0) == 0;
+        const double sim_s = planned || policy == "stock"
+                                 ? autouvm::bench::SimulatedSeconds(trace, spec, policy, planned ? &plan : nullptr,
+                                                                    budget, activations, factor)
+                                 : 0;
         const UvmCounters& mv = r.steady_moved;
         const double other =
             static_cast<double>(mv.h2d(MigrationCause::kFault) + mv.h2d(MigrationCause::kDriverPrefetch));
         const std::string plan_cell =
-            policy == "autouvm" || policy.rfind("paper", 0) == 0
-                ? absl::StrFormat("%.2f / %.2f / %.2f%s", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
-                                  plan.streamed_bytes() / kGiB, plan.staged() ? " staged" : "")
+            planned                ? autouvm::bench::PlanCell(plan)
             : policy == "explicit" ? absl::StrFormat("copied per step: %.2f", offload->offloaded_bytes() / kGiB)
             : policy == "zerocopy" ? absl::StrFormat("in host memory: %.2f", zerocopy.host_bytes / kGiB)
                                    : "-";

@@ -141,23 +141,13 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
       ASSIGN_OR_RETURN(const runtime::UvmCounters after, backend->ReadCounters());
       const runtime::UvmCounters moved = after - before_last;
       const double ttft_s = Median(std::vector<double>(times.begin() + 1, times.end()));
-      double sim_s = 0;
-      if (managed != nullptr) {
-        runtime::sim::ReplayOptions so{.policy = policy, .device_bytes = budget + activations, .iterations = 3};
-        if (policy != "stock") {
-          so.policy = policy == "autouvm" ? "autouvm" : "paper";
-          so.make_plan = [&](int64_t) { return managed->plan(); };
-        }
-        if (policy != "autouvm" && factor > 1.0) so.emulated_eviction_budget = budget;
-        if (auto sim = runtime::sim::ReplayTrace(trace, spec, so); sim.ok()) sim_s = sim->iterations.back().seconds;
-      }
       const autouvm::v1::Plan* plan = managed != nullptr && policy != "stock" ? &managed->plan() : nullptr;
-      const std::string plan_cell =
-          plan != nullptr
-              ? absl::StrFormat("%.2f / %.2f / %.2f%s", plan->pinned_bytes() / kGiB, plan->remote_bytes() / kGiB,
-                                plan->streamed_bytes() / kGiB, plan->staged() ? " staged" : "")
-          : offload ? absl::StrFormat("copied per prefill: %.2f", offload->offloaded_bytes() / kGiB)
-                    : "-";
+      const double sim_s =
+          managed != nullptr ? SimulatedSeconds(trace, spec, policy, plan, budget, activations, factor) : 0;
+      const std::string plan_cell = plan != nullptr ? PlanCell(*plan)
+                                    : offload
+                                        ? absl::StrFormat("copied per prefill: %.2f", offload->offloaded_bytes() / kGiB)
+                                        : "-";
       const int64_t peak = managed ? managed->peak_resident_bytes() : offload ? offload->accounted() : 0;
       std::printf(
           "| %s | %lld | %.2f | %s | %.2f | %.1f (%.1f) | %.2f | %.2f | %.0f%% | %.2f | %.2f | %s | %.2f | "
