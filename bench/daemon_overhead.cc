@@ -101,7 +101,8 @@ class Bare {
     const auto spec = device->backend()->spec();
     jobs_ = std::make_unique<autouvm::profiler::ProfileJobs>(repository_.get(), spec, &clock_);
     // As the daemon runs it by default (runtime.monitor_every).
-    execution_ = autouvm::server::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors(), {});
+    execution_ = autouvm::server::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors(), {},
+                                                           runner_->NewTensorBinding());
     backend_ = device->backend();
   }
 

@@ -102,6 +102,15 @@ std::vector<int64_t> DecodeStep(DecodeModel& m, const std::vector<int64_t>& toke
   return Greedy(logits, 0);
 }
 
+std::vector<c10::Storage> ModelStorages(const DecodeModel& m) {
+  std::vector<c10::Storage> out;
+  for (const auto& p : m.module.named_parameters()) out.push_back(p.value.storage());
+  for (const auto& b : m.module.named_buffers()) out.push_back(b.value.storage());
+  out.push_back(m.k_cache.storage());
+  out.push_back(m.v_cache.storage());
+  return out;
+}
+
 absl::Status MoveAllToHost(runtime::DeviceBackend* backend, const DecodeModel& m) {
   using runtime::Advice;
   for (const auto& [id, r] : m.named) {
@@ -157,6 +166,8 @@ absl::StatusOr<std::unique_ptr<BudgetPolicy>> BudgetPolicy::Create(const std::st
   }
   self->executor_ = std::make_unique<runtime::Executor>(backend, self->plan_, trace, ranges);
   if (self->eviction_) self->executor_->set_driver_eviction(self->eviction_.get());
+  self->binding_ = std::make_unique<runtime::StorageBinding>(ModelStorages(m));
+  self->executor_->set_binding(self->binding_.get());
   RETURN_IF_ERROR(self->executor_->Prepare());
   if (self->executor_->follows_ops()) {
     self->follower_ = std::make_unique<runtime::PlanFollower>(self->executor_.get(), trace);
@@ -191,9 +202,12 @@ double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpe
   return sim.ok() ? sim->iterations.back().seconds : 0;
 }
 
-std::string PlanCell(const autouvm::v1::Plan& plan) {
-  return absl::StrFormat("%.2f / %.2f / %.2f%s", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
-                         plan.streamed_bytes() / kGiB, plan.staged() ? " staged" : "");
+std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes) {
+  std::string cell = absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
+                                     plan.streamed_bytes() / kGiB);
+  if (plan.staged()) absl::StrAppend(&cell, plan.device_buffer() ? " buffered" : " staged");
+  if (plan.staged() && staged_bytes >= 0) absl::StrAppendFormat(&cell, " (%.2f staged)", staged_bytes / kGiB);
+  return cell;
 }
 
 }  // namespace autouvm::bench

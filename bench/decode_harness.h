@@ -30,6 +30,7 @@
 #include "runtime/executor.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
+#include "runtime/storage_binding.h"
 #include "server/model_config.h"
 
 namespace autouvm::bench {
@@ -59,6 +60,9 @@ std::vector<int64_t> Prefill(DecodeModel& m, int64_t batch, int64_t prompt_len);
 // One decode step for slots 0..tokens.size()-1 at position `pos`; returns the greedy tokens (synchronizes).
 std::vector<int64_t> DecodeStep(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos);
 
+// The storages of the model's parameters, buffers and caches (what an executor may bind).
+std::vector<c10::Storage> ModelStorages(const DecodeModel& m);
+
 // Every named tensor back in host memory, with no advice left on it (the state a cold start begins in).
 absl::Status MoveAllToHost(runtime::DeviceBackend* backend, const DecodeModel& m);
 
@@ -80,6 +84,8 @@ class BudgetPolicy {
   // The named bytes the policy has placed on the device, now and at most (its account).
   int64_t resident_bytes() const;
   int64_t peak_resident_bytes() const;
+  // The bytes the executor staged (autouvm; 0 for the others).
+  int64_t staged_bytes() const { return executor_ != nullptr ? executor_->staged_bytes() : 0; }
   const autouvm::v1::Plan& plan() const { return plan_; }           // empty for stock
   const autouvm::v1::Profile& profile() const { return profile_; }  // the op classes under plan() (autouvm)
 
@@ -94,6 +100,7 @@ class BudgetPolicy {
 
   autouvm::v1::Plan plan_;
   autouvm::v1::Profile profile_;
+  std::unique_ptr<runtime::StorageBinding> binding_;  // destroyed after the executor that binds through it
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<runtime::PlanFollower> follower_;
   std::unique_ptr<runtime::DriverEviction> eviction_;
@@ -108,7 +115,8 @@ class BudgetPolicy {
 // driver's eviction emulated as the GPU benchmark does. 0 if the replay fails.
 double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
                         const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor);
-// A plan's GiB pinned / remote / streamed, and "staged" if it stages.
-std::string PlanCell(const autouvm::v1::Plan& plan);
+// A plan's GiB pinned / remote / streamed, "staged" or "buffered" (Plan.device_buffer) if it stages,
+// and the GiB the executor staged when it prepared the plan (`staged_bytes`, unless negative).
+std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes = -1);
 
 }  // namespace autouvm::bench

@@ -309,6 +309,7 @@ int main(int argc, char** argv) {
         RunResult r;
         all_to_host();
         std::unique_ptr<autouvm::bench::BudgetPolicy> managed;  // stock, paper (and ablation), autouvm
+        int64_t staged_bytes = -1;                              // what the executor staged once prepared (autouvm)
         std::unique_ptr<autouvm::bench::ExplicitOffload> offload;
         ZeroCopy zerocopy;
         autouvm::runtime::OpTimer timer(gpu, /*every=*/steps - 1);  // times steps 0 and steps - 1
@@ -327,6 +328,7 @@ int main(int argc, char** argv) {
                             policy.c_str());
             plan = managed->plan();
             follow = managed->subscriber();
+            if (policy == "autouvm") staged_bytes = managed->staged_bytes();
           } else if (policy == "explicit" || policy == "prefetched") {
             // prefetched: everything back on the device by plain prefetches, no plan (a diagnostic
             // row: the resident step after migration, whatever the factor).
@@ -406,7 +408,7 @@ int main(int argc, char** argv) {
         const double other =
             static_cast<double>(mv.h2d(MigrationCause::kFault) + mv.h2d(MigrationCause::kDriverPrefetch));
         const std::string plan_cell =
-            planned                ? autouvm::bench::PlanCell(plan)
+            planned                ? autouvm::bench::PlanCell(plan, staged_bytes)
             : policy == "explicit" ? absl::StrFormat("copied per step: %.2f", offload->offloaded_bytes() / kGiB)
             : policy == "zerocopy" ? absl::StrFormat("in host memory: %.2f", zerocopy.host_bytes / kGiB)
                                    : "-";

@@ -144,7 +144,7 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
       const autouvm::v1::Plan* plan = managed != nullptr && policy != "stock" ? &managed->plan() : nullptr;
       const double sim_s =
           managed != nullptr ? SimulatedSeconds(trace, spec, policy, plan, budget, activations, factor) : 0;
-      const std::string plan_cell = plan != nullptr ? PlanCell(*plan)
+      const std::string plan_cell = plan != nullptr ? PlanCell(*plan, managed->staged_bytes())
                                     : offload
                                         ? absl::StrFormat("copied per prefill: %.2f", offload->offloaded_bytes() / kGiB)
                                         : "-";

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "profiler/reuse.h"
+#include "runtime/sim/trace_replay.h"
 
 namespace autouvm::profiler {
 
@@ -44,6 +45,8 @@ int64_t PeakActivationBytes(const runtime::AccessTrace& trace, const std::vector
 }
 
 namespace {
+
+constexpr int64_t kBlockBytes = int64_t{2} << 20;  // a VA block
 
 autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                                 const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes, bool stage,
@@ -97,7 +100,8 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
       remote_ok[t] = intensity <= kMaxRemoteFlopsPerByte;
     }
     // Pins within `room`: tensors that could not be read remotely first (streaming them costs a window
-    // and evictions), then those fetched most often per iteration, then by first use.
+    // and evictions), then those fetched most often per iteration, then by first use — or, in a staged
+    // plan, spread over the iteration (Note [Pinned spread over the iteration]).
     auto pin = [&](int64_t room, const std::vector<int>& fetches) {
       std::vector<int> order(reuse.size());
       for (size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
@@ -108,9 +112,47 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
         return reuse[ua].first_use() < reuse[ub].first_use();
       });
       std::fill(pinned.begin(), pinned.end(), false);
+      // A staged plan's weights that one op reads and that cannot be read in place, by first use: spread.
+      std::vector<int> once, in_place_later;
       for (int t : order) {
         const auto u = static_cast<size_t>(t);
-        if (transient[u] || reuse[u].bytes() > room) continue;
+        if (transient[u]) continue;
+        if (remote_ok[u]) {
+          in_place_later.push_back(t);
+        } else if (stage && fetches[u] == 1 && users[u] == 1 && reuse[u].bytes() >= kBlockBytes &&
+                   runtime::IsWeightId(reuse[u].id())) {
+          once.push_back(t);
+        } else if (reuse[u].bytes() <= room) {
+          pinned[u] = true;
+          room -= reuse[u].bytes();
+        }
+      }
+      // Note [Pinned spread over the iteration]: staged copies run on the copy engine while the ops
+      // compute, but only as far ahead as the window holds. Pinning the first weights of the iteration
+      // leaves the copy engine idle through their ops once the window is full (the 7B at factor 1.5:
+      // 17 ms of a 109 ms step on the H200); pinning the same bytes spread evenly in op order keeps
+      // the stretches between streamed weights short. Each weight is pinned while the pinned share of
+      // the weights so far stays at the share the room allows. Weights smaller than a VA block are
+      // pinned first instead: they share pages with their neighbours, cannot be staged (Note [Stage
+      // whole blocks], runtime/executor.cc), and each fetch of one would be a call for a few KiB
+      // (norm weights streamed this way cost the 7B's steps 4-5 fault groups and a third of their time
+      // at factor 1.0 on the H200).
+      int64_t candidates = 0;
+      for (int t : once) candidates += reuse[static_cast<size_t>(t)].bytes();
+      const double share = candidates > 0 ? std::min(1.0, static_cast<double>(room) / candidates) : 0;
+      double seen = 0, kept = 0;
+      for (int t : once) {
+        const auto u = static_cast<size_t>(t);
+        const double b = static_cast<double>(reuse[u].bytes());
+        seen += b;
+        if (reuse[u].bytes() > room || kept + b / 2 > share * seen) continue;
+        pinned[u] = true;
+        kept += b;
+        room -= reuse[u].bytes();
+      }
+      for (int t : in_place_later) {
+        const auto u = static_cast<size_t>(t);
+        if (reuse[u].bytes() > room) continue;
         pinned[u] = true;
         room -= reuse[u].bytes();
       }
@@ -193,6 +235,7 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
     }
   }
   plan.set_staged(stage && plan.prefetches_size() > 0);
+  plan.set_device_buffer(plan.staged());
   for (size_t t = 0; t < reuse.size(); ++t) {
     if (!pinned[t]) continue;
     plan.add_pinned(reuse[t].id());
@@ -211,7 +254,14 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
 // matrix products, whose weights cannot be read in place at all (kMaxRemoteFlopsPerByte) — and reading
 // in place where it has little (a decode step: the 7B's staged steps took 201 ms at factor 2.0 against
 // 164-167 read in place, bench/results/2026-11-30-staged-ttft-h200.md). The planner makes both and
-// keeps the one EstimateStepSeconds finds faster.
+// keeps the one the simulator's replay of the step finds faster (EstimateStepSeconds where it cannot
+// replay). EstimateStepSeconds alone took every copy on the copy stream for hidden behind the ops, and
+// chose for the 7B at factor 1.0 a staged plan that streamed 0.71 GiB through its window: 34.6 ms a
+// step on the H200 against 18.4 resident (the replay said 32.7), where the plan reading 0.24 GiB in
+// place had measured 21.7 (bench/results/2026-11-30-staged-ttft-h200.md). A staged plan streams through a device buffer
+// of its window (Plan.device_buffer, Note [Streaming through a device buffer] in runtime/device_backend.h): copies at
+// the link's rate with nothing populated or discarded, which the estimate assumes; an executor that cannot bind the
+// model's tensors stages into their own ranges instead.
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
                            const PlanOptions& options) {
@@ -219,9 +269,21 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   autouvm::v1::Plan in_place = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/true);
   if (!stage || in_place.remote_size() == 0) return in_place;
   autouvm::v1::Plan staged = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/false);
-  return EstimateStepSeconds(staged, trace, *options.spec) < EstimateStepSeconds(in_place, trace, *options.spec)
-             ? staged
-             : in_place;
+  // The simulator's steady iteration under each where it can replay them, else the estimate.
+  auto simulated = [&](const autouvm::v1::Plan& plan) {
+    runtime::sim::ReplayOptions o{.policy = "autouvm",
+                                  .make_plan = [&plan](int64_t) { return plan; },
+                                  .device_bytes = budget_bytes,
+                                  .iterations = 2};
+    auto replay = runtime::sim::ReplayTrace(trace, *options.spec, o);
+    return replay.ok() ? replay->iterations.back().seconds : -1.0;
+  };
+  double staged_s = simulated(staged), in_place_s = simulated(in_place);
+  if (staged_s <= 0 || in_place_s <= 0) {
+    staged_s = EstimateStepSeconds(staged, trace, *options.spec);
+    in_place_s = EstimateStepSeconds(in_place, trace, *options.spec);
+  }
+  return staged_s < in_place_s ? staged : in_place;
 }
 
 double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessTrace& trace,
@@ -247,7 +309,9 @@ double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessT
   double copies = 0, discards = 0;
   for (const autouvm::v1::Prefetch& f : plan.prefetches()) {
     const double blocks = std::ceil(static_cast<double>(f.bytes()) / kBlock);
-    if (plan.staged()) {
+    if (plan.staged() && plan.device_buffer()) {
+      copies += static_cast<double>(f.bytes()) / spec.link_bytes_per_s;
+    } else if (plan.staged()) {
       copies += static_cast<double>(f.bytes()) / spec.uvm.staged_copy_bytes_per_s + blocks * spec.uvm.populate_block_s;
       discards += blocks * spec.uvm.discard_block_s;
     } else {

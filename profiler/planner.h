@@ -27,7 +27,7 @@ namespace autouvm::profiler {
 struct PlanOptions {
   // The GPU planned for. Where it can stage weights (uvm.staged_copy_bytes_per_s > 0), streamed weights
   // are staged (Plan.staged), and the planner also makes the plan that streams every unpinned weight
-  // instead of reading some in place, keeping whichever its estimate of the step (EstimateStepSeconds)
+  // instead of reading some in place, keeping whichever the simulator's replay of the step on this spec
   // finds faster (Note [Staged or in place], planner.cc). Null: no staging.
   const runtime::GpuSpec* spec = nullptr;
 };

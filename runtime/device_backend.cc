@@ -34,6 +34,21 @@ absl::Status DeviceBackend::StageIn(uint64_t, int64_t, Stream) {
 absl::Status DeviceBackend::Unstage(uint64_t, int64_t) {
   return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend cannot stage tensors"));
 }
+absl::StatusOr<uint64_t> DeviceBackend::AllocateDevice(int64_t) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
+}
+absl::Status DeviceBackend::FreeDevice(uint64_t) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
+}
+absl::Status DeviceBackend::StageInto(uint64_t, int64_t, uint64_t, Stream) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
+}
+absl::Status DeviceBackend::EndStageInto(uint64_t, int64_t) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
+}
+absl::Status DeviceBackend::KeepHostCopy(uint64_t, int64_t) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
+}
 
 int64_t UvmCounters::h2d_total() const {
   int64_t sum = 0;

@@ -18,6 +18,8 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
       ops_(static_cast<int64_t>(trace.ops.size())),
       driver_evicts_(plan.driver_evicts()),
       stage_(plan.staged() && !plan.driver_evicts() && backend->can_stage()),
+      want_buffer_(plan.device_buffer() && plan.staged() && plan.window_bytes() > 0),
+      window_bytes_(plan.window_bytes()),
       issue_at_(trace.ops.size()),
       needed_by_(trace.ops.size()),
       evict_after_(trace.ops.size()) {
@@ -62,10 +64,17 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
       }
     }
     if (f.tensors.empty()) continue;
+    f.for_op = p.for_op();
     issue_at_[static_cast<size_t>(p.issue_at_op())].push_back(fetches_.size());
     needed_by_[static_cast<size_t>(p.for_op())].push_back(fetches_.size());
     fetches_.push_back(std::move(f));
   }
+  fetch_order_.resize(fetches_.size());
+  for (size_t f = 0; f < fetches_.size(); ++f) fetch_order_[f] = f;
+  std::stable_sort(fetch_order_.begin(), fetch_order_.end(),
+                   [&](size_t a, size_t b) { return fetches_[a].for_op < fetches_[b].for_op; });
+  for (size_t k = 0; k < fetch_order_.size(); ++k) fetches_[fetch_order_[k]].order = k;
+  slot_of_.assign(ranges_list_.size(), -1);
   if (driver_evicts_) return;  // the driver decides what leaves
   std::unordered_map<size_t, std::vector<int64_t>> uses;
   for (size_t i = 0; i < trace.ops.size(); ++i) {
@@ -101,22 +110,52 @@ Executor::~Executor() { (void)Release(); }
 // no copy back); remote tensors are mapped for the device in host memory; pinned tensors are brought
 // in once and never evicted by the executor.
 absl::Status Executor::Prepare() {
+  // Note [Stage whole blocks] holds for ranges staged into their own pages; through the device buffer
+  // any weight of a block or more is staged (13B weights follow a 312.5 MiB embedding off the 2 MiB grid).
+  const bool buffered = stage_ && want_buffer_ && backend_->can_stage_into() &&
+                        (binding_ != nullptr || !backend_->stage_into_needs_binding());
   std::vector<bool> streamed(ranges_list_.size(), false);
   for (const Fetch& f : fetches_) {
     for (size_t t : f.tensors) streamed[t] = true;
   }
+  // Note [Plans hand staged weights on]: the daemon switches plans between a request's prefill and its
+  // decode steps; putting every staged weight back and staging it again at each switch cost a 7B
+  // request at factor 2.0 seconds (synchronous copies of ~6.7 GiB each way, and their faults). A plan
+  // released for the next one leaves its weights staged; this one keeps those it stages the same way
+  // and puts back the others, before anything of its own is placed.
+  using Staging = DeviceBackend::Staging;
   for (size_t t = 0; t < ranges_list_.size(); ++t) {
     const TensorRange& r = ranges_list_[t];
-    if (driver_evicts_ || !streamed[t] || !IsWeightId(ids_[t]) || r.bytes <= 0) continue;
-    // Note [Stage whole blocks]: a discard acts on whole pages, so a range that shares one with another
-    // tensor (small tensors packed by the allocator) is not staged; on the H200 such ranges in a small
-    // model raised fault groups every step. Weights of 2 MiB multiples get their own blocks.
-    if (stage_ && r.addr % kStageAlignment == 0 && r.bytes % kStageAlignment == 0) {
-      RETURN_IF_ERROR(backend_->StageOut(r.addr, r.bytes));
-      staged_[t] = true;
-    } else {
+    Staging want = Staging::kNone;
+    if (!driver_evicts_ && streamed[t] && IsWeightId(ids_[t]) && r.bytes > 0) {
+      // Note [Stage whole blocks]: a discard acts on whole pages, so a range that shares one with
+      // another tensor (small tensors packed by the allocator) is not staged; on the H200 such ranges
+      // in a small model raised fault groups every step. Weights of 2 MiB multiples get their own
+      // blocks. Through the device buffer the managed range is never read, so nothing need be
+      // discarded: a host copy is kept beside it and its pages, which it may share with its
+      // neighbours, stay on the host (the pinned tensors among those neighbours are brought back below).
+      if (stage_ && r.addr % kStageAlignment == 0 && r.bytes % kStageAlignment == 0) {
+        want = Staging::kDiscarded;
+      } else if (buffered && r.bytes >= kStageAlignment) {
+        want = Staging::kKept;
+      }
+    }
+    const Staging have = backend_->StagingOf(r.addr);
+    if (have != Staging::kNone && have != want) RETURN_IF_ERROR(backend_->Unstage(r.addr, r.bytes));
+    if (want == Staging::kDiscarded && have != want) RETURN_IF_ERROR(backend_->StageOut(r.addr, r.bytes));
+    if (want == Staging::kKept && have != want) {
+      RETURN_IF_ERROR(backend_->KeepHostCopy(r.addr, r.bytes));
+      RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCopy));
+    }
+    staged_[t] = want != Staging::kNone;
+    if (!driver_evicts_ && streamed[t] && IsWeightId(ids_[t]) && r.bytes > 0 && want == Staging::kNone) {
       RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kReadMostly, true));
     }
+  }
+  bool any_staged = false;
+  for (size_t t = 0; t < staged_.size(); ++t) any_staged = any_staged || staged_[t];
+  if (buffered && any_staged) {
+    ASSIGN_OR_RETURN(buffer_, backend_->AllocateDevice(window_bytes_));
   }
   for (size_t t : affinity_) {
     const TensorRange& r = ranges_list_[t];
@@ -160,13 +199,38 @@ int64_t Executor::staged_bytes() const {
   return sum;
 }
 
-absl::Status Executor::Release() {
+absl::Status Executor::ReleaseBuffer() {
+  if (buffer_ == 0) return absl::OkStatus();
   absl::Status first;
-  for (size_t t = 0; t < staged_.size(); ++t) {
-    if (!staged_[t]) continue;
-    if (absl::Status s = backend_->Unstage(ranges_list_[t].addr, ranges_list_[t].bytes); !s.ok() && first.ok()) {
+  for (size_t t = 0; t < slot_of_.size(); ++t) {
+    if (slot_of_[t] < 0) continue;
+    if (binding_ != nullptr) {
+      if (absl::Status s = binding_->Unbind(ranges_list_[t].addr); !s.ok() && first.ok()) first = s;
+    }
+    if (absl::Status s = backend_->EndStageInto(ranges_list_[t].addr, ranges_list_[t].bytes); !s.ok() && first.ok()) {
       first = s;
     }
+    slot_of_[t] = -1;
+    Count(t, false);
+  }
+  buffer_state_ = BufferState();
+  if (absl::Status s = backend_->Synchronize(); !s.ok() && first.ok()) first = s;
+  if (absl::Status s = backend_->FreeDevice(buffer_); !s.ok() && first.ok()) first = s;
+  buffer_ = 0;
+  for (Fetch& f : fetches_) f.issued = false;
+  next_ahead_ = 0;
+  return first;
+}
+
+absl::Status Executor::Release(Staged staged) {
+  absl::Status first = ReleaseBuffer();
+  for (size_t t = 0; t < staged_.size(); ++t) {
+    if (!staged_[t]) continue;
+    const TensorRange& r = ranges_list_[t];
+    absl::Status s = staged == Staged::kPutBack ? backend_->Unstage(r.addr, r.bytes)
+                     : on_device_[t]            ? backend_->Discard(r.addr, r.bytes, Stream::kCompute)  // brought in
+                                                : absl::OkStatus();
+    if (!s.ok() && first.ok()) first = s;
     staged_[t] = false;
     Count(t, false);
   }
@@ -186,28 +250,119 @@ absl::Status Executor::Issue(Fetch& f) {
   return absl::OkStatus();
 }
 
+// Note [Streaming through a device buffer] (the executor's part): the buffer is used as a ring, in op
+// order. A fetch goes where the last one ended, or back at the start when it does not fit before the
+// end, over tensors whose last op has been launched: the copy stream waits for the compute stream's
+// event after that op, and nothing else, so copies run as far ahead of the compute as the buffer
+// allows — into the next iteration's first fetches at the end of one. A fetch whose space is still
+// held when its op comes is an error (the plan's window was too small), and following stops.
+bool Executor::InBuffer(const Fetch& f) const {
+  if (buffer_ == 0) return false;
+  for (size_t t : f.tensors) {
+    if (!staged_[t]) return false;
+  }
+  return true;
+}
+
+bool Executor::Place(BufferState& state, int64_t bytes, int64_t* offset, EventId* wait) const {
+  if (bytes > window_bytes_) return false;
+  const int64_t at = state.tail + bytes <= window_bytes_ ? state.tail : 0;
+  std::vector<Slot> kept;
+  for (const Slot& s : state.slots) {
+    if (s.offset < at + bytes && at < s.offset + s.bytes) {
+      if (s.released < 0) return false;
+      *wait = std::max(*wait, s.released);
+    } else {
+      kept.push_back(s);
+    }
+  }
+  state.slots = std::move(kept);
+  state.tail = at + bytes;
+  *offset = at;
+  return true;
+}
+
+absl::StatusOr<bool> Executor::IssueIntoBuffer(Fetch& f, bool must) {
+  BufferState next = buffer_state_;
+  EventId wait = -1;
+  std::vector<int64_t> offsets;
+  for (size_t t : f.tensors) {
+    int64_t at = 0;
+    if (!Place(next, ranges_list_[t].bytes, &at, &wait)) {
+      if (!must) return false;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the device buffer of ", window_bytes_, " bytes has no room for ", ids_[t], " (",
+                       ranges_list_[t].bytes, " bytes) when its op comes: the tensors before it are still in use"));
+    }
+    next.slots.push_back({t, at, ranges_list_[t].bytes, -1});
+    offsets.push_back(at);
+  }
+  buffer_state_ = std::move(next);
+  if (wait >= 0) backend_->WaitEvent(Stream::kCopy, wait);
+  for (size_t k = 0; k < f.tensors.size(); ++k) {
+    const size_t t = f.tensors[k];
+    const TensorRange& r = ranges_list_[t];
+    RETURN_IF_ERROR(backend_->StageInto(r.addr, r.bytes, buffer_ + static_cast<uint64_t>(offsets[k]), Stream::kCopy));
+    slot_of_[t] = offsets[k];
+    prefetched_bytes_ += r.bytes;
+    Count(t, true);
+  }
+  f.done = backend_->RecordEvent(Stream::kCopy);
+  f.issued = true;
+  return true;
+}
+
+absl::Status Executor::IssueAhead() {
+  for (size_t k = 0; k < fetch_order_.size(); ++k) {
+    Fetch& f = fetches_[fetch_order_[next_ahead_]];
+    if (f.issued || !InBuffer(f)) return absl::OkStatus();  // a full turn ahead, or left to its issue point
+    for (size_t t : f.tensors) {
+      if (on_device_[t]) return absl::OkStatus();  // still there from an earlier use: after its eviction
+    }
+    ASSIGN_OR_RETURN(bool issued, IssueIntoBuffer(f, /*must=*/false));
+    if (!issued) return absl::OkStatus();
+    next_ahead_ = (next_ahead_ + 1) % fetch_order_.size();
+  }
+  return absl::OkStatus();
+}
+
 // Note [Copies behind the compute stream]: the thread that launches ops runs ahead of the GPU, so a
 // fetch issued "at op i" on the CPU could start long before op i runs, ahead of the evictions queued
 // on the compute stream before it, and put more on the device than the plan allows. The copy stream
 // therefore waits for the compute stream to reach op i before the fetches issued there.
 absl::Status Executor::BeforeOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();  // an op the plan does not know: left to the driver
-  if (!issue_at_[static_cast<size_t>(index)].empty()) {
+  std::vector<size_t> here;  // fetches issued at their issue point (those not through the buffer)
+  for (size_t f : issue_at_[static_cast<size_t>(index)]) {
+    if (!InBuffer(fetches_[f]) && !fetches_[f].issued) here.push_back(f);
+  }
+  if (!here.empty()) {
     if (eviction_ != nullptr) {  // room for what is fetched here, made first on the compute stream
-      for (size_t f : issue_at_[static_cast<size_t>(index)]) {
+      for (size_t f : here) {
         for (size_t t : fetches_[f].tensors) RETURN_IF_ERROR(eviction_->Prefetched(ids_[t]));
       }
     }
     backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
-    for (size_t f : issue_at_[static_cast<size_t>(index)]) RETURN_IF_ERROR(Issue(fetches_[f]));
+    for (size_t f : here) RETURN_IF_ERROR(Issue(fetches_[f]));
   }
   for (size_t f : needed_by_[static_cast<size_t>(index)]) {
     Fetch& fetch = fetches_[f];
-    // Its issue point was in the previous iteration and there was none (the first iteration): now.
-    if (!fetch.issued) RETURN_IF_ERROR(Issue(fetch));
+    // Its issue point was in the previous iteration and there was none (the first iteration), or the
+    // buffer had no room for it before: now.
+    if (!fetch.issued) {
+      RETURN_IF_ERROR(InBuffer(fetch) ? IssueIntoBuffer(fetch, /*must=*/true).status() : Issue(fetch));
+    }
     backend_->WaitEvent(Stream::kCompute, fetch.done);
     fetch.issued = false;  // the next iteration issues it again
+    if (fetch_order_[next_ahead_] == f) next_ahead_ = (fetch.order + 1) % fetch_order_.size();
+    if (binding_ == nullptr) continue;
+    for (size_t t : fetch.tensors) {
+      if (slot_of_[t] >= 0) {
+        RETURN_IF_ERROR(binding_->Bind(ranges_list_[t].addr, buffer_ + static_cast<uint64_t>(slot_of_[t])));
+      }
+    }
   }
+  if (buffer_ != 0) RETURN_IF_ERROR(IssueAhead());
   // The op's other tensors fault in; under an emulated driver, room is made for them first.
   if (eviction_ != nullptr) RETURN_IF_ERROR(eviction_->BeforeOp(index));
   return absl::OkStatus();
@@ -221,18 +376,43 @@ absl::Status Executor::BeforeOp(int64_t index) {
 // discarded there (3.4 ms of the stream per GiB on the H200, nothing copied back).
 absl::Status Executor::AfterOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();
+  EventId released = -1;
   for (size_t t : evict_after_[static_cast<size_t>(index)]) {
     const TensorRange& r = ranges_list_[t];
-    RETURN_IF_ERROR(staged_[t] ? backend_->Discard(r.addr, r.bytes, Stream::kCompute)
-                               : backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCompute));
+    if (slot_of_[t] >= 0) {  // its space in the buffer is free once this op has run
+      if (binding_ != nullptr) RETURN_IF_ERROR(binding_->Unbind(r.addr));
+      RETURN_IF_ERROR(backend_->EndStageInto(r.addr, r.bytes));
+      if (released < 0) released = backend_->RecordEvent(Stream::kCompute);
+      for (Slot& s : buffer_state_.slots) {
+        if (s.tensor == t && s.released < 0) s.released = released;
+      }
+      slot_of_[t] = -1;
+    } else {
+      RETURN_IF_ERROR(staged_[t] ? backend_->Discard(r.addr, r.bytes, Stream::kCompute)
+                                 : backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCompute));
+    }
     evicted_bytes_ += r.bytes;
     Count(t, false);
   }
+  if (released >= 0) RETURN_IF_ERROR(IssueAhead());
   return absl::OkStatus();
 }
 
 void Executor::AbandonIteration() {
   for (Fetch& f : fetches_) f.issued = false;
+  next_ahead_ = 0;
+  if (buffer_ == 0) return;
+  // Whatever is in the buffer is dropped once the ops launched so far have run; errors are the next
+  // iteration's to meet (its binds and copies go through the same calls).
+  for (size_t t = 0; t < slot_of_.size(); ++t) {
+    if (slot_of_[t] < 0) continue;
+    if (binding_ != nullptr) (void)binding_->Unbind(ranges_list_[t].addr);
+    (void)backend_->EndStageInto(ranges_list_[t].addr, ranges_list_[t].bytes);
+    slot_of_[t] = -1;
+    Count(t, false);
+  }
+  const EventId done = backend_->RecordEvent(Stream::kCompute);
+  for (Slot& s : buffer_state_.slots) s.released = done;
 }
 
 PlanFollower::PlanFollower(Executor* executor, const AccessTrace& trace) : executor_(executor) {

@@ -3,7 +3,9 @@
 // needs them (the compute stream waits on their events) and evicted after their last use before their
 // next fetch, on the compute stream (Note [Evictions on the compute stream]). Streamed weights are
 // staged where the plan says so and the backend can (kept as host copies outside managed memory, copied
-// in and discarded: Note [Staged streaming], device_backend.h), else marked read-mostly. Remote tensors stay in
+// in and discarded: Note [Staged streaming], device_backend.h) — through one device buffer the model's
+// tensors are bound to for their ops where the plan asks (Note [Streaming through a device buffer]) —
+// else marked read-mostly. Remote tensors stay in
 // host memory, mapped for the GPU to read in place (preferred location host, accessed by the device).
 //
 //   Executor ex(backend, plan, trace, ranges);       // ranges: where each tensor the plan names lives
@@ -25,6 +27,7 @@
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/observer.h"
+#include "runtime/tensor_binding.h"
 
 namespace autouvm::runtime {
 class DriverEviction;
@@ -49,11 +52,19 @@ class Executor {
   // really oversubscribed: the emulated driver evicts for the executor's fetches and the ops' faults.
   // Call before Prepare(); `eviction` outlives the executor.
   void set_driver_eviction(DriverEviction* eviction) { eviction_ = eviction; }
+  // Where a plan streams through a device buffer (Plan.device_buffer) on a backend whose model reads it
+  // only through a binding (CUDA): the model's tensors. Without one there, staged weights are copied
+  // into their own managed range instead. Call before Prepare(); `binding` outlives the executor.
+  void set_binding(TensorBinding* binding) { binding_ = binding; }
 
+  // Tensors another plan left staged (Release(kKeepStaged)) are adopted where this plan stages them
+  // the same way, and put back in managed memory where it does not (Note [Plans hand staged weights on]).
   absl::Status Prepare();
   // Puts the tensors Prepare() staged back in managed memory (on the host), so the model runs without
-  // the plan afterwards; the first error, after trying them all.
-  absl::Status Release();
+  // the plan afterwards — or, with kKeepStaged, leaves them staged for the plan prepared next, which
+  // must follow at once; the first error, after trying them all.
+  enum class Staged { kPutBack, kKeepStaged };
+  absl::Status Release(Staged staged = Staged::kPutBack);
   absl::Status BeforeOp(int64_t index);
   absl::Status AfterOp(int64_t index);
   // After an iteration that stopped following the plan part way: the next one starts afresh.
@@ -69,6 +80,8 @@ class Executor {
   // Whether streamed weights are staged (the plan asks for it and the backend can), and the bytes of
   // those Prepare() staged that Release() has not put back.
   bool stages() const { return stage_; }
+  // Whether staged weights go through the device buffer (decided by Prepare()).
+  bool uses_device_buffer() const { return buffer_ != 0; }
   int64_t staged_bytes() const;
   int64_t prefetched_bytes() const { return prefetched_bytes_; }
   int64_t evicted_bytes() const { return evicted_bytes_; }
@@ -80,11 +93,33 @@ class Executor {
  private:
   struct Fetch {
     std::vector<size_t> tensors;  // into ranges_list_
+    int64_t for_op = 0;
+    size_t order = 0;  // its place in fetch_order_
     EventId done = 0;
     bool issued = false;
   };
   absl::Status Issue(Fetch& f);
   void Count(size_t tensor, bool on_device);
+  // The device buffer (Note [Streaming through a device buffer]): where a tensor of `bytes` would go
+  // next, or -1 while the space is still held by a tensor whose last op has not been launched.
+  struct Slot {
+    size_t tensor = 0;
+    int64_t offset = 0, bytes = 0;
+    EventId released = -1;
+  };
+  struct BufferState {
+    std::vector<Slot> slots;  // oldest first
+    int64_t tail = 0;         // where the next tensor goes if it fits before the end
+  };
+  bool InBuffer(const Fetch& f) const;  // every tensor of it is staged and the buffer is in use
+  // Places `bytes` in `state` (Note [Streaming through a device buffer]): at its tail, or at 0 when it
+  // does not fit there, over the slots whose tensors' last ops were launched (the latest of their
+  // events goes to `wait`); false while a slot it needs is still held.
+  bool Place(BufferState& state, int64_t bytes, int64_t* offset, EventId* wait) const;
+  // Issues `f` into the buffer; false (nothing issued) when there is no room yet, an error when `must`.
+  absl::StatusOr<bool> IssueIntoBuffer(Fetch& f, bool must);
+  absl::Status IssueAhead();  // as many fetches, in op order, as the buffer has room for
+  absl::Status ReleaseBuffer();
 
   DeviceBackend* const backend_;
   const int64_t ops_;
@@ -97,6 +132,17 @@ class Executor {
   const bool driver_evicts_;
   const bool stage_;
   std::vector<bool> staged_;  // parallel to ranges_list_: staged by Prepare() and not released
+  TensorBinding* binding_ = nullptr;
+  // The device buffer: the plan asks for one of window_bytes; its base (0: none); the tensors in it,
+  // each with its offset and, once its last op is launched, the compute-stream event after which its
+  // space may be written again; the fetches in op order and the next to issue ahead.
+  const bool want_buffer_;
+  const int64_t window_bytes_;
+  uint64_t buffer_ = 0;
+  BufferState buffer_state_;
+  std::vector<int64_t> slot_of_;  // parallel to ranges_list_: offset in the buffer, -1 when not in it
+  std::vector<size_t> fetch_order_;
+  size_t next_ahead_ = 0;
   DriverEviction* eviction_ = nullptr;
   std::vector<Fetch> fetches_;
   std::vector<std::vector<size_t>> issue_at_;     // per op: fetches to issue when it starts

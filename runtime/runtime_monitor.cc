@@ -9,6 +9,8 @@ RuntimeMonitor::RuntimeMonitor(const AccessTrace& trace, const autouvm::v1::Prof
                                const autouvm::v1::Plan& plan, const GpuSpec& spec, Options options)
     : options_(options) {
   const std::unordered_set<std::string> pinned(plan.pinned().begin(), plan.pinned().end());
+  std::unordered_set<std::string> streamed;
+  for (const autouvm::v1::Prefetch& p : plan.prefetches()) streamed.insert(p.tensors().begin(), p.tensors().end());
   std::unordered_set<std::string> named;
   for (const TensorUse& n : trace.named) named.insert(n.id);
   ops_.resize(trace.ops.size());
@@ -23,6 +25,7 @@ RuntimeMonitor::RuntimeMonitor(const AccessTrace& trace, const autouvm::v1::Prof
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     for (const TensorUse& u : trace.ops[i].reads) {
       Expected& e = ops_[i];
+      if (streamed.count(u.id)) e.streamed_reads = true;
       if (!pinned.count(u.id) || !named.count(u.id) ||
           std::find(e.pinned_reads.begin(), e.pinned_reads.end(), u.id) != e.pinned_reads.end()) {
         continue;
@@ -47,7 +50,7 @@ std::vector<Reclassified> RuntimeMonitor::Observe(const std::vector<double>& op_
         t - e.seconds >= e.pinned_link_seconds / 2) {
       r.measured = autouvm::v1::BOUND_LINK;
       r.missing = e.pinned_reads;
-    } else if (e.bound == autouvm::v1::BOUND_LINK && t * options_.tolerance <= e.seconds &&
+    } else if (e.bound == autouvm::v1::BOUND_LINK && !e.streamed_reads && t * options_.tolerance <= e.seconds &&
                e.local_seconds < e.seconds) {
       r.measured = e.hbm_bound_locally ? autouvm::v1::BOUND_HBM : autouvm::v1::BOUND_COMPUTE;
     } else {

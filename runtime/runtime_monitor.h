@@ -3,7 +3,10 @@
 // HBM-bound that takes `tolerance` times its roofline time or more now waits on the link — eviction
 // pressure moved (another model, the driver) and a tensor the plan pins is no longer on the device: the
 // monitor names the pinned tensors it reads, for the executor to bring back (Executor::Repin). An op
-// planned link-bound that runs `tolerance` times faster than its link time found its tensors resident.
+// planned link-bound that runs `tolerance` times faster than its link time found its tensors resident —
+// unless it reads a tensor the executor streams, whose copy ahead of the op is the plan working (through
+// a device buffer, copies run as far ahead as the buffer allows: the H200 runs showed 6-104 such ops
+// per 7B or 13B step, bench/results/2026-11-30-device-buffer-h200.md).
 // Both are counted; a model whose ops keep changing class is re-profiled by its owner.
 //
 //   RuntimeMonitor monitor(trace, profile, plan);
@@ -62,6 +65,7 @@ class RuntimeMonitor {
     bool hbm_bound_locally = false;
     std::vector<std::string> pinned_reads;  // named tensors the plan pins
     double pinned_link_seconds = 0;         // their bytes over the link
+    bool streamed_reads = false;            // it reads a tensor the executor fetches ahead of it
   };
   const Options options_;
   std::vector<Expected> ops_;

@@ -58,10 +58,13 @@ absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(
 
 std::unique_ptr<ModelExecution> ModelExecution::OnDevice(runtime::DeviceBackend* backend,
                                                          const std::vector<ModelRunner::NamedTensor>& named,
-                                                         ExecutionOptions options) {
+                                                         ExecutionOptions options,
+                                                         std::unique_ptr<runtime::TensorBinding> binding) {
   std::unordered_map<std::string, runtime::TensorRange> ranges;
   for (const ModelRunner::NamedTensor& t : named) ranges[Id(t)] = {t.addr, t.bytes};
-  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, nullptr, std::move(ranges), options));
+  std::unique_ptr<ModelExecution> self(new ModelExecution(backend, nullptr, std::move(ranges), options));
+  self->binding_ = std::move(binding);
+  return self;
 }
 
 ModelExecution::~ModelExecution() {
@@ -70,9 +73,18 @@ ModelExecution::~ModelExecution() {
   (void)ReleaseExecutor();
 }
 
-absl::Status ModelExecution::ReleaseExecutor() {
+absl::Status ModelExecution::PutBackLeftovers() {
+  absl::Status first;
+  for (const auto& [id, r] : ranges_) {
+    if (backend_->StagingOf(r.addr) == runtime::DeviceBackend::Staging::kNone) continue;
+    if (absl::Status s = backend_->Unstage(r.addr, r.bytes); !s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
   if (executor_ == nullptr) return absl::OkStatus();
-  absl::Status released = executor_->Release();
+  absl::Status released = executor_->Release(staged);
   CloseCounterWindow();  // what the release moved belongs to this model
   {
     absl::MutexLock lock(&mu_);
@@ -108,17 +120,19 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     if (before.ok()) counters_before_ = *before;
   }
   if (key != key_ || executor_ == nullptr) {
-    absl::Status s = ReleaseExecutor();
+    absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
     if (s.ok()) {
       trace_ = std::make_unique<runtime::AccessTrace>(plan.trace);
       executor_ = std::make_unique<runtime::Executor>(backend_, plan.plan, *trace_, ranges_);
+      executor_->set_binding(binding_.get());
       s = executor_->Prepare();
       if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("preparing the plan of ", key, ": ", s.message()));
     }
     if (!s.ok()) {
       // Deliberately unchecked: the preparation's error is the one to report; what the release says
-      // after it adds nothing the caller can act on.
+      // after it adds nothing the caller can act on. What the plan before left staged goes back too.
       (void)ReleaseExecutor();
+      (void)PutBackLeftovers();
       absl::MutexLock lock(&mu_);
       stats_.last_error = std::string(s.message());
       return s;

@@ -87,10 +87,12 @@ class ModelExecution {
   static absl::StatusOr<std::unique_ptr<ModelExecution>> Mirror(const runtime::GpuSpec& spec,
                                                                 const std::vector<ModelRunner::NamedTensor>& named,
                                                                 ExecutionOptions options);
-  // Over the model's own memory on `backend` (not owned; outlives this).
+  // Over the model's own memory on `backend` (not owned; outlives this); `binding` (the runner's
+  // NewTensorBinding; may be null) lets plans stream weights through a device buffer.
   static std::unique_ptr<ModelExecution> OnDevice(runtime::DeviceBackend* backend,
                                                   const std::vector<ModelRunner::NamedTensor>& named,
-                                                  ExecutionOptions options);
+                                                  ExecutionOptions options,
+                                                  std::unique_ptr<runtime::TensorBinding> binding = nullptr);
   ~ModelExecution();
 
   // Makes `key`'s plan the one followed (switching to it if another owns the residency), ready for the
@@ -119,8 +121,12 @@ class ModelExecution {
                  std::unordered_map<std::string, runtime::TensorRange> ranges, ExecutionOptions options);
   // The timed iteration that just ended, checked by the monitor; pinned tensors found gone come back.
   absl::Status Monitor(const std::vector<double>& op_seconds);
-  absl::Status ReleaseExecutor();  // folds its figures into the totals
-  void CloseCounterWindow();       // adds what the backend moved since the window opened
+  // Folds its figures into the totals; kKeepStaged only when another plan is prepared at once
+  // (Note [Plans hand staged weights on], runtime/executor.cc).
+  absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack);
+  // Puts back in managed memory whatever a released plan left staged that no plan holds now.
+  absl::Status PutBackLeftovers();
+  void CloseCounterWindow();  // adds what the backend moved since the window opened
 
   runtime::DeviceBackend* const backend_;
   const ExecutionOptions options_;
@@ -131,6 +137,7 @@ class ModelExecution {
   // The plan owning the residency (scheduler thread only).
   std::string key_;
   std::unique_ptr<runtime::AccessTrace> trace_;
+  std::unique_ptr<runtime::TensorBinding> binding_;  // outlives executor_, which binds through it
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<runtime::PlanFollower> follower_;
   std::unique_ptr<MirrorLauncher> launcher_;

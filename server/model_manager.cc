@@ -84,7 +84,8 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   if (profiling_.jobs != nullptr) {
     m->runner->NameTensors(profiling_.observer->observer());
     if (profiling_.executor && device_ != nullptr && device_->backend() != nullptr) {
-      m->execution = ModelExecution::OnDevice(device_->backend(), m->runner->NamedTensors(), profiling_.execution);
+      m->execution = ModelExecution::OnDevice(device_->backend(), m->runner->NamedTensors(), profiling_.execution,
+                                              m->runner->NewTensorBinding());
     } else if (profiling_.executor) {
       ASSIGN_OR_RETURN(m->execution,
                        ModelExecution::Mirror(profiling_.gpu, m->runner->NamedTensors(), profiling_.execution));

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/storage_binding.h"
 #include "server/generated_weights.h"
 #include "server/torch_dtype.h"
 
@@ -203,6 +204,15 @@ std::vector<ModelRunner::NamedTensor> ModelRunner::NamedTensors() const {
   add(impl_->k_cache, "kv_cache.k");
   add(impl_->v_cache, "kv_cache.v");
   return out;
+}
+
+std::unique_ptr<runtime::TensorBinding> ModelRunner::NewTensorBinding() const {
+  std::vector<c10::Storage> storages;
+  for (const auto& p : impl_->module.named_parameters()) storages.push_back(p.value.storage());
+  for (const auto& b : impl_->module.named_buffers()) storages.push_back(b.value.storage());
+  storages.push_back(impl_->k_cache.storage());
+  storages.push_back(impl_->v_cache.storage());
+  return std::make_unique<runtime::StorageBinding>(storages);
 }
 
 void ModelRunner::NameTensors(runtime::Observer* observer) const {

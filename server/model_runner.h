@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "runtime/compute_device.h"
 #include "runtime/observer.h"
+#include "runtime/tensor_binding.h"
 #include "server/model_config.h"
 
 namespace autouvm::server {
@@ -57,6 +58,9 @@ class ModelRunner {
   std::vector<NamedTensor> NamedTensors() const;
   // Gives the observer those names (its tensor ids are "param:" + name).
   void NameTensors(runtime::Observer* observer) const;
+  // Binds those tensors to other device memory for an executor (runtime/tensor_binding.h); the runner
+  // outlives it.
+  std::unique_ptr<runtime::TensorBinding> NewTensorBinding() const;
 
   const ModelConfig& config() const { return config_; }
   int max_batch() const { return max_batch_; }

@@ -139,7 +139,7 @@ void PrintPlan(const AccessTrace& trace, const autouvm::v1::Plan& plan, const st
       "streamed %.2f GiB per iteration in %d fetches%s\n",
       label.c_str(), GiB(plan.budget_bytes()), GiB(plan.window_bytes()), GiB(plan.pinned_bytes()), plan.pinned_size(),
       GiB(plan.remote_bytes()), plan.remote_size(), GiB(plan.streamed_bytes()), plan.prefetches_size(),
-      plan.staged() ? ", staged" : "");
+      plan.staged() ? (plan.device_buffer() ? ", staged through a device buffer" : ", staged") : "");
   std::map<std::string, std::pair<int, int64_t>> fetched;  // id → fetches, bytes
   for (const autouvm::v1::Prefetch& f : plan.prefetches()) {
     for (const std::string& id : f.tensors()) ++fetched[id].first;

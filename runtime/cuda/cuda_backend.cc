@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,7 @@ CudaBackend::~CudaBackend() {
   // Destruction errors are deliberately ignored: nothing can be done about them here.
   for (auto& [addr, bytes] : allocations_) cudaFree(reinterpret_cast<void*>(addr));
   for (auto& [addr, copy] : staged_) cudaFreeHost(copy.host);
+  for (auto& [addr, bytes] : device_buffers_) cudaFree(reinterpret_cast<void*>(addr));
   for (cudaEvent_t ev : streams_->timed) {
     if (ev != nullptr) cudaEventDestroy(ev);
   }
@@ -281,6 +283,21 @@ bool CudaBackend::can_stage() const { return CUDART_VERSION >= 13000; }
 // prefetch, the copy faults page by page (0.6 GB/s).
 absl::Status CudaBackend::StageOut(uint64_t addr, int64_t bytes) {
   if (!can_stage()) return DeviceBackend::StageOut(addr, bytes);
+  return CopyToHost(addr, bytes, /*discard=*/true);
+}
+
+absl::Status CudaBackend::KeepHostCopy(uint64_t addr, int64_t bytes) {
+  if (!can_stage_into()) return DeviceBackend::KeepHostCopy(addr, bytes);
+  return CopyToHost(addr, bytes, /*discard=*/false);
+}
+
+DeviceBackend::Staging CudaBackend::StagingOf(uint64_t addr) const {
+  auto it = staged_.find(addr);
+  if (it == staged_.end()) return Staging::kNone;
+  return it->second.discarded ? Staging::kDiscarded : Staging::kKept;
+}
+
+absl::Status CudaBackend::CopyToHost(uint64_t addr, int64_t bytes, bool discard) {
   if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
   if (staged_.count(addr)) {
     return absl::FailedPreconditionError(absl::StrCat("0x", absl::Hex(addr), " is staged already"));
@@ -297,17 +314,19 @@ absl::Status CudaBackend::StageOut(uint64_t addr, int64_t bytes) {
     return fail(
         absl::InternalError(absl::StrCat("cudaMemcpy into a staged tensor's host copy: ", cudaGetErrorString(e))));
   }
-  if (absl::Status s = Discard(addr, bytes, Stream::kCopy); !s.ok()) return fail(s);
-  if (cudaError_t e = cudaStreamSynchronize(streams_->copy); e != cudaSuccess) {
-    return fail(absl::InternalError(absl::StrCat("discarding a staged range: ", cudaGetErrorString(e))));
+  if (discard) {
+    if (absl::Status s = Discard(addr, bytes, Stream::kCopy); !s.ok()) return fail(s);
+    if (cudaError_t e = cudaStreamSynchronize(streams_->copy); e != cudaSuccess) {
+      return fail(absl::InternalError(absl::StrCat("discarding a staged range: ", cudaGetErrorString(e))));
+    }
   }
-  staged_[addr] = {host, bytes};
+  staged_[addr] = {host, bytes, discard};
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
   auto it = staged_.find(addr);
-  if (it == staged_.end() || it->second.bytes != bytes) {
+  if (it == staged_.end() || it->second.bytes != bytes || !it->second.discarded) {
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
   }
   RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kDevice, stream));  // populates: nothing to migrate
@@ -325,6 +344,11 @@ absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes) {
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
   }
   RETURN_IF_ERROR(Synchronize());
+  if (!it->second.discarded) {  // the managed range still holds the contents
+    cudaFreeHost(it->second.host);
+    staged_.erase(it);
+    return absl::OkStatus();
+  }
   // Dropped wherever it is, placed on the host with nothing to migrate, then written there.
   RETURN_IF_ERROR(Discard(addr, bytes, Stream::kCopy));
   RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kHost, Stream::kCopy));
@@ -335,6 +359,53 @@ absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes) {
   cudaFreeHost(it->second.host);
   staged_.erase(it);
   return absl::OkStatus();
+}
+
+// Note [Device buffers on CUDA]: plain cudaMalloc memory, outside the managed pool and outside
+// PyTorch's caching allocator: the executor sizes it from its plan's window, within the budget.
+absl::StatusOr<uint64_t> CudaBackend::AllocateDevice(int64_t bytes) {
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("a device buffer of ", bytes, " bytes"));
+  void* ptr = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, static_cast<size_t>(bytes)),
+                       absl::StrCat("cudaMalloc of ", bytes, " bytes (a device buffer for staged tensors)"));
+  device_buffers_[reinterpret_cast<uint64_t>(ptr)] = bytes;
+  return reinterpret_cast<uint64_t>(ptr);
+}
+
+absl::Status CudaBackend::FreeDevice(uint64_t addr) {
+  auto it = device_buffers_.find(addr);
+  if (it == device_buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("no device buffer at 0x", absl::Hex(addr)));
+  }
+  device_buffers_.erase(it);
+  CUDA_RETURN_IF_ERROR(cudaFree(reinterpret_cast<void*>(addr)), "cudaFree (a device buffer)");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device_addr, Stream stream) {
+  auto it = staged_.find(addr);
+  if (it == staged_.end() || it->second.bytes != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
+  }
+  auto buf = device_buffers_.upper_bound(device_addr);
+  if (buf == device_buffers_.begin() || device_addr + static_cast<uint64_t>(bytes) >
+                                            std::prev(buf)->first + static_cast<uint64_t>(std::prev(buf)->second)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes, " bytes at 0x", absl::Hex(device_addr), " do not lie in one device buffer"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<void*>(device_addr), it->second.host,
+                                       static_cast<size_t>(bytes), cudaMemcpyHostToDevice, streams_->Of(stream)),
+                       "cudaMemcpyAsync (a staged tensor into a device buffer)");
+  staged_in_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EndStageInto(uint64_t addr, int64_t bytes) {
+  auto it = staged_.find(addr);
+  if (it == staged_.end() || it->second.bytes != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
+  }
+  return absl::OkStatus();  // the buffer is the caller's to reuse
 }
 
 }  // namespace autouvm::runtime::cuda

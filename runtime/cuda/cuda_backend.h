@@ -67,6 +67,14 @@ class CudaBackend final : public DeviceBackend {
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
   absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
   absl::Status Unstage(uint64_t addr, int64_t bytes) override;
+  // Staged ranges copied into cudaMalloc'd buffers (Note [Streaming through a device buffer]).
+  bool can_stage_into() const override { return can_stage(); }
+  absl::StatusOr<uint64_t> AllocateDevice(int64_t bytes) override;
+  absl::Status FreeDevice(uint64_t addr) override;
+  absl::Status StageInto(uint64_t addr, int64_t bytes, uint64_t device_addr, Stream stream) override;
+  absl::Status EndStageInto(uint64_t addr, int64_t bytes) override;
+  absl::Status KeepHostCopy(uint64_t addr, int64_t bytes) override;
+  Staging StagingOf(uint64_t addr) const override;
 
   static constexpr int kEventRing = 4096;
   static constexpr int kTimedEventRing = 8192;  // an iteration's op boundaries
@@ -89,8 +97,11 @@ class CudaBackend final : public DeviceBackend {
   struct StagedCopy {
     void* host = nullptr;  // pinned
     int64_t bytes = 0;
+    bool discarded = true;  // false: KeepHostCopy left the managed range as it was
   };
-  std::map<uint64_t, StagedCopy> staged_;  // by managed address
+  absl::Status CopyToHost(uint64_t addr, int64_t bytes, bool discard);
+  std::map<uint64_t, StagedCopy> staged_;       // by managed address
+  std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
   int64_t staged_in_bytes_ = 0;
   std::unique_ptr<CuptiUvmCounters> counters_;
   std::string counters_error_;  // why there are no counters, when there are none

@@ -1,6 +1,7 @@
 #include "runtime/sim/sim_backend.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
@@ -245,6 +246,22 @@ absl::Status SimBackend::StageOut(uint64_t addr, int64_t bytes) {
   return absl::OkStatus();
 }
 
+int64_t SimBackend::HostCopyBytes(uint64_t addr) const {
+  if (auto it = staged_.find(addr); it != staged_.end()) return it->second;
+  if (auto it = kept_.find(addr); it != kept_.end()) return it->second;
+  return -1;
+}
+
+absl::Status SimBackend::KeepHostCopy(uint64_t addr, int64_t bytes) {
+  if (!can_stage_into()) return DeviceBackend::KeepHostCopy(addr, bytes);
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
+  RETURN_IF_ERROR(WithinOneAllocation("staging", addr, bytes));
+  if (staged_.count(addr) || !kept_.emplace(addr, bytes).second) {
+    return absl::FailedPreconditionError(absl::StrCat("the range at ", addr, " is staged already"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SimBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
   auto it = staged_.find(addr);
   if (it == staged_.end() || it->second != bytes) {
@@ -263,12 +280,56 @@ absl::Status SimBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
 }
 
 absl::Status SimBackend::Unstage(uint64_t addr, int64_t bytes) {
+  if (auto kept = kept_.find(addr); kept != kept_.end() && kept->second == bytes) {
+    kept_.erase(kept);
+    model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // what stood for the buffer
+    return absl::OkStatus();
+  }
   auto it = staged_.find(addr);
   if (it == staged_.end() || it->second != bytes) {
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
   }
   staged_.erase(it);
   model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // back on the host, as StageOut found it
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SimBackend::AllocateDevice(int64_t bytes) {
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("a device buffer of ", bytes, " bytes"));
+  const uint64_t addr = next_device_addr_;
+  next_device_addr_ += (static_cast<uint64_t>(bytes) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+  device_buffers_[addr] = bytes;
+  return addr;
+}
+
+absl::Status SimBackend::FreeDevice(uint64_t addr) {
+  if (device_buffers_.erase(addr) == 0) return absl::NotFoundError(absl::StrCat("no device buffer at ", addr));
+  return absl::OkStatus();
+}
+
+absl::Status SimBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device_addr, Stream stream) {
+  if (HostCopyBytes(addr) != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
+  }
+  auto buf = device_buffers_.upper_bound(device_addr);
+  if (buf == device_buffers_.begin() || device_addr + static_cast<uint64_t>(bytes) >
+                                            std::prev(buf)->first + static_cast<uint64_t>(std::prev(buf)->second)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes, " bytes at ", device_addr, " do not lie in one device buffer"));
+  }
+  double& clock = clock_[Index(stream)];
+  clock = std::max(clock, host_clock_) + static_cast<double>(bytes) / options_.spec.link_bytes_per_s;
+  model_.Populate(addr, bytes);
+  staged_in_bytes_ += bytes;
+  for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
+  return absl::OkStatus();
+}
+
+absl::Status SimBackend::EndStageInto(uint64_t addr, int64_t bytes) {
+  if (HostCopyBytes(addr) != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
+  }
+  model_.DropDeviceCopies(addr, bytes, /*discard=*/true);
   return absl::OkStatus();
 }
 

@@ -85,6 +85,20 @@ class SimBackend final : public DeviceBackend {
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
   absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
   absl::Status Unstage(uint64_t addr, int64_t bytes) override;
+  // Device buffers (Note [Streaming through a device buffer]): addresses of their own that take no room
+  // in the UVM model; StageInto puts the staged range's pages on the device for the kernels that read
+  // it (they stand for the buffer the real model would be bound to) after a copy at the link's rate,
+  // with nothing to populate, and EndStageInto drops them at no cost.
+  bool can_stage_into() const override { return can_stage(); }
+  bool stage_into_needs_binding() const override { return false; }
+  absl::StatusOr<uint64_t> AllocateDevice(int64_t bytes) override;
+  absl::Status FreeDevice(uint64_t addr) override;
+  absl::Status StageInto(uint64_t addr, int64_t bytes, uint64_t device_addr, Stream stream) override;
+  absl::Status EndStageInto(uint64_t addr, int64_t bytes) override;
+  absl::Status KeepHostCopy(uint64_t addr, int64_t bytes) override;
+  Staging StagingOf(uint64_t addr) const override {
+    return staged_.count(addr) ? Staging::kDiscarded : kept_.count(addr) ? Staging::kKept : Staging::kNone;
+  }
 
   // Runs a kernel on `stream` and advances that stream's clock. `host_s`: host time spent issuing it
   // (the framework's per-op cost); the kernel cannot start before the host has issued it, and the host
@@ -109,6 +123,7 @@ class SimBackend final : public DeviceBackend {
   template <typename Change>
   double Charge(Change change, bool prefetch_to_device);
   void UpdateRemote(uint64_t addr, int64_t bytes);
+  int64_t HostCopyBytes(uint64_t addr) const;  // of a staged or kept range; -1 for none
   void ApplyAdvice(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location);
 
   struct BlockAdvice {
@@ -127,8 +142,11 @@ class SimBackend final : public DeviceBackend {
   std::vector<double> events_;
   std::unordered_map<uint64_t, double> ready_at_;  // block base → when a prefetch delivers it
   std::unordered_map<uint64_t, BlockAdvice> advice_;
-  std::map<uint64_t, int64_t> staged_;  // addr → bytes of each staged range
-  int64_t staged_in_bytes_ = 0;         // bytes StageIn copied (MigrationCause::kStaged)
+  std::map<uint64_t, int64_t> staged_;          // addr → bytes of each staged range
+  std::map<uint64_t, int64_t> kept_;            // addr → bytes of each range with a host copy kept (KeepHostCopy)
+  int64_t staged_in_bytes_ = 0;                 // bytes StageIn copied (MigrationCause::kStaged)
+  std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
+  uint64_t next_device_addr_ = uint64_t{1} << 62;
 };
 
 }  // namespace autouvm::runtime::sim

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "profiler/profile_key.h"
 #include "profiler/reuse.h"
 #include "profiler/roofline.h"
@@ -117,6 +119,35 @@ TEST(PlannerTest, ADecodeStepsWeightsThatAreNotPinnedAreReadInPlace) {
   const auto q = Plan(t, "autouvm", 80 * kMiB);
   EXPECT_EQ(std::vector<std::string>(q.remote().begin(), q.remote().end()), std::vector<std::string>{"param:w6"});
   EXPECT_EQ(q.prefetches_size(), 0);
+}
+
+TEST(PlannerTest, AStagedPlanStreamsThroughADeviceBufferAndSpreadsWhatItPinsOverTheIteration) {
+  // 32 weights of 10 MiB at a prefill's intensity (not readable in place), a cache used by every op,
+  // room for about half: the cache pinned first, then every other weight — not the first sixteen,
+  // whose ops would leave the copy engine idle once the window is full.
+  runtime::AccessTrace t;
+  for (int i = 0; i < 32; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i), "param:kv_cache.k"}, 10));
+  const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 200 * kMiB, "autouvm");
+  const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
+  const auto p = MakePlan(key, t, ReuseDistances(t), 200 * kMiB, {.spec = &spec});
+  ASSERT_TRUE(p.staged());
+  EXPECT_TRUE(p.device_buffer());
+  EXPECT_NE(std::find(p.pinned().begin(), p.pinned().end(), "param:kv_cache.k"), p.pinned().end());
+  std::vector<bool> pinned(32, false);
+  for (const std::string& id : p.pinned()) {
+    if (id != "param:kv_cache.k") pinned[static_cast<size_t>(std::stoi(id.substr(7)))] = true;
+  }
+  int first_half = 0, second_half = 0, longest_run = 0, run = 0;
+  for (int i = 0; i < 32; ++i) {
+    (i < 16 ? first_half : second_half) += pinned[static_cast<size_t>(i)];
+    run = pinned[static_cast<size_t>(i)] ? run + 1 : 0;
+    longest_run = std::max(longest_run, run);
+  }
+  EXPECT_GT(first_half, 0);
+  EXPECT_LE(std::abs(first_half - second_half), 1) << first_half << " pinned in the first half, " << second_half;
+  EXPECT_LE(longest_run, 2);
+  EXPECT_LE(p.pinned_bytes() + p.window_bytes(), 200 * kMiB);
+  EXPECT_EQ(p.pinned_bytes() + p.streamed_bytes(), 33 * 10 * kMiB);  // each unpinned weight once
 }
 
 // The paper's plan for Loop() at decode intensity: every op reads its weight and the cache.
