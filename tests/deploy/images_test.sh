@@ -3,7 +3,8 @@
 # - both Dockerfiles are multi-stage, run the daemon as a non-root user with the models and the state as
 #   volumes, the config as a file the entrypoint names, and a HEALTHCHECK on /readyz;
 # - every file they COPY from the repository exists;
-# - the CPU image installs and builds with the scripts CI runs (tools/install-deps.sh, tools/build.sh);
+# - the CPU image installs and builds with the scripts CI runs (tools/install-deps.sh, tools/build.sh), and
+#   its runtime stage installs only what tools/runtime-packages.sh finds the installed programs load;
 # - `cmake --install`, the images' install step, lays out what they expect, and the installed daemon
 #   serves on the container config (paths moved to a temporary directory).
 # Usage: images_test.sh SOURCE_DIR BUILD_DIR
@@ -42,6 +43,12 @@ done
 grep -q 'tools/install-deps.sh' "$src/deploy/Dockerfile.cpu" || fail "Dockerfile.cpu does not use tools/install-deps.sh"
 grep -q 'tools/build.sh' "$src/deploy/Dockerfile.cpu" || fail "Dockerfile.cpu does not use tools/build.sh"
 grep -q 'tools/install-deps.sh' "$src/tools/build.sh" || fail "tools/build.sh no longer installs through install-deps.sh"
+# The CPU image's runtime stage installs the build stage's runtime-packages.txt, not the build's list.
+runtime_stage=$(awk '/^FROM /{n++} n==2' "$src/deploy/Dockerfile.cpu")
+grep -q 'runtime-packages.txt' <<< "$runtime_stage" || fail "Dockerfile.cpu's runtime stage does not install runtime-packages.txt"
+grep -q 'install-deps.sh' <<< "$runtime_stage" && fail "Dockerfile.cpu's runtime stage installs the build's packages"
+grep -q 'tools/runtime-packages.sh /opt/autouvmd' "$src/deploy/Dockerfile.cpu" \
+  || fail "Dockerfile.cpu's build stage does not list the runtime packages"
 grep -q 'tools/test.sh' "$src/.ci/run" || fail ".ci/run no longer runs tools/test.sh"
 
 # The install step.
@@ -53,6 +60,20 @@ for f in bin/autouvmd bin/autouvm-cli bin/autouvm-mkmodel bin/autouvm-sim lib/au
          etc/autouvmd/autouvmd.yaml etc/autouvmd/autouvmd.container.yaml; do
   [ -e "$tmp/opt/$f" ] || fail "cmake --install did not install $f"
 done
+
+# What the CPU image's runtime stage would install for this tree: the owners of what it loads, no
+# toolchain, headers or test tools, and the libraries of what it is built on.
+pkgs=$("$src/tools/runtime-packages.sh" "$tmp/opt") || fail "tools/runtime-packages.sh failed: $pkgs"
+for p in curl libstdc++6; do grep -qx "$p" <<< "$pkgs" || fail "runtime packages lack $p"; done
+for p in 'libtorch[0-9.]*' 'librocksdb[0-9.]*' 'libgrpc++[0-9.]*' 'libprotobuf[0-9]*' 'libsentencepiece[0-9]*'; do
+  grep -qxE "$p" <<< "$pkgs" || fail "runtime packages lack one matching $p"
+done
+bad=$(grep -E -- '-dev$|^(build-essential|cmake|ninja-build|ccache|clang-format|prometheus|golang-go|python3-.*|protobuf-compiler.*)$' \
+  <<< "$pkgs" || true)
+[ -z "$bad" ] || fail "runtime packages include build or test packages: $(tr '\n' ' ' <<< "$bad")"
+while read -r p; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || fail "$p is not a package here"
+done <<< "$pkgs"
 
 # The installed daemon on the container config, its paths and ports moved into the temporary directory.
 sed -e "s|0.0.0.0:50051|127.0.0.1:0|" -e "s|0.0.0.0:9090|127.0.0.1:0|" -e "s|path: /models|path: $tmp/models|" \
