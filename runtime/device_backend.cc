@@ -1,6 +1,7 @@
 #include "runtime/device_backend.h"
 
 #include <cstdlib>
+#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,29 +26,29 @@ std::string_view MigrationCauseName(MigrationCause cause) {
   return "other";
 }
 
-absl::Status DeviceBackend::StageOut(uint64_t, int64_t) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend cannot stage tensors"));
+namespace {
+
+absl::Status Cannot(std::string_view kind, std::string_view what) {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind), " backend ", std::string(what)));
 }
-absl::Status DeviceBackend::StageIn(uint64_t, int64_t, Stream) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend cannot stage tensors"));
-}
-absl::Status DeviceBackend::Unstage(uint64_t, int64_t) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend cannot stage tensors"));
-}
-absl::StatusOr<uint64_t> DeviceBackend::AllocateDevice(int64_t) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
-}
-absl::Status DeviceBackend::FreeDevice(uint64_t) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
-}
+
+}  // namespace
+
+absl::Status DeviceBackend::StageOut(uint64_t, int64_t) { return Cannot(kind(), "cannot stage tensors"); }
+absl::Status DeviceBackend::StageIn(uint64_t, int64_t, Stream) { return Cannot(kind(), "cannot stage tensors"); }
+absl::Status DeviceBackend::Unstage(uint64_t, int64_t) { return Cannot(kind(), "cannot stage tensors"); }
+absl::StatusOr<uint64_t> DeviceBackend::AllocateDevice(int64_t) { return Cannot(kind(), "has no device buffers"); }
+absl::Status DeviceBackend::FreeDevice(uint64_t) { return Cannot(kind(), "has no device buffers"); }
 absl::Status DeviceBackend::StageInto(uint64_t, int64_t, uint64_t, Stream) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
+  return Cannot(kind(), "has no device buffers");
 }
-absl::Status DeviceBackend::EndStageInto(uint64_t, int64_t) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
-}
-absl::Status DeviceBackend::KeepHostCopy(uint64_t, int64_t) {
-  return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " backend has no device buffers"));
+absl::Status DeviceBackend::EndStageInto(uint64_t, int64_t) { return Cannot(kind(), "has no device buffers"); }
+absl::Status DeviceBackend::KeepHostCopy(uint64_t, int64_t) { return Cannot(kind(), "has no device buffers"); }
+
+bool WithinOne(const std::map<uint64_t, int64_t>& allocations, uint64_t addr, int64_t bytes) {
+  auto it = allocations.upper_bound(addr);
+  return it != allocations.begin() &&
+         addr + static_cast<uint64_t>(bytes) <= std::prev(it)->first + static_cast<uint64_t>(std::prev(it)->second);
 }
 
 int64_t UvmCounters::h2d_total() const {

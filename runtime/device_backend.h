@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -69,6 +70,10 @@ UvmCounters& operator+=(UvmCounters& a, const UvmCounters& b);
 // AUTOUVM_MAX_MANAGED_BYTES, the cap on managed memory a process may allocate (0 when unset);
 // INVALID_ARGUMENT naming the variable if it is malformed.
 absl::StatusOr<int64_t> ManagedBytesCapFromEnvironment();
+
+// Whether [addr, addr + bytes) lies within one of `allocations` (base → bytes): what CUDA asks of a
+// prefetch (one managed allocation) and the backends of a copy into a device buffer.
+bool WithinOne(const std::map<uint64_t, int64_t>& allocations, uint64_t addr, int64_t bytes);
 
 using EventId = int64_t;
 

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -324,29 +323,34 @@ absl::Status CudaBackend::CopyToHost(uint64_t addr, int64_t bytes, bool discard)
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
+absl::StatusOr<CudaBackend::StagedCopy*> CudaBackend::FindStaged(uint64_t addr, int64_t bytes) {
   auto it = staged_.find(addr);
-  if (it == staged_.end() || it->second.bytes != bytes || !it->second.discarded) {
+  if (it == staged_.end() || it->second.bytes != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
+  }
+  return &it->second;
+}
+
+absl::Status CudaBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
+  ASSIGN_OR_RETURN(StagedCopy * copy, FindStaged(addr, bytes));
+  if (!copy->discarded) {  // KeepHostCopy's: into device buffers only
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
   }
   RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kDevice, stream));  // populates: nothing to migrate
   cudaStream_t s = streams_->Of(stream);
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(reinterpret_cast<void*>(addr), it->second.host, static_cast<size_t>(bytes), cudaMemcpyDefault, s),
+      cudaMemcpyAsync(reinterpret_cast<void*>(addr), copy->host, static_cast<size_t>(bytes), cudaMemcpyDefault, s),
       "cudaMemcpyAsync (a staged tensor)");
   staged_in_bytes_ += bytes;
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes) {
-  auto it = staged_.find(addr);
-  if (it == staged_.end() || it->second.bytes != bytes) {
-    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
-  }
+  ASSIGN_OR_RETURN(StagedCopy * copy, FindStaged(addr, bytes));
   RETURN_IF_ERROR(Synchronize());
-  if (!it->second.discarded) {  // the managed range still holds the contents
-    cudaFreeHost(it->second.host);
-    staged_.erase(it);
+  if (!copy->discarded) {  // the managed range still holds the contents
+    cudaFreeHost(copy->host);
+    staged_.erase(addr);
     return absl::OkStatus();
   }
   // Dropped wherever it is, placed on the host with nothing to migrate, then written there.
@@ -354,10 +358,10 @@ absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes) {
   RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kHost, Stream::kCopy));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_->copy), "cudaStreamSynchronize");
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(reinterpret_cast<void*>(addr), it->second.host, static_cast<size_t>(bytes), cudaMemcpyDefault),
+      cudaMemcpy(reinterpret_cast<void*>(addr), copy->host, static_cast<size_t>(bytes), cudaMemcpyDefault),
       "cudaMemcpy (a staged tensor back into managed memory)");
-  cudaFreeHost(it->second.host);
-  staged_.erase(it);
+  cudaFreeHost(copy->host);
+  staged_.erase(addr);
   return absl::OkStatus();
 }
 
@@ -383,29 +387,20 @@ absl::Status CudaBackend::FreeDevice(uint64_t addr) {
 }
 
 absl::Status CudaBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device_addr, Stream stream) {
-  auto it = staged_.find(addr);
-  if (it == staged_.end() || it->second.bytes != bytes) {
-    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
-  }
-  auto buf = device_buffers_.upper_bound(device_addr);
-  if (buf == device_buffers_.begin() || device_addr + static_cast<uint64_t>(bytes) >
-                                            std::prev(buf)->first + static_cast<uint64_t>(std::prev(buf)->second)) {
+  ASSIGN_OR_RETURN(const StagedCopy* copy, FindStaged(addr, bytes));
+  if (!WithinOne(device_buffers_, device_addr, bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat(bytes, " bytes at 0x", absl::Hex(device_addr), " do not lie in one device buffer"));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<void*>(device_addr), it->second.host,
-                                       static_cast<size_t>(bytes), cudaMemcpyHostToDevice, streams_->Of(stream)),
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<void*>(device_addr), copy->host, static_cast<size_t>(bytes),
+                                       cudaMemcpyHostToDevice, streams_->Of(stream)),
                        "cudaMemcpyAsync (a staged tensor into a device buffer)");
   staged_in_bytes_ += bytes;
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::EndStageInto(uint64_t addr, int64_t bytes) {
-  auto it = staged_.find(addr);
-  if (it == staged_.end() || it->second.bytes != bytes) {
-    return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
-  }
-  return absl::OkStatus();  // the buffer is the caller's to reuse
+  return FindStaged(addr, bytes).status();  // the buffer is the caller's to reuse
 }
 
 }  // namespace autouvm::runtime::cuda

@@ -100,6 +100,8 @@ class CudaBackend final : public DeviceBackend {
     bool discarded = true;  // false: KeepHostCopy left the managed range as it was
   };
   absl::Status CopyToHost(uint64_t addr, int64_t bytes, bool discard);
+  // The host copy of the range StageOut or KeepHostCopy was given; FAILED_PRECONDITION for any other.
+  absl::StatusOr<StagedCopy*> FindStaged(uint64_t addr, int64_t bytes);
   std::map<uint64_t, StagedCopy> staged_;       // by managed address
   std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
   int64_t staged_in_bytes_ = 0;

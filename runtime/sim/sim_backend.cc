@@ -128,9 +128,8 @@ void SimBackend::Copy(int64_t bytes, Stream stream) {
 }
 
 absl::Status SimBackend::WithinOneAllocation(std::string_view what, uint64_t addr, int64_t bytes) const {
-  auto it = allocations_.upper_bound(addr);
-  if (it == allocations_.begin() ||
-      addr + static_cast<uint64_t>(bytes) > std::prev(it)->first + static_cast<uint64_t>(std::prev(it)->second)) {
+  if (!WithinOne(allocations_, addr, bytes)) {
+    auto it = allocations_.upper_bound(addr);
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), " of ", bytes, " bytes at ", addr, ": not within one managed allocation",
                      it == allocations_.begin() ? std::string(" (none starts before it)")
@@ -311,9 +310,7 @@ absl::Status SimBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device
   if (HostCopyBytes(addr) != bytes) {
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
   }
-  auto buf = device_buffers_.upper_bound(device_addr);
-  if (buf == device_buffers_.begin() || device_addr + static_cast<uint64_t>(bytes) >
-                                            std::prev(buf)->first + static_cast<uint64_t>(std::prev(buf)->second)) {
+  if (!WithinOne(device_buffers_, device_addr, bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat(bytes, " bytes at ", device_addr, " do not lie in one device buffer"));
   }
