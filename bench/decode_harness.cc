@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -208,6 +209,15 @@ std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes) {
   if (plan.staged()) absl::StrAppend(&cell, plan.device_buffer() ? " buffered" : " staged");
   if (plan.staged() && staged_bytes >= 0) absl::StrAppendFormat(&cell, " (%.2f staged)", staged_bytes / kGiB);
   return cell;
+}
+
+int64_t PlannerRoom(const runtime::AccessTrace& trace) {
+  const auto reuse = profiler::ReuseDistances(trace);
+  int64_t room = profiler::PeakActivationBytes(trace, reuse);
+  for (const autouvm::v1::TensorReuse& r : reuse) {
+    if (!profiler::IsTransient(r.id()) && !absl::StartsWith(r.id(), "param:")) room += r.bytes();
+  }
+  return room;
 }
 
 }  // namespace autouvm::bench

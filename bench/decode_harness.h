@@ -119,4 +119,10 @@ double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpe
 // and the GiB the executor staged when it prepared the plan (`staged_bytes`, unless negative).
 std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes = -1);
 
+// What the planner needs beside a budget for the named tensors: the activations' room it sets aside
+// (profiler::PeakActivationBytes) and the step's inputs (token ids, positions: persistent but not
+// named), which every policy has on the device beside its budget. Without the inputs the planner found
+// the 7B at factor 1.0 some KiB short and read the 250 MiB output projection in place.
+int64_t PlannerRoom(const runtime::AccessTrace& trace);
+
 }  // namespace autouvm::bench

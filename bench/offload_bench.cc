@@ -277,8 +277,7 @@ int main(int argc, char** argv) {
       return layout.ok() ? std::max<int64_t>(0, layout->footprint_bytes - m.named_bytes) : 0;
     }();
     // The room the planner sets aside for activations (its own count, not the simulator's layout).
-    const int64_t planner_room =
-        autouvm::profiler::PeakActivationBytes(trace, autouvm::profiler::ReuseDistances(trace));
+    const int64_t planner_room = autouvm::bench::PlannerRoom(trace);
     // Everything on the device (prefetched there first: the previous batch's runs left it elsewhere);
     // the host's timing noise is large at this step length, so the best median of three runs.
     all_to_host();

@@ -80,7 +80,7 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
     auto layout = runtime::sim::ReplayTrace(trace, spec, {.iterations = 1});
     return layout.ok() ? std::max<int64_t>(0, layout->footprint_bytes - m.named_bytes) : 0;
   }();
-  const int64_t planner_room = profiler::PeakActivationBytes(trace, profiler::ReuseDistances(trace));
+  const int64_t planner_room = PlannerRoom(trace);
   std::printf(
       "\nTime to first token, one prompt of %lld tokens (%zu ops; activations' room %.2f GiB): resident %.2f ms\n\n"
       "| model | prompt | factor | policy | budget GiB | first prefill ms (of it preparing) | TTFT ms | link floor ms "

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -48,9 +50,11 @@ namespace {
 
 constexpr int64_t kBlockBytes = int64_t{2} << 20;  // a VA block
 
+// `largest_streamed` (0: no limit): weights larger than this are pinned first, as far as the room allows
+// (Note [The window's widest weight]).
 autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                                 const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes, bool stage,
-                                bool read_weights_in_place) {
+                                bool read_weights_in_place, int64_t largest_streamed = 0) {
   autouvm::v1::Plan plan;
   *plan.mutable_key() = key;
   plan.set_budget_bytes(budget_bytes);
@@ -120,7 +124,8 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
         if (remote_ok[u]) {
           in_place_later.push_back(t);
         } else if (stage && fetches[u] == 1 && users[u] == 1 && reuse[u].bytes() >= kBlockBytes &&
-                   runtime::IsWeightId(reuse[u].id())) {
+                   runtime::IsWeightId(reuse[u].id()) &&
+                   (largest_streamed <= 0 || reuse[u].bytes() <= largest_streamed)) {
           once.push_back(t);
         } else if (reuse[u].bytes() <= room) {
           pinned[u] = true;
@@ -177,21 +182,28 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
       }
       return fetches;
     };
-    pin(room_total, count_fetches(0));
     // What is neither pinned nor readable in place streams through a window: twice the widest op's
-    // streamed bytes, so one op's tensors arrive while the previous op's are used.
-    int64_t widest = 0;
-    for (const auto& op : touched) {
-      int64_t b = 0;
-      for (int t : op) {
-        const auto u = static_cast<size_t>(t);
-        if (!transient[u] && !pinned[u] && !remote_ok[u]) b += reuse[u].bytes();
+    // streamed bytes, so one op's tensors arrive while the previous op's are used. The room left for
+    // pinning is the budget less the window, and pinning within less room may leave a wider op
+    // streamed (a large weight the spread had pinned): the window is widened until it holds twice the
+    // widest op, or half the room.
+    auto widest_streamed = [&] {
+      int64_t widest = 0;
+      for (const auto& op : touched) {
+        int64_t b = 0;
+        for (int t : op) {
+          const auto u = static_cast<size_t>(t);
+          if (!transient[u] && !pinned[u] && !remote_ok[u]) b += reuse[u].bytes();
+        }
+        widest = std::max(widest, b);
       }
-      widest = std::max(widest, b);
-    }
+      return widest;
+    };
     int64_t window = 0;
-    if (widest > 0) {
-      window = std::min(2 * widest, room_total / 2);
+    pin(room_total, count_fetches(0));
+    for (int64_t widest = widest_streamed(); 2 * widest > window && window < room_total / 2;
+         widest = widest_streamed()) {
+      window = std::min(std::max(2 * widest, window), room_total / 2);
       pin(room_total - window, count_fetches(window));
     }
     plan.set_window_bytes(window);
@@ -255,21 +267,47 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
 // in place where it has little (a decode step: the 7B's staged steps took 201 ms at factor 2.0 against
 // 164-167 read in place, bench/results/2026-11-30-staged-ttft-h200.md). The planner makes both and
 // keeps the one the simulator's replay of the step finds faster (EstimateStepSeconds where it cannot
-// replay). EstimateStepSeconds alone took every copy on the copy stream for hidden behind the ops, and
-// chose for the 7B at factor 1.0 a staged plan that streamed 0.71 GiB through its window: 34.6 ms a
-// step on the H200 against 18.4 resident (the replay said 32.7), where the plan reading 0.24 GiB in
-// place had measured 21.7 (bench/results/2026-11-30-staged-ttft-h200.md). A staged plan streams through a device buffer
-// of its window (Plan.device_buffer, Note [Streaming through a device buffer] in runtime/device_backend.h): copies at
-// the link's rate with nothing populated or discarded, which the estimate assumes; an executor that cannot bind the
-// model's tensors stages into their own ranges instead.
+// replay), among staged plans of several window widths too (Note [The window's widest weight]). EstimateStepSeconds
+// alone took every copy on the copy stream for hidden behind the ops, and chose for the 7B at factor 1.0 a staged plan
+// that streamed 0.71 GiB through its window: 34.6 ms a step on the H200 against 18.4 resident (the replay said 32.7),
+// where the plan reading 0.24 GiB in place had measured 21.7 (bench/results/2026-11-30-staged-ttft-h200.md). A staged
+// plan streams through a device buffer of its window (Plan.device_buffer, Note [Streaming through a device buffer] in
+// runtime/device_backend.h): copies at the link's rate with nothing populated or discarded, which the estimate assumes;
+// an executor that cannot bind the model's tensors stages into their own ranges instead.
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
                            const PlanOptions& options) {
   const bool stage = options.spec != nullptr && options.spec->uvm.staged_copy_bytes_per_s > 0;
   autouvm::v1::Plan in_place = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/true);
-  if (!stage || in_place.remote_size() == 0) return in_place;
-  autouvm::v1::Plan staged = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/false);
-  // The simulator's steady iteration under each where it can replay them, else the estimate.
+  if (!stage) return in_place;
+  // Where no weight could be read in place, the plan that may is the staged one already.
+  const bool any_in_place = in_place.remote_size() > 0;
+  std::vector<autouvm::v1::Plan> plans = {std::move(in_place)};
+  if (any_in_place) {
+    plans.push_back(PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/false));
+  }
+  if (!plans.back().staged()) return std::move(plans.front());
+  // Note [The window's widest weight]: a staged plan's window is twice the widest op's streamed bytes,
+  // and everything in it crosses the link each iteration beyond what the budget forces (pinned bytes
+  // are the room less the window). One large weight streamed (the 7B's 250 MiB embedding or output
+  // projection among 86 MiB ones) sets a window of 500 MiB: 0.49 GiB more per step, 9 ms at the
+  // link's rate. Pinning the largest weights first narrows the window to the next size down, but a
+  // narrower window also runs fewer copies ahead of the compute; the simulator's replay decides
+  // between the widths below (the two next sizes down from the widest streamed weight).
+  {
+    std::unordered_map<std::string, int64_t> bytes;
+    for (const autouvm::v1::TensorReuse& r : reuse) bytes[r.id()] = r.bytes();
+    std::set<int64_t, std::greater<>> sizes;
+    for (const autouvm::v1::Prefetch& p : plans.back().prefetches()) {
+      for (const std::string& id : p.tensors()) sizes.insert(bytes[id]);
+    }
+    auto next = sizes.begin();
+    for (int k = 0; k < 2 && next != sizes.end() && std::next(next) != sizes.end(); ++k) {
+      ++next;
+      plans.push_back(PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/false, *next));
+    }
+  }
+  // The simulator's steady iteration under each where it can replay them all, else the estimate.
   auto simulated = [&](const autouvm::v1::Plan& plan) {
     runtime::sim::ReplayOptions o{.policy = "autouvm",
                                   .make_plan = [&plan](int64_t) { return plan; },
@@ -278,12 +316,14 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
     auto replay = runtime::sim::ReplayTrace(trace, *options.spec, o);
     return replay.ok() ? replay->iterations.back().seconds : -1.0;
   };
-  double staged_s = simulated(staged), in_place_s = simulated(in_place);
-  if (staged_s <= 0 || in_place_s <= 0) {
-    staged_s = EstimateStepSeconds(staged, trace, *options.spec);
-    in_place_s = EstimateStepSeconds(in_place, trace, *options.spec);
+  if (plans.size() == 1) return std::move(plans.front());
+  std::vector<double> seconds;
+  for (const autouvm::v1::Plan& plan : plans) seconds.push_back(simulated(plan));
+  if (*std::min_element(seconds.begin(), seconds.end()) <= 0) {
+    for (size_t k = 0; k < plans.size(); ++k) seconds[k] = EstimateStepSeconds(plans[k], trace, *options.spec);
   }
-  return staged_s < in_place_s ? staged : in_place;
+  const size_t best = static_cast<size_t>(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
+  return std::move(plans[best]);
 }
 
 double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessTrace& trace,

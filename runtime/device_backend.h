@@ -107,10 +107,25 @@ class DeviceBackend {
   // copy cannot be dropped cheaply (bench/results/2026-11-30-staged-ttft-h200.md).
   // Ranges are staged whole: StageIn and Unstage take the addr and bytes StageOut was given.
   // UNIMPLEMENTED where the backend cannot (CUDA before 13).
+  //
+  // Note [Host copies outlive staging]: staging is for weights, whose contents do not change while
+  // their model is loaded, so Unstage keeps the host copy (as a copy of the range, no longer staged)
+  // and a later StageOut or KeepHostCopy of the same range reuses it instead of allocating and filling
+  // another: the daemon switches plans twice per request, and a fresh copy of a 7B's streamed part
+  // took seconds on the H200 (cudaHostAlloc and a copy out, tensor by tensor). Unstage puts the
+  // contents back in the managed range on the host, or with `to` kDevice on the device: populated and
+  // copied in from the host copy at the link's rate (a plan that pins the weight next), instead of a
+  // synchronous copy on the host (~1 GiB/s) and a migration back; work queued on either stream after
+  // the call sees the contents. ForgetHostCopies frees the copies kept for ranges in [addr, addr +
+  // bytes) — the owner of the memory calls it before freeing it or writing it — and refuses
+  // (FAILED_PRECONDITION, freeing nothing) while one of them is still staged.
   virtual bool can_stage() const { return false; }
   virtual absl::Status StageOut(uint64_t addr, int64_t bytes);
   virtual absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream);
-  virtual absl::Status Unstage(uint64_t addr, int64_t bytes);
+  virtual absl::Status Unstage(uint64_t addr, int64_t bytes, Location to);
+  virtual absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes);
+  // Bytes of host copies held: staged, kept, or kept for reuse.
+  virtual int64_t host_copy_bytes() const { return 0; }
 
   // Note [Streaming through a device buffer]: a staged range's host copy can also be copied into plain
   // device memory (AllocateDevice: cudaMalloc on CUDA) that the model's tensor is pointed at for its ops

@@ -41,6 +41,12 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
   for (const std::string& id : rest) add(id);
   on_device_.assign(ranges_list_.size(), false);
   staged_.assign(ranges_list_.size(), false);
+  written_.assign(ranges_list_.size(), false);
+  for (const OpRecord& op : trace.ops) {
+    for (const TensorUse& w : op.writes) {
+      if (auto it = index.find(w.id); it != index.end()) written_[it->second] = true;
+    }
+  }
 
   for (const std::string& id : plan.pinned()) {
     if (auto it = index.find(id); it != index.end()) pinned_.push_back(it->second);
@@ -123,11 +129,16 @@ absl::Status Executor::Prepare() {
   // request at factor 2.0 seconds (synchronous copies of ~6.7 GiB each way, and their faults). A plan
   // released for the next one leaves its weights staged; this one keeps those it stages the same way
   // and puts back the others, before anything of its own is placed.
+  // What another plan left staged and this one pins goes straight onto the device from its host copy
+  // (Note [Host copies outlive staging] in device_backend.h).
+  std::vector<bool> pinned(ranges_list_.size(), false);
+  for (size_t t : pinned_) pinned[t] = true;
   using Staging = DeviceBackend::Staging;
   for (size_t t = 0; t < ranges_list_.size(); ++t) {
     const TensorRange& r = ranges_list_[t];
     Staging want = Staging::kNone;
-    if (!driver_evicts_ && streamed[t] && IsWeightId(ids_[t]) && r.bytes > 0) {
+    // A weight the trace writes is not staged: its host copy would go stale.
+    if (!driver_evicts_ && streamed[t] && IsWeightId(ids_[t]) && !written_[t] && r.bytes > 0) {
       // Note [Stage whole blocks]: a discard acts on whole pages, so a range that shares one with
       // another tensor (small tensors packed by the allocator) is not staged; on the H200 such ranges
       // in a small model raised fault groups every step. Weights of 2 MiB multiples get their own
@@ -141,7 +152,9 @@ absl::Status Executor::Prepare() {
       }
     }
     const Staging have = backend_->StagingOf(r.addr);
-    if (have != Staging::kNone && have != want) RETURN_IF_ERROR(backend_->Unstage(r.addr, r.bytes));
+    if (have != Staging::kNone && have != want) {
+      RETURN_IF_ERROR(backend_->Unstage(r.addr, r.bytes, pinned[t] ? Location::kDevice : Location::kHost));
+    }
     if (want == Staging::kDiscarded && have != want) RETURN_IF_ERROR(backend_->StageOut(r.addr, r.bytes));
     if (want == Staging::kKept && have != want) {
       RETURN_IF_ERROR(backend_->KeepHostCopy(r.addr, r.bytes));
@@ -227,7 +240,7 @@ absl::Status Executor::Release(Staged staged) {
   for (size_t t = 0; t < staged_.size(); ++t) {
     if (!staged_[t]) continue;
     const TensorRange& r = ranges_list_[t];
-    absl::Status s = staged == Staged::kPutBack ? backend_->Unstage(r.addr, r.bytes)
+    absl::Status s = staged == Staged::kPutBack ? backend_->Unstage(r.addr, r.bytes, Location::kHost)
                      : on_device_[t]            ? backend_->Discard(r.addr, r.bytes, Stream::kCompute)  // brought in
                                                 : absl::OkStatus();
     if (!s.ok() && first.ok()) first = s;

@@ -131,7 +131,8 @@ class Executor {
   std::vector<size_t> affinity_;
   const bool driver_evicts_;
   const bool stage_;
-  std::vector<bool> staged_;  // parallel to ranges_list_: staged by Prepare() and not released
+  std::vector<bool> written_;  // parallel to ranges_list_: some op of the trace writes it
+  std::vector<bool> staged_;   // parallel to ranges_list_: staged by Prepare() and not released
   TensorBinding* binding_ = nullptr;
   // The device buffer: the plan asks for one of window_bytes; its base (0: none); the tensors in it,
   // each with its offset and, once its last op is launched, the compute-stream event after which its

@@ -69,15 +69,18 @@ std::unique_ptr<ModelExecution> ModelExecution::OnDevice(runtime::DeviceBackend*
 
 ModelExecution::~ModelExecution() {
   // Deliberately unchecked: at teardown there is no one left to tell; the executor's destructor would
-  // ignore the same error.
+  // ignore the same error. The host copies kept for the model's weights (Note [Host copies outlive
+  // staging]) go before its memory does: another model's tensors may come to lie at their addresses.
   (void)ReleaseExecutor();
+  (void)PutBackLeftovers();
+  for (const auto& [id, r] : ranges_) (void)backend_->ForgetHostCopies(r.addr, r.bytes);
 }
 
 absl::Status ModelExecution::PutBackLeftovers() {
   absl::Status first;
   for (const auto& [id, r] : ranges_) {
     if (backend_->StagingOf(r.addr) == runtime::DeviceBackend::Staging::kNone) continue;
-    if (absl::Status s = backend_->Unstage(r.addr, r.bytes); !s.ok() && first.ok()) first = s;
+    if (absl::Status s = backend_->Unstage(r.addr, r.bytes, runtime::Location::kHost); !s.ok() && first.ok()) first = s;
   }
   return first;
 }

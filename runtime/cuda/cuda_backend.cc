@@ -146,6 +146,10 @@ absl::Status CudaBackend::FreeManaged(uint64_t addr) {
   if (it == allocations_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("0x", absl::Hex(addr), " was not allocated by this backend"));
   }
+  // Whatever was staged from it goes with it (its copies describe memory that no longer exists).
+  const auto first = staged_.lower_bound(addr), last = staged_.lower_bound(addr + static_cast<uint64_t>(it->second));
+  for (auto s = first; s != last; ++s) cudaFreeHost(s->second.host);
+  staged_.erase(first, last);
   CUDA_RETURN_IF_ERROR(cudaFree(reinterpret_cast<void*>(addr)), "cudaFree");
   allocated_ -= it->second;
   allocations_.erase(it);
@@ -282,50 +286,60 @@ bool CudaBackend::can_stage() const { return CUDART_VERSION >= 13000; }
 // prefetch, the copy faults page by page (0.6 GB/s).
 absl::Status CudaBackend::StageOut(uint64_t addr, int64_t bytes) {
   if (!can_stage()) return DeviceBackend::StageOut(addr, bytes);
-  return CopyToHost(addr, bytes, /*discard=*/true);
+  return CopyToHost(addr, bytes, Staging::kDiscarded);
 }
 
 absl::Status CudaBackend::KeepHostCopy(uint64_t addr, int64_t bytes) {
   if (!can_stage_into()) return DeviceBackend::KeepHostCopy(addr, bytes);
-  return CopyToHost(addr, bytes, /*discard=*/false);
+  return CopyToHost(addr, bytes, Staging::kKept);
 }
 
 DeviceBackend::Staging CudaBackend::StagingOf(uint64_t addr) const {
   auto it = staged_.find(addr);
-  if (it == staged_.end()) return Staging::kNone;
-  return it->second.discarded ? Staging::kDiscarded : Staging::kKept;
+  return it == staged_.end() ? Staging::kNone : it->second.staging;
 }
 
-absl::Status CudaBackend::CopyToHost(uint64_t addr, int64_t bytes, bool discard) {
+absl::Status CudaBackend::CopyToHost(uint64_t addr, int64_t bytes, Staging staging) {
   if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
-  if (staged_.count(addr)) {
+  auto it = staged_.find(addr);
+  if (it != staged_.end() && it->second.staging != Staging::kNone) {
     return absl::FailedPreconditionError(absl::StrCat("0x", absl::Hex(addr), " is staged already"));
   }
-  void* host = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host, static_cast<size_t>(bytes), cudaHostAllocDefault),
-                       absl::StrCat("cudaHostAlloc of ", bytes, " bytes (a staged tensor's host copy)"));
+  if (it != staged_.end() && it->second.bytes != bytes) {  // a copy of another range that began here
+    cudaFreeHost(it->second.host);
+    staged_.erase(it);
+    it = staged_.end();
+  }
+  const bool fresh = it == staged_.end();
+  void* host = fresh ? nullptr : it->second.host;
+  if (fresh) {
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host, static_cast<size_t>(bytes), cudaHostAllocDefault),
+                         absl::StrCat("cudaHostAlloc of ", bytes, " bytes (a staged tensor's host copy)"));
+  }
   auto fail = [&](absl::Status s) {
-    cudaFreeHost(host);
+    if (fresh) cudaFreeHost(host);
     return s;
   };
-  if (cudaError_t e = cudaMemcpy(host, reinterpret_cast<void*>(addr), static_cast<size_t>(bytes), cudaMemcpyDefault);
-      e != cudaSuccess) {
-    return fail(
-        absl::InternalError(absl::StrCat("cudaMemcpy into a staged tensor's host copy: ", cudaGetErrorString(e))));
+  if (fresh) {
+    if (cudaError_t e = cudaMemcpy(host, reinterpret_cast<void*>(addr), static_cast<size_t>(bytes), cudaMemcpyDefault);
+        e != cudaSuccess) {
+      return fail(
+          absl::InternalError(absl::StrCat("cudaMemcpy into a staged tensor's host copy: ", cudaGetErrorString(e))));
+    }
   }
-  if (discard) {
+  if (staging == Staging::kDiscarded) {
     if (absl::Status s = Discard(addr, bytes, Stream::kCopy); !s.ok()) return fail(s);
     if (cudaError_t e = cudaStreamSynchronize(streams_->copy); e != cudaSuccess) {
       return fail(absl::InternalError(absl::StrCat("discarding a staged range: ", cudaGetErrorString(e))));
     }
   }
-  staged_[addr] = {host, bytes, discard};
+  staged_[addr] = {host, bytes, staging};
   return absl::OkStatus();
 }
 
 absl::StatusOr<CudaBackend::StagedCopy*> CudaBackend::FindStaged(uint64_t addr, int64_t bytes) {
   auto it = staged_.find(addr);
-  if (it == staged_.end() || it->second.bytes != bytes) {
+  if (it == staged_.end() || it->second.bytes != bytes || it->second.staging == Staging::kNone) {
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
   }
   return &it->second;
@@ -333,7 +347,7 @@ absl::StatusOr<CudaBackend::StagedCopy*> CudaBackend::FindStaged(uint64_t addr, 
 
 absl::Status CudaBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
   ASSIGN_OR_RETURN(StagedCopy * copy, FindStaged(addr, bytes));
-  if (!copy->discarded) {  // KeepHostCopy's: into device buffers only
+  if (copy->staging != Staging::kDiscarded) {  // KeepHostCopy's: into device buffers only
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
   }
   RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kDevice, stream));  // populates: nothing to migrate
@@ -345,14 +359,26 @@ absl::Status CudaBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes) {
+absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes, Location to) {
   ASSIGN_OR_RETURN(StagedCopy * copy, FindStaged(addr, bytes));
-  RETURN_IF_ERROR(Synchronize());
-  if (!copy->discarded) {  // the managed range still holds the contents
-    cudaFreeHost(copy->host);
-    staged_.erase(addr);
+  if (copy->staging == Staging::kKept) {  // the managed range still holds the contents
+    copy->staging = Staging::kNone;
+    return to == Location::kDevice ? Prefetch(addr, bytes, Location::kDevice, Stream::kCopy) : absl::OkStatus();
+  }
+  if (to == Location::kDevice) {
+    // After what either stream has queued (an op may still read the range, a discard may be pending),
+    // populated with nothing to migrate, filled from the copy; then the compute stream waits for it.
+    WaitEvent(Stream::kCopy, RecordEvent(Stream::kCompute));
+    RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kDevice, Stream::kCopy));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<void*>(addr), copy->host, static_cast<size_t>(bytes),
+                                         cudaMemcpyHostToDevice, streams_->copy),
+                         "cudaMemcpyAsync (a staged tensor back into managed memory on the device)");
+    WaitEvent(Stream::kCompute, RecordEvent(Stream::kCopy));
+    staged_in_bytes_ += bytes;
+    copy->staging = Staging::kNone;
     return absl::OkStatus();
   }
+  RETURN_IF_ERROR(Synchronize());
   // Dropped wherever it is, placed on the host with nothing to migrate, then written there.
   RETURN_IF_ERROR(Discard(addr, bytes, Stream::kCopy));
   RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kHost, Stream::kCopy));
@@ -360,9 +386,27 @@ absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes) {
   CUDA_RETURN_IF_ERROR(
       cudaMemcpy(reinterpret_cast<void*>(addr), copy->host, static_cast<size_t>(bytes), cudaMemcpyDefault),
       "cudaMemcpy (a staged tensor back into managed memory)");
-  cudaFreeHost(copy->host);
-  staged_.erase(addr);
+  copy->staging = Staging::kNone;
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ForgetHostCopies(uint64_t addr, int64_t bytes) {
+  const auto first = staged_.lower_bound(addr), last = staged_.lower_bound(addr + static_cast<uint64_t>(bytes));
+  for (auto it = first; it != last; ++it) {
+    if (it->second.staging != Staging::kNone) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the range at 0x", absl::Hex(it->first), " is still staged: its host copy is its contents"));
+    }
+  }
+  for (auto it = first; it != last; ++it) cudaFreeHost(it->second.host);
+  staged_.erase(first, last);
+  return absl::OkStatus();
+}
+
+int64_t CudaBackend::host_copy_bytes() const {
+  int64_t sum = 0;
+  for (const auto& [addr, copy] : staged_) sum += copy.bytes;
+  return sum;
 }
 
 // Note [Device buffers on CUDA]: plain cudaMalloc memory, outside the managed pool and outside

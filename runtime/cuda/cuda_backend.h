@@ -66,7 +66,9 @@ class CudaBackend final : public DeviceBackend {
   bool can_stage() const override;
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
   absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
-  absl::Status Unstage(uint64_t addr, int64_t bytes) override;
+  absl::Status Unstage(uint64_t addr, int64_t bytes, Location to) override;
+  absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes) override;
+  int64_t host_copy_bytes() const override;
   // Staged ranges copied into cudaMalloc'd buffers (Note [Streaming through a device buffer]).
   bool can_stage_into() const override { return can_stage(); }
   absl::StatusOr<uint64_t> AllocateDevice(int64_t bytes) override;
@@ -97,12 +99,14 @@ class CudaBackend final : public DeviceBackend {
   struct StagedCopy {
     void* host = nullptr;  // pinned
     int64_t bytes = 0;
-    bool discarded = true;  // false: KeepHostCopy left the managed range as it was
+    // kDiscarded: StageOut's; kKept: KeepHostCopy's (the managed range left as it was); kNone: unstaged,
+    // kept for reuse (Note [Host copies outlive staging]).
+    Staging staging = Staging::kNone;
   };
-  absl::Status CopyToHost(uint64_t addr, int64_t bytes, bool discard);
+  absl::Status CopyToHost(uint64_t addr, int64_t bytes, Staging staging);
   // The host copy of the range StageOut or KeepHostCopy was given; FAILED_PRECONDITION for any other.
   absl::StatusOr<StagedCopy*> FindStaged(uint64_t addr, int64_t bytes);
-  std::map<uint64_t, StagedCopy> staged_;       // by managed address
+  std::map<uint64_t, StagedCopy> staged_;       // by managed address: staged or kept for reuse
   std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
   int64_t staged_in_bytes_ = 0;
   std::unique_ptr<CuptiUvmCounters> counters_;

@@ -59,7 +59,9 @@ absl::Status SimBackend::FreeManaged(uint64_t addr) {
     ready_at_.erase(b);
     advice_.erase(b);
   }
-  staged_.erase(staged_.lower_bound(addr), staged_.lower_bound(addr + static_cast<uint64_t>(it->second)));
+  for (auto* copies : {&staged_, &kept_, &reusable_}) {
+    copies->erase(copies->lower_bound(addr), copies->lower_bound(addr + static_cast<uint64_t>(it->second)));
+  }
   allocated_ -= it->second;
   allocations_.erase(it);
   return absl::OkStatus();
@@ -238,11 +240,22 @@ absl::Status SimBackend::StageOut(uint64_t addr, int64_t bytes) {
   if (!can_stage()) return DeviceBackend::StageOut(addr, bytes);
   if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
   RETURN_IF_ERROR(WithinOneAllocation("staging", addr, bytes));
-  if (!staged_.emplace(addr, bytes).second) {
+  if (staged_.count(addr) || kept_.count(addr) || !staged_.emplace(addr, bytes).second) {
     return absl::FailedPreconditionError(absl::StrCat("the range at ", addr, " is staged already"));
   }
+  ReuseOrFillHostCopy(addr, bytes);
   model_.DropDeviceCopies(addr, bytes, /*discard=*/true);
   return absl::OkStatus();
+}
+
+void SimBackend::ReuseOrFillHostCopy(uint64_t addr, int64_t bytes) {
+  auto it = reusable_.find(addr);
+  if (it != reusable_.end() && it->second == bytes) {
+    reusable_.erase(it);
+    return;
+  }
+  if (it != reusable_.end()) reusable_.erase(it);  // a copy of another range that began here
+  host_copies_filled_bytes_ += bytes;
 }
 
 int64_t SimBackend::HostCopyBytes(uint64_t addr) const {
@@ -258,6 +271,7 @@ absl::Status SimBackend::KeepHostCopy(uint64_t addr, int64_t bytes) {
   if (staged_.count(addr) || !kept_.emplace(addr, bytes).second) {
     return absl::FailedPreconditionError(absl::StrCat("the range at ", addr, " is staged already"));
   }
+  ReuseOrFillHostCopy(addr, bytes);
   return absl::OkStatus();
 }
 
@@ -278,19 +292,54 @@ absl::Status SimBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
   return absl::OkStatus();
 }
 
-absl::Status SimBackend::Unstage(uint64_t addr, int64_t bytes) {
+absl::Status SimBackend::Unstage(uint64_t addr, int64_t bytes, Location to) {
   if (auto kept = kept_.find(addr); kept != kept_.end() && kept->second == bytes) {
     kept_.erase(kept);
+    reusable_[addr] = bytes;
     model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // what stood for the buffer
-    return absl::OkStatus();
+    return to == Location::kDevice ? Prefetch(addr, bytes, Location::kDevice, Stream::kCopy) : absl::OkStatus();
   }
   auto it = staged_.find(addr);
   if (it == staged_.end() || it->second != bytes) {
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
   }
   staged_.erase(it);
-  model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // back on the host, as StageOut found it
+  reusable_[addr] = bytes;
+  if (to == Location::kHost) {
+    model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // back on the host, as StageOut found it
+    return absl::OkStatus();
+  }
+  // Populated and copied in after what both streams have queued; kernels reading it wait for it.
+  double& clock = clock_[Index(Stream::kCopy)];
+  clock = std::max({clock, clock_[Index(Stream::kCompute)], host_clock_});
+  const UvmCosts& c = options_.spec.uvm;
+  const int64_t populated = model_.work().populated_pages;
+  model_.Populate(addr, bytes);
+  const double blocks = static_cast<double>(model_.work().populated_pages - populated) * kPageBytes / kBlockBytes;
+  clock += blocks * c.populate_block_s + static_cast<double>(bytes) / options_.spec.link_bytes_per_s;
+  staged_in_bytes_ += bytes;
+  for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
   return absl::OkStatus();
+}
+
+absl::Status SimBackend::ForgetHostCopies(uint64_t addr, int64_t bytes) {
+  const uint64_t end = addr + static_cast<uint64_t>(bytes);
+  for (const auto* active : {&staged_, &kept_}) {
+    if (auto it = active->lower_bound(addr); it != active->end() && it->first < end) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the range at ", it->first, " is still staged: its host copy is its contents"));
+    }
+  }
+  reusable_.erase(reusable_.lower_bound(addr), reusable_.lower_bound(end));
+  return absl::OkStatus();
+}
+
+int64_t SimBackend::host_copy_bytes() const {
+  int64_t sum = 0;
+  for (const auto* copies : {&staged_, &kept_, &reusable_}) {
+    for (const auto& [addr, bytes] : *copies) sum += bytes;
+  }
+  return sum;
 }
 
 absl::StatusOr<uint64_t> SimBackend::AllocateDevice(int64_t bytes) {

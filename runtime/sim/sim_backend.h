@@ -84,7 +84,13 @@ class SimBackend final : public DeviceBackend {
   bool can_stage() const override { return options_.spec.uvm.staged_copy_bytes_per_s > 0; }
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
   absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
-  absl::Status Unstage(uint64_t addr, int64_t bytes) override;
+  // Unstage with `to` kDevice populates the range and copies into it at the link rate on the copy stream
+  // (the compute stream's kernels wait for it); host copies kept for reuse are counted, not timed.
+  absl::Status Unstage(uint64_t addr, int64_t bytes, Location to) override;
+  absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes) override;
+  int64_t host_copy_bytes() const override;
+  // Bytes StageOut and KeepHostCopy have copied to the host (not reusing a copy kept for reuse).
+  int64_t host_copies_filled_bytes() const { return host_copies_filled_bytes_; }
   // Device buffers (Note [Streaming through a device buffer]): addresses of their own that take no room
   // in the UVM model; StageInto puts the staged range's pages on the device for the kernels that read
   // it (they stand for the buffer the real model would be bound to) after a copy at the link's rate,
@@ -124,6 +130,8 @@ class SimBackend final : public DeviceBackend {
   double Charge(Change change, bool prefetch_to_device);
   void UpdateRemote(uint64_t addr, int64_t bytes);
   int64_t HostCopyBytes(uint64_t addr) const;  // of a staged or kept range; -1 for none
+  // A host copy for StageOut or KeepHostCopy: one kept for reuse if there is one, else counted as filled.
+  void ReuseOrFillHostCopy(uint64_t addr, int64_t bytes);
   void ApplyAdvice(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location);
 
   struct BlockAdvice {
@@ -142,8 +150,10 @@ class SimBackend final : public DeviceBackend {
   std::vector<double> events_;
   std::unordered_map<uint64_t, double> ready_at_;  // block base → when a prefetch delivers it
   std::unordered_map<uint64_t, BlockAdvice> advice_;
-  std::map<uint64_t, int64_t> staged_;          // addr → bytes of each staged range
-  std::map<uint64_t, int64_t> kept_;            // addr → bytes of each range with a host copy kept (KeepHostCopy)
+  std::map<uint64_t, int64_t> staged_;    // addr → bytes of each staged range
+  std::map<uint64_t, int64_t> kept_;      // addr → bytes of each range with a host copy kept (KeepHostCopy)
+  std::map<uint64_t, int64_t> reusable_;  // addr → bytes of each host copy kept after Unstage
+  int64_t host_copies_filled_bytes_ = 0;
   int64_t staged_in_bytes_ = 0;                 // bytes StageIn copied (MigrationCause::kStaged)
   std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
   uint64_t next_device_addr_ = uint64_t{1} << 62;

@@ -150,6 +150,25 @@ TEST(PlannerTest, AStagedPlanStreamsThroughADeviceBufferAndSpreadsWhatItPinsOver
   EXPECT_EQ(p.pinned_bytes() + p.streamed_bytes(), 33 * 10 * kMiB);  // each unpinned weight once
 }
 
+TEST(PlannerTest, AStagedPlanPinsTheOneLargeWeightRatherThanWidenItsWindowForIt) {
+  // Note [The window's widest weight]: 31 weights of 8 MiB and one of 64 MiB, all read once at a
+  // prefill's intensity, room for about half. Streaming the large one would need a 128 MiB window,
+  // which crosses the link every iteration on top of what the budget forces; pinned, the window is
+  // two of the small weights.
+  runtime::AccessTrace t;
+  t.ops.push_back(Op(0, {"param:big"}, 64));
+  for (int i = 1; i < 32; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i)}, 8));
+  const int64_t budget = 160 * kMiB;
+  const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", budget, "autouvm");
+  const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
+  const auto p = MakePlan(key, t, ReuseDistances(t), budget, {.spec = &spec});
+  ASSERT_TRUE(p.staged());
+  EXPECT_NE(std::find(p.pinned().begin(), p.pinned().end(), "param:big"), p.pinned().end());
+  EXPECT_EQ(p.window_bytes(), 16 * kMiB);
+  EXPECT_LE(p.pinned_bytes() + p.window_bytes(), budget);
+  EXPECT_EQ(p.pinned_bytes() + p.streamed_bytes(), (64 + 31 * 8) * kMiB);
+}
+
 // The paper's plan for Loop() at decode intensity: every op reads its weight and the cache.
 autouvm::v1::Plan PaperPlan(const runtime::AccessTrace& t, PaperOptions options) {
   const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 80 * kMiB, "paper");

@@ -137,7 +137,8 @@ TEST(ExecutorTest, TheFollowerStopsAtTheFirstOpThePlanDoesNotKnow) {
   ASSERT_TRUE(ex.stages());
   EXPECT_EQ(ex.staged_bytes(), 0);
   for (const std::string& id : f.ids) {
-    EXPECT_EQ(f.sim->Unstage(f.ranges[id].addr, f.ranges[id].bytes).code(), absl::StatusCode::kFailedPrecondition)
+    EXPECT_EQ(f.sim->Unstage(f.ranges[id].addr, f.ranges[id].bytes, Location::kHost).code(),
+              absl::StatusCode::kFailedPrecondition)
         << id;
   }
   const int64_t after_mismatch = ex.prefetched_bytes();
@@ -209,7 +210,7 @@ TEST(ExecutorTest, StagedWeightsStreamThroughTheBudgetWithNothingMigratedAndCome
   for (const autouvm::v1::Prefetch& p : plan.prefetches()) {
     for (const std::string& id : p.tensors()) {
       const TensorRange r = f.ranges[id];
-      EXPECT_EQ(f.sim->Unstage(r.addr, r.bytes).code(), absl::StatusCode::kFailedPrecondition) << id;
+      EXPECT_EQ(f.sim->Unstage(r.addr, r.bytes, Location::kHost).code(), absl::StatusCode::kFailedPrecondition) << id;
       EXPECT_EQ(f.Resident(id), 0) << id;
     }
   }
@@ -365,7 +366,7 @@ TEST(ExecutorTest, WeightsThatDoNotFillWholeBlocksAreStagedOnlyThroughTheDeviceB
     EXPECT_EQ(ex.staged_bytes(), 0);
     // The kept copies are gone with the release; the ranges were never staged out.
     const std::string streamed = plan.prefetches(0).tensors(0);
-    EXPECT_EQ(f.sim->Unstage(f.ranges[streamed].addr, f.ranges[streamed].bytes).code(),
+    EXPECT_EQ(f.sim->Unstage(f.ranges[streamed].addr, f.ranges[streamed].bytes, Location::kHost).code(),
               absl::StatusCode::kFailedPrecondition);
   }
   plan.set_device_buffer(false);
@@ -377,6 +378,82 @@ TEST(ExecutorTest, WeightsThatDoNotFillWholeBlocksAreStagedOnlyThroughTheDeviceB
   EXPECT_EQ(moved.h2d(MigrationCause::kStaged), 0);
   EXPECT_GT(moved.h2d(MigrationCause::kUserPrefetch), 0);
   EXPECT_EQ(moved.gpu_faults, 0);
+}
+
+// Note [Plans hand staged weights on] and Note [Host copies outlive staging]: the daemon switches
+// between a prefill and a decode plan of one budget that pin different weights.
+TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCopiesAndMakesNoNewCopies) {
+  const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
+  const int64_t named = 16 * 64 * kMiB;
+  const autouvm::v1::Plan a = PlanFor(t, named / 2), b = PlanFor(t, named * 3 / 4);
+  ASSERT_TRUE(a.staged());
+  ASSERT_TRUE(b.staged());
+  const std::set<std::string> pinned_a(a.pinned().begin(), a.pinned().end()),
+      pinned_b(b.pinned().begin(), b.pinned().end());
+  std::set<std::string> staged_a, staged_b;
+  for (const autouvm::v1::Prefetch& p : a.prefetches()) staged_a.insert(p.tensors().begin(), p.tensors().end());
+  for (const autouvm::v1::Prefetch& p : b.prefetches()) staged_b.insert(p.tensors().begin(), p.tensors().end());
+  std::vector<std::string> a_stages_b_pins, b_stages_a_pins;
+  for (const std::string& id : staged_a) {
+    if (pinned_b.count(id)) a_stages_b_pins.push_back(id);
+  }
+  for (const std::string& id : staged_b) {
+    if (pinned_a.count(id)) b_stages_a_pins.push_back(id);
+  }
+  ASSERT_FALSE(a_stages_b_pins.empty());
+  ASSERT_FALSE(b_stages_a_pins.empty());
+  const std::string one_of_b = *staged_b.begin();
+  Fixture f(t);
+  auto follow = [&](const autouvm::v1::Plan& plan) {
+    auto ex = std::make_unique<Executor>(f.sim.get(), plan, t, f.ranges);
+    EXPECT_TRUE(ex->Prepare().ok());
+    // Every op finds its weights: nothing faults in the steady iteration, within the plan's budget.
+    const UvmCounters moved = MovedWhileFollowing(f, t, *ex, 2, plan.budget_bytes());
+    EXPECT_EQ(moved.gpu_faults, 0);
+    return ex;
+  };
+  auto ex = follow(a);
+  const int64_t filled_by_a = f.sim->host_copies_filled_bytes();
+  EXPECT_GT(filled_by_a, 0);
+  ASSERT_TRUE(ex->Release(Executor::Staged::kKeepStaged).ok());
+  ex.reset();
+  // B pins weights A staged: they reach the device as copies from their host copies, not migrations.
+  ASSERT_TRUE(f.sim->Synchronize().ok());
+  UvmCounters before = *f.sim->ReadCounters();
+  ex = std::make_unique<Executor>(f.sim.get(), b, t, f.ranges);
+  ASSERT_TRUE(ex->Prepare().ok());
+  ASSERT_TRUE(f.sim->Synchronize().ok());
+  const UvmCounters prepared = *f.sim->ReadCounters() - before;
+  int64_t handed_bytes = 0;
+  for (const std::string& id : a_stages_b_pins) {
+    handed_bytes += f.ranges[id].bytes;
+    EXPECT_EQ(f.Resident(id), f.ranges[id].bytes) << id;
+    EXPECT_EQ(f.sim->StagingOf(f.ranges[id].addr), DeviceBackend::Staging::kNone) << id;
+  }
+  EXPECT_GE(prepared.h2d(MigrationCause::kStaged), handed_bytes);
+  EXPECT_EQ(prepared.d2h_total(), 0);
+  EXPECT_EQ(MovedWhileFollowing(f, t, *ex, 2, b.budget_bytes()).gpu_faults, 0);
+  const int64_t filled_by_b = f.sim->host_copies_filled_bytes();
+  EXPECT_GT(filled_by_b, filled_by_a);  // what only B stages was copied out once
+  ASSERT_TRUE(ex->Release(Executor::Staged::kKeepStaged).ok());
+  ex.reset();
+  // Back to A and to B again: every weight either plan stages has a host copy already.
+  for (const autouvm::v1::Plan* plan : {&a, &b}) {
+    ex = follow(*plan);
+    ASSERT_TRUE(ex->Release(Executor::Staged::kKeepStaged).ok());
+    ex.reset();
+  }
+  EXPECT_EQ(f.sim->host_copies_filled_bytes(), filled_by_b);
+  // A copy still standing for a staged range is not forgotten; once put back, all are.
+  const TensorRange staged = f.ranges[one_of_b];
+  ASSERT_EQ(f.sim->StagingOf(staged.addr), DeviceBackend::Staging::kDiscarded);
+  EXPECT_EQ(f.sim->ForgetHostCopies(staged.addr, staged.bytes).code(), absl::StatusCode::kFailedPrecondition);
+  for (const std::string& id : staged_b) {
+    ASSERT_TRUE(f.sim->Unstage(f.ranges[id].addr, f.ranges[id].bytes, Location::kHost).ok()) << id;
+  }
+  EXPECT_GT(f.sim->host_copy_bytes(), 0);
+  for (const auto& [id, r] : f.ranges) ASSERT_TRUE(f.sim->ForgetHostCopies(r.addr, r.bytes).ok()) << id;
+  EXPECT_EQ(f.sim->host_copy_bytes(), 0);
 }
 
 TEST(ExecutorTest, APaperPlanUnderAnEmulatedDriverStaysWithinTheBudgetAndEvictsNothingItself) {
