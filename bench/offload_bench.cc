@@ -208,6 +208,8 @@ int main(int argc, char** argv) {
     Check(autouvm::bench::ProbeDrop(gpu), "drop probe");
     Check(autouvm::bench::ProbeStaged(gpu), "staged probe");
     Check(autouvm::bench::ProbeStagedRing(gpu), "staged ring probe");
+    Check(autouvm::bench::ProbePlacement(gpu), "placement probe");
+    Check(autouvm::bench::ProbeHostCopyFill(gpu), "host copy probe");
   }
   if (probe_only) return 0;
   autouvm::runtime::cuda::ManagedMemoryPool::Scope scope(pool.get());

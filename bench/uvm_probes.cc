@@ -469,6 +469,96 @@ absl::Status ProbeStagedRing(runtime::DeviceBackend* backend) {
   return absl::OkStatus();
 }
 
+// Filling a staged weight's pinned host copy from its managed range on the host (CudaBackend's
+// CopyToHost): cudaMemcpy, a plain memcpy on the CPU, or a prefetch to the device and a copy back.
+absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
+  const int64_t bytes = int64_t{1} << 30;
+  ASSIGN_OR_RETURN(const uint64_t r, backend->AllocateManaged(bytes));
+  std::memset(reinterpret_cast<void*>(r), 3, static_cast<size_t>(bytes));
+  void* host = nullptr;
+  if (cudaHostAlloc(&host, static_cast<size_t>(bytes), cudaHostAllocDefault) != cudaSuccess) {
+    return absl::ResourceExhaustedError("host copy probe: cudaHostAlloc failed");
+  }
+  auto on_host = [&]() -> absl::Status {
+    RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kHost, Stream::kCopy));
+    return backend->Synchronize();
+  };
+  auto timed = [&](const char* how, auto&& fill) -> absl::Status {
+    RETURN_IF_ERROR(on_host());
+    std::memset(host, 0, static_cast<size_t>(bytes));
+    const auto t0 = Clock::now();
+    RETURN_IF_ERROR(fill());
+    const double s = Seconds(t0, Clock::now());
+    const bool right = static_cast<const unsigned char*>(host)[bytes - 1] == 3;
+    std::printf("host copy fill, 1 GiB on the host: %s %.1f GB/s, contents %s\n", how, bytes / s / 1e9,
+                right ? "right" : "WRONG");
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(timed("cudaMemcpy", [&]() -> absl::Status {
+    return cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault) == cudaSuccess
+               ? absl::OkStatus()
+               : absl::InternalError("cudaMemcpy");
+  }));
+  RETURN_IF_ERROR(timed("memcpy on the CPU", [&]() -> absl::Status {
+    std::memcpy(host, reinterpret_cast<const void*>(r), static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }));
+  RETURN_IF_ERROR(timed("prefetch to the device, then cudaMemcpy", [&]() -> absl::Status {
+    RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kDevice, Stream::kCopy));
+    RETURN_IF_ERROR(backend->Synchronize());
+    return cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault) == cudaSuccess
+               ? absl::OkStatus()
+               : absl::InternalError("cudaMemcpy");
+  }));
+  cudaFreeHost(host);
+  return backend->FreeManaged(r);
+}
+
+absl::Status ProbePlacement(runtime::DeviceBackend* backend) {
+  constexpr int kRanges = 16;
+  const int64_t each = int64_t{128} << 20;
+  struct Placed {
+    const char* how;
+    std::vector<uint64_t> ranges;
+    std::vector<torch::Tensor> views;
+  };
+  std::vector<Placed> placed = {{"prefetched", {}, {}}, {"faulted in", {}, {}}};
+  for (Placed& p : placed) {
+    for (int k = 0; k < kRanges; ++k) {
+      ASSIGN_OR_RETURN(const uint64_t r, backend->AllocateManaged(each));
+      std::memset(reinterpret_cast<void*>(r), 1, static_cast<size_t>(each));  // written on the host
+      p.ranges.push_back(r);
+      p.views.push_back(torch::from_blob(reinterpret_cast<void*>(r), {each / 2},
+                                         torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA)));
+    }
+  }
+  for (uint64_t r : placed[0].ranges) RETURN_IF_ERROR(backend->Prefetch(r, each, Location::kDevice, Stream::kCopy));
+  RETURN_IF_ERROR(backend->Synchronize());
+  for (const torch::Tensor& v : placed[1].views) (void)v.sum(torch::kFloat).item<float>();  // faults them in
+  for (Placed& p : placed) {
+    std::vector<torch::Tensor> sums;
+    for (const torch::Tensor& v : p.views) sums.push_back(v.sum(torch::kFloat));  // warm
+    cudaDeviceSynchronize();
+    const UvmCounters before = *backend->ReadCounters();
+    constexpr int kReps = 10;
+    const auto t0 = Clock::now();
+    for (int rep = 0; rep < kReps; ++rep) {
+      for (const torch::Tensor& v : p.views) sums.push_back(v.sum(torch::kFloat));
+    }
+    cudaDeviceSynchronize();
+    const double s = Seconds(t0, Clock::now());
+    RETURN_IF_ERROR(backend->Synchronize());
+    const UvmCounters moved = *backend->ReadCounters() - before;
+    std::printf("placement: reductions over 2 GiB %s: %.1f GB/s on the device (%.2f GiB migrated meanwhile)\n", p.how,
+                kReps * kRanges * static_cast<double>(each) / s / 1e9, moved.h2d_total() / kGiB);
+  }
+  for (Placed& p : placed) {
+    p.views.clear();
+    for (uint64_t r : p.ranges) RETURN_IF_ERROR(backend->FreeManaged(r));
+  }
+  return absl::OkStatus();
+}
+
 // Pinned host->device copies (1 GiB in eight calls on a side stream) timed alone and while resident decode
 // steps run on the compute stream: does the model's compute slow the copy engine down?
 absl::Status ProbeCopyBesideDecode(DecodeModel& m, const std::vector<int64_t>& first_tokens, int64_t pos) {

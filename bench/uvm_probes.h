@@ -34,6 +34,11 @@ absl::Status ProbeStaged(runtime::DeviceBackend* backend);
 // once brought in, two in flight; the discard on the compute stream after the read, or on the copy stream
 // before the next copy. Prints GB/s and the calling thread's time in the calls.
 absl::Status ProbeStagedRing(runtime::DeviceBackend* backend);
+// Three ways of filling a pinned host copy from 1 GiB of managed memory on the host, GB/s of each.
+absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend);
+// Does where a page got its device memory from matter to kernels? 2 GiB put on the device by prefetches
+// and 2 GiB faulted in by kernels, then read by reductions: GB/s of each.
+absl::Status ProbePlacement(runtime::DeviceBackend* backend);
 // 1 GiB of pinned copies alone and beside resident decode steps of `m` at position `pos`.
 absl::Status ProbeCopyBesideDecode(DecodeModel& m, const std::vector<int64_t>& first_tokens, int64_t pos);
 

@@ -5,7 +5,8 @@
 
 namespace autouvm::runtime {
 
-OpTimer::OpTimer(DeviceBackend* backend, int64_t every) : backend_(backend), every_(std::max<int64_t>(1, every)) {}
+OpTimer::OpTimer(DeviceBackend* backend, int64_t every, Span span)
+    : backend_(backend), every_(std::max<int64_t>(1, every)), span_(span) {}
 
 void OpTimer::BeginIteration() {
   timing_ = iterations_++ % every_ == 0;
@@ -13,7 +14,12 @@ void OpTimer::BeginIteration() {
 }
 
 void OpTimer::BeforeOp(int64_t index) {
-  if (timing_) marks_.emplace_back(index, backend_->RecordTimedEvent(Stream::kCompute));
+  if (timing_) marks_.push_back({.op = index, .before = backend_->RecordTimedEvent(Stream::kCompute)});
+}
+
+void OpTimer::OnOp(const OpEvent& op) {
+  if (!timing_ || span_ != Span::kOwn || marks_.empty() || marks_.back().op != op.index) return;
+  marks_.back().after = backend_->RecordTimedEvent(Stream::kCompute);
 }
 
 absl::StatusOr<std::vector<double>> OpTimer::EndIteration() {
@@ -22,12 +28,12 @@ absl::StatusOr<std::vector<double>> OpTimer::EndIteration() {
   ++sampled_;
   if (marks_.empty()) return std::vector<double>();
   const EventId end = backend_->RecordTimedEvent(Stream::kCompute);
-  std::vector<double> seconds(static_cast<size_t>(marks_.back().first + 1), 0.0);
+  std::vector<double> seconds(static_cast<size_t>(marks_.back().op + 1), 0.0);
   for (size_t k = 0; k < marks_.size(); ++k) {
-    const EventId next = k + 1 < marks_.size() ? marks_[k + 1].second : end;
-    auto s = backend_->ElapsedSeconds(marks_[k].second, next);
+    const EventId next = marks_[k].after >= 0 ? marks_[k].after : k + 1 < marks_.size() ? marks_[k + 1].before : end;
+    auto s = backend_->ElapsedSeconds(marks_[k].before, next);
     if (!s.ok()) return s.status();
-    seconds[static_cast<size_t>(marks_[k].first)] = *s;
+    seconds[static_cast<size_t>(marks_[k].op)] = *s;
   }
   marks_.clear();
   return seconds;

@@ -2,7 +2,8 @@
 // boundary of a sampled iteration it records a timed event on the compute stream; op i's time is then
 // the GPU time from its mark to the next op's (the iteration's end mark for the last op): from the
 // moment the compute stream could start op i until it could start op i + 1, so waits for copies and
-// time the GPU spent idle behind the launching thread count to the op they delayed.
+// time the GPU spent idle behind the launching thread count to the op they delayed. With Span::kOwn it
+// ends at a mark recorded once the op's launch has returned instead (see Span).
 //
 //   OpTimer timer(backend, /*every=*/16);   // one iteration in 16 is timed
 //   observer->AddSubscriber(&timer);
@@ -26,12 +27,22 @@ namespace autouvm::runtime {
 
 class OpTimer final : public OpSubscriber {
  public:
+  // What an op's time spans. kUntilNextOp: from its mark to the next op's, so that the stream's whole
+  // time is shared out (the benchmarks' split of a step). kOwn: from its mark to one recorded when its
+  // launch has returned (OnOp), so that neither the GPU's idle time while the host prepares the next op
+  // nor what other subscribers queue after the op counts to it — the runtime monitor's clock: with
+  // kUntilNextOp an op after which the host pauses (the step's last op, before the token goes back)
+  // measures the pause, and ops were called link-bound with every tensor on the device (the 7B within
+  // its budget on the H200: 10 ops in 4 samples, 528 MiB re-pinned for nothing, timed with kUntilNextOp).
+  enum class Span { kUntilNextOp, kOwn };
   // Times the first iteration and then one in `every` (>= 1).
-  OpTimer(DeviceBackend* backend, int64_t every);
+  OpTimer(DeviceBackend* backend, int64_t every, Span span = Span::kUntilNextOp);
 
   void BeginIteration();
+  // Whether the iteration BeginIteration() started is one of the sampled ones.
+  bool timing() const { return timing_; }
   void BeforeOp(int64_t index) override;
-  void OnOp(const OpEvent&) override {}
+  void OnOp(const OpEvent& op) override;
   // Per op index, the seconds measured (0 for an index the iteration did not reach); empty when the
   // iteration was not sampled. Waits for the iteration's work to finish on the GPU.
   absl::StatusOr<std::vector<double>> EndIteration();
@@ -40,12 +51,18 @@ class OpTimer final : public OpSubscriber {
   int64_t sampled() const { return sampled_; }
 
  private:
+  struct Mark {
+    int64_t op = 0;
+    EventId before = -1;
+    EventId after = -1;  // kOwn: recorded at OnOp
+  };
   DeviceBackend* const backend_;
   const int64_t every_;
+  const Span span_;
   int64_t iterations_ = 0;
   int64_t sampled_ = 0;
   bool timing_ = false;
-  std::vector<std::pair<int64_t, EventId>> marks_;  // (op index, timed event), in order
+  std::vector<Mark> marks_;  // in order
 };
 
 // Where an iteration's GPU time went, by what its ops read: ops reading a tensor the plan leaves remote,

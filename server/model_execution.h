@@ -24,7 +24,8 @@
 //
 // Note [Monitoring followed iterations]: the second followed iteration after each switch, then one in
 // `monitor_every`, is timed op by op (the first carries the switch: the plan's pinned tensors arriving) on the
-// backend's compute stream (runtime::OpTimer: CUDA events, or the simulator's clock on the mirror), and a
+// backend's compute stream (runtime::OpTimer over each op's own span: CUDA events, or the simulator's clock on the
+// mirror), and a
 // runtime::RuntimeMonitor compares each op with the class the profile gave it under the plan: an op planned compute- or
 // HBM-bound that now waits as long as moving its pinned tensors over the link names them, and the executor brings them
 // back at once (Executor::Repin: something else — another model, the driver — evicted them). Ops reclassified and bytes
@@ -96,7 +97,8 @@ class ModelExecution {
   ~ModelExecution();
 
   // Makes `key`'s plan the one followed (switching to it if another owns the residency), ready for the
-  // observed iteration about to run: the subscribers to add to the observer for it, in order.
+  // iteration about to run: the subscribers to add to the observer for it, in order — none when it
+  // need not be observed (Note [Plans with nothing to do per op], model_execution.cc).
   absl::StatusOr<std::vector<runtime::OpSubscriber*>> Begin(const std::string& key, const profiler::PlanToFollow& plan);
   // After that iteration (its subscribers removed): why following stopped part way, OK if it did not.
   absl::Status End();
@@ -144,6 +146,7 @@ class ModelExecution {
   std::unique_ptr<runtime::OpTimer> timer_;  // null when monitor_every is 0
   std::unique_ptr<runtime::RuntimeMonitor> monitor_;
   bool untrusted_ = false;
+  bool op_by_op_ = false;  // the iteration Begin() prepared is observed op by op
   // Note [Counters per model]: the counters when the open window began, and its iterations so far.
   static constexpr int64_t kCounterWindow = 64;
   std::optional<runtime::UvmCounters> counters_before_;

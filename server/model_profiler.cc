@@ -86,7 +86,7 @@ void ModelProfiler::BeforeIteration(IterationPhase phase, int batch, int64_t pro
     obs->BeginIteration(runtime::IterationMode::kObserve);
   } else if (BeginFollowing()) {
     mode_ = Mode::kFollow;
-    obs->BeginIteration(runtime::IterationMode::kObserve);
+    if (!following_.empty()) obs->BeginIteration(runtime::IterationMode::kObserve);
   } else {
     Unfollow(false);
     observer_->Release();
@@ -96,7 +96,9 @@ void ModelProfiler::BeforeIteration(IterationPhase phase, int batch, int64_t pro
 bool ModelProfiler::AfterIteration(const absl::Status& status) {
   if (mode_ == Mode::kNone) return false;
   runtime::Observer* obs = observer_->observer();
-  runtime::AccessTrace trace = obs->EndIteration();
+  // A followed plan with nothing to do per op ran unobserved (Note [Plans with nothing to do per op]).
+  const bool observed = mode_ != Mode::kFollow || !following_.empty();
+  runtime::AccessTrace trace = observed ? obs->EndIteration() : runtime::AccessTrace();
   if (mode_ == Mode::kVerify) obs->RemoveSubscriber(this);
   const Mode mode = mode_;
   mode_ = Mode::kNone;

@@ -1,5 +1,6 @@
 // OpTimer against the simulated backend, whose kernels take a known time: each op's time is the
-// compute stream's time from its mark to the next, waits included, and only sampled iterations count.
+// compute stream's time from its mark to the next, waits included, or with Span::kOwn to the mark after
+// its launch; only sampled iterations count.
 #include "runtime/op_timer.h"
 
 #include <gmock/gmock.h>
@@ -39,6 +40,30 @@ TEST(OpTimerTest, EachOpGetsTheComputeStreamTimeUntilTheNextOpsMark) {
   EXPECT_THAT((*seconds)[1], DoubleNear(k1.end_s - k0.end_s, 1e-9));
   EXPECT_GT((*seconds)[1], 512.0 * kMiB / 60e9);
   EXPECT_EQ(timer.sampled(), 1);
+}
+
+TEST(OpTimerTest, WithTheOwnSpanWhatIsQueuedBetweenTwoOpsCountsToNeither) {
+  // What another subscriber queues after an op's launch (an eviction), or the GPU's idle time while the
+  // host prepares the next op, is not the op's doing: the monitor's timer leaves it out.
+  for (const OpTimer::Span span : {OpTimer::Span::kUntilNextOp, OpTimer::Span::kOwn}) {
+    auto sim = *sim::SimBackend::Create({.spec = *FindGpuSpec("h200-pcie5")});
+    OpTimer timer(sim.get(), /*every=*/1, span);
+    timer.BeginIteration();
+    timer.BeforeOp(0);
+    const sim::KernelTime k0 = sim->Launch({.name = "gemm", .flops = 1e12});
+    timer.OnOp({.index = 0, .op = "aten::mm", .kernel = "aten::mm#0"});
+    const sim::KernelTime between = sim->Launch({.name = "other", .flops = 4e12});
+    timer.BeforeOp(1);
+    const sim::KernelTime k1 = sim->Launch({.name = "gemm", .flops = 1e12});
+    timer.OnOp({.index = 1, .op = "aten::mm", .kernel = "aten::mm#1"});
+    auto seconds = timer.EndIteration();
+    ASSERT_TRUE(seconds.ok()) << seconds.status();
+    ASSERT_EQ(seconds->size(), 2u);
+    const double queued = between.end_s - between.start_s;
+    ASSERT_GT(queued, 3 * (k0.end_s - k0.start_s));
+    EXPECT_THAT((*seconds)[0], DoubleNear(k0.end_s - k0.start_s + (span == OpTimer::Span::kOwn ? 0 : queued), 1e-9));
+    EXPECT_THAT((*seconds)[1], DoubleNear(k1.end_s - k1.start_s, 1e-9));
+  }
 }
 
 TEST(OpTimerTest, OnlySampledIterationsAreTimed) {

@@ -8,6 +8,7 @@
 
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
+#include "runtime/sim/sim_backend.h"
 
 namespace autouvm::server {
 namespace {
@@ -62,13 +63,16 @@ class ModelExecutionTest : public ::testing::Test {
                        int kernel_at = -1) {
     auto subscribers = ex.Begin(key, plan);
     if (!subscribers.ok()) return subscribers.status();
-    for (int i = 0; i < kOps; ++i) {
-      for (runtime::OpSubscriber* s : *subscribers) s->BeforeOp(i);
+    Drive(*subscribers, kernel_at);
+    return ex.End();
+  }
+  void Drive(const std::vector<runtime::OpSubscriber*>& subscribers, int kernel_at = -1) {
+    for (int i = 0; i < kOps && !subscribers.empty(); ++i) {
+      for (runtime::OpSubscriber* s : subscribers) s->BeforeOp(i);
       const std::string kernel = i == kernel_at ? "aten::add#0" : trace_.ops[i].kernel;
       runtime::OpEvent ev{.index = i, .op = "aten::mm", .kernel = kernel};
-      for (runtime::OpSubscriber* s : *subscribers) s->OnOp(ev);
+      for (runtime::OpSubscriber* s : subscribers) s->OnOp(ev);
     }
-    return ex.End();
   }
 
   const runtime::GpuSpec spec_ = *runtime::FindGpuSpec("h200-pcie5");
@@ -132,6 +136,43 @@ TEST_F(ModelExecutionTest, TheMonitorBringsBackAPinnedWeightEvictedBehindTheExec
   EXPECT_EQ(s.reclassified_ops, reclassified);
   EXPECT_EQ(s.repinned_bytes, r->bytes);
   EXPECT_EQ(s.sampled_iterations, 2);
+}
+
+// Note [Plans with nothing to do per op]: over the model's own memory (here a SimBackend standing for
+// CUDA), a plan that pins everything is not observed op by op but for the monitor's samples.
+TEST_F(ModelExecutionTest, APlanWithNothingToDoPerOpIsObservedOnlyWhenTheMonitorTimesIt) {
+  auto sim = runtime::sim::SimBackend::Create({.spec = spec_});
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  std::vector<ModelRunner::NamedTensor> named = Named();
+  for (ModelRunner::NamedTensor& t : named) t.addr = *(*sim)->AllocateManaged(t.bytes);
+  auto ex = ModelExecution::OnDevice(sim->get(), named, {.monitor_every = 2});
+  const auto roomy = Plan(128 << 20), tight = Plan(24 << 20);
+  ASSERT_EQ(roomy.plan.prefetches_size(), 0);
+  ASSERT_GT(tight.plan.prefetches_size(), 0);
+  std::vector<size_t> observed;
+  for (int it = 0; it < 4; ++it) {
+    auto subscribers = ex->Begin("roomy", roomy);
+    ASSERT_TRUE(subscribers.ok()) << subscribers.status();
+    observed.push_back(subscribers->size());
+    Drive(*subscribers);
+    ASSERT_TRUE(ex->End().ok());
+  }
+  // The first iteration carries the switch; the monitor times the second and the fourth.
+  EXPECT_EQ(observed, (std::vector<size_t>{0, 2, 0, 2}));
+  ExecutionStats s = ex->stats();
+  EXPECT_EQ(s.followed_iterations, 4);
+  EXPECT_EQ(s.sampled_iterations, 2);
+  EXPECT_EQ(s.resident_bytes, kWeights * kWeight);
+  // A plan that streams is observed at every iteration.
+  for (int it = 0; it < 2; ++it) {
+    auto subscribers = ex->Begin("tight", tight);
+    ASSERT_TRUE(subscribers.ok()) << subscribers.status();
+    EXPECT_FALSE(subscribers->empty()) << it;
+    Drive(*subscribers);
+    ASSERT_TRUE(ex->End().ok());
+  }
+  EXPECT_EQ(ex->stats().abandoned_iterations, 0);
+  ex.reset();  // before the backend it drives
 }
 
 TEST_F(ModelExecutionTest, AnotherKeysPlanTakesThePlacementAndAStrayOpAbandonsTheIteration) {
