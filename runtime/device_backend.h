@@ -124,8 +124,9 @@ class DeviceBackend {
   virtual absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream);
   virtual absl::Status Unstage(uint64_t addr, int64_t bytes, Location to);
   virtual absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes);
-  // Bytes of host copies held: staged, kept, or kept for reuse.
-  virtual int64_t host_copy_bytes() const { return 0; }
+  // Bytes of the host copies held (staged, kept, or kept for reuse) for ranges that start in [addr,
+  // addr + bytes).
+  virtual int64_t HostCopyBytesWithin(uint64_t addr, int64_t bytes) const { return 0; }
 
   // Note [Streaming through a device buffer]: a staged range's host copy can also be copied into plain
   // device memory (AllocateDevice: cudaMalloc on CUDA) that the model's tensor is pointed at for its ops

@@ -100,6 +100,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_evicted_bytes(e.evicted_bytes);
     x->set_resident_bytes(e.resident_bytes);
     x->set_staged_bytes(e.staged_bytes);
+    x->set_host_copy_bytes(e.host_copy_bytes);
     x->set_last_error(e.last_error);
     x->set_gpu_fault_groups(e.counters.gpu_fault_groups);
     x->set_h2d_bytes(e.counters.h2d_total());

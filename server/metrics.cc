@@ -132,6 +132,8 @@ std::string Metrics::Scrape() const {
   auto* evicted = s.Family("autouvm_evicted_bytes_total", "Bytes the executor evicted", T::Counter);
   auto* resident = s.Family("autouvm_resident_bytes", "Named bytes the executor holds on the device", T::Gauge);
   auto* staged = s.Family("autouvm_staged_bytes", "Weights kept as host copies outside managed memory", T::Gauge);
+  auto* host_copies = s.Family("autouvm_host_copy_bytes",
+                               "Pinned host memory held for weights' host copies (staged or kept for reuse)", T::Gauge);
   auto* faults = s.Family("autouvm_gpu_page_fault_groups_total", "Batches of GPU page faults serviced", T::Counter);
   auto* migrated = s.Family("autouvm_migrated_bytes_total",
                             "Bytes moved over the link, by direction (h2d, d2h) and cause", T::Counter);
@@ -171,6 +173,7 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(evicted, uvm, e.evicted_bytes);
     Snapshot::Add(resident, uvm, e.resident_bytes);
     Snapshot::Add(staged, uvm, e.staged_bytes);
+    Snapshot::Add(host_copies, uvm, e.host_copy_bytes);
     Snapshot::Add(faults, uvm, e.counters.gpu_fault_groups);
     for (int c = 0; c < runtime::kMigrationCauses; ++c) {
       const std::string cause(runtime::MigrationCauseName(static_cast<runtime::MigrationCause>(c)));

@@ -76,6 +76,12 @@ ModelExecution::~ModelExecution() {
   for (const auto& [id, r] : ranges_) (void)backend_->ForgetHostCopies(r.addr, r.bytes);
 }
 
+int64_t ModelExecution::HostCopyBytes() const {
+  int64_t sum = 0;
+  for (const auto& [id, r] : ranges_) sum += backend_->HostCopyBytesWithin(r.addr, r.bytes);
+  return sum;
+}
+
 absl::Status ModelExecution::PutBackLeftovers() {
   absl::Status first;
   for (const auto& [id, r] : ranges_) {
@@ -89,8 +95,10 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
   if (executor_ == nullptr) return absl::OkStatus();
   absl::Status released = executor_->Release(staged);
   CloseCounterWindow();  // what the release moved belongs to this model
+  const int64_t host_copies = HostCopyBytes();
   {
     absl::MutexLock lock(&mu_);
+    stats_.host_copy_bytes = host_copies;
     released_prefetched_ += executor_->prefetched_bytes();
     released_evicted_ += executor_->evicted_bytes();
     stats_.prefetched_bytes = released_prefetched_;
@@ -147,9 +155,11 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       monitor_ = std::make_unique<runtime::RuntimeMonitor>(*trace_, plan.profile, plan.plan, backend_->spec(),
                                                            runtime::RuntimeMonitor::Options());
     }
+    const int64_t host_copies = HostCopyBytes();
     absl::MutexLock lock(&mu_);
     ++stats_.plan_switches;
     stats_.following = key;
+    stats_.host_copy_bytes = host_copies;
   }
   // In this order: an op's mark before the follower's waits (a wait counts to the op it delays), its
   // kernel on the mirror between the follower's BeforeOp and AfterOp.

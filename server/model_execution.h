@@ -69,6 +69,9 @@ struct ExecutionStats {
   int64_t evicted_bytes = 0;
   int64_t resident_bytes = 0;  // named bytes the executor holds on the device now
   int64_t staged_bytes = 0;
+  // Pinned host memory held for the model's weights' host copies: staged now or kept for the next plan
+  // (Note [Host copies outlive staging], runtime/device_backend.h); as of the last switch.
+  int64_t host_copy_bytes = 0;
   int64_t sampled_iterations = 0;  // timed op by op for the runtime monitor
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
   int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone
@@ -128,7 +131,8 @@ class ModelExecution {
   absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack);
   // Puts back in managed memory whatever a released plan left staged that no plan holds now.
   absl::Status PutBackLeftovers();
-  void CloseCounterWindow();  // adds what the backend moved since the window opened
+  void CloseCounterWindow();      // adds what the backend moved since the window opened
+  int64_t HostCopyBytes() const;  // of the model's ranges, from the backend
 
   runtime::DeviceBackend* const backend_;
   const ExecutionOptions options_;

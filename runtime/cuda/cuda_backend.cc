@@ -403,9 +403,12 @@ absl::Status CudaBackend::ForgetHostCopies(uint64_t addr, int64_t bytes) {
   return absl::OkStatus();
 }
 
-int64_t CudaBackend::host_copy_bytes() const {
+int64_t CudaBackend::HostCopyBytesWithin(uint64_t addr, int64_t bytes) const {
   int64_t sum = 0;
-  for (const auto& [addr, copy] : staged_) sum += copy.bytes;
+  for (auto it = staged_.lower_bound(addr); it != staged_.end() && it->first < addr + static_cast<uint64_t>(bytes);
+       ++it) {
+    sum += it->second.bytes;
+  }
   return sum;
 }
 

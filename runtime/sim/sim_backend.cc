@@ -334,10 +334,13 @@ absl::Status SimBackend::ForgetHostCopies(uint64_t addr, int64_t bytes) {
   return absl::OkStatus();
 }
 
-int64_t SimBackend::host_copy_bytes() const {
+int64_t SimBackend::HostCopyBytesWithin(uint64_t addr, int64_t bytes) const {
   int64_t sum = 0;
   for (const auto* copies : {&staged_, &kept_, &reusable_}) {
-    for (const auto& [addr, bytes] : *copies) sum += bytes;
+    for (auto it = copies->lower_bound(addr); it != copies->end() && it->first < addr + static_cast<uint64_t>(bytes);
+         ++it) {
+      sum += it->second;
+    }
   }
   return sum;
 }

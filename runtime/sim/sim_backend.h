@@ -88,7 +88,7 @@ class SimBackend final : public DeviceBackend {
   // (the compute stream's kernels wait for it); host copies kept for reuse are counted, not timed.
   absl::Status Unstage(uint64_t addr, int64_t bytes, Location to) override;
   absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes) override;
-  int64_t host_copy_bytes() const override;
+  int64_t HostCopyBytesWithin(uint64_t addr, int64_t bytes) const override;
   // Bytes StageOut and KeepHostCopy have copied to the host (not reusing a copy kept for reuse).
   int64_t host_copies_filled_bytes() const { return host_copies_filled_bytes_; }
   // Device buffers (Note [Streaming through a device buffer]): addresses of their own that take no room

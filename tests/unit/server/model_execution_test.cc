@@ -100,11 +100,16 @@ TEST_F(ModelExecutionTest, APlanIsFollowedOnTheMirrorWithinItsBudget) {
   // Timed: the second iteration (the first carries the plan's preparation), then one in two.
   EXPECT_EQ(s.sampled_iterations, 1);
   EXPECT_EQ(s.repinned_bytes, 0);  // nothing evicted the pinned weights
+  // The staged weights' host copies, held while staged and kept once put back.
+  EXPECT_GT(s.staged_bytes, 0);
+  EXPECT_EQ(s.host_copy_bytes, s.staged_bytes);
   // The backend's counters are read per window of iterations (Note [Counters per model]): still open
   // after three, closed when the plan is released.
   EXPECT_EQ(s.counters.h2d_total(), 0);
   ASSERT_TRUE(ex->Drop("k").ok());
   EXPECT_GE(ex->stats().counters.h2d_total(), s.prefetched_bytes);
+  EXPECT_EQ(ex->stats().staged_bytes, 0);
+  EXPECT_EQ(ex->stats().host_copy_bytes, s.host_copy_bytes);
 }
 
 TEST_F(ModelExecutionTest, TheMonitorBringsBackAPinnedWeightEvictedBehindTheExecutor) {
