@@ -267,13 +267,15 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
 // in place where it has little (a decode step: the 7B's staged steps took 201 ms at factor 2.0 against
 // 164-167 read in place, bench/results/2026-11-30-staged-ttft-h200.md). The planner makes both and
 // keeps the one the simulator's replay of the step finds faster (EstimateStepSeconds where it cannot
-// replay), among staged plans of several window widths too (Note [The window's widest weight]). EstimateStepSeconds
-// alone took every copy on the copy stream for hidden behind the ops, and chose for the 7B at factor 1.0 a staged plan
-// that streamed 0.71 GiB through its window: 34.6 ms a step on the H200 against 18.4 resident (the replay said 32.7),
-// where the plan reading 0.24 GiB in place had measured 21.7 (bench/results/2026-11-30-staged-ttft-h200.md). A staged
-// plan streams through a device buffer of its window (Plan.device_buffer, Note [Streaming through a device buffer] in
-// runtime/device_backend.h): copies at the link's rate with nothing populated or discarded, which the estimate assumes;
-// an executor that cannot bind the model's tensors stages into their own ranges instead.
+// replay), among staged plans of several window widths too (Note [The window's widest weight]).
+// EstimateStepSeconds alone took every copy on the copy stream for hidden behind the ops, and chose for
+// the 7B at factor 1.0 a staged plan that streamed 0.71 GiB through its window: 34.6 ms a step on the
+// H200 against 18.4 resident (the replay said 32.7), where the plan reading 0.24 GiB in place had
+// measured 21.7 (bench/results/2026-11-30-staged-ttft-h200.md). A staged plan streams through a device
+// buffer of its window (Plan.device_buffer, Note [Streaming through a device buffer] in
+// runtime/device_backend.h): copies at the link's rate with nothing populated or discarded, which the
+// estimate assumes; an executor that cannot bind the model's tensors stages into their own ranges
+// instead.
 autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
                            const PlanOptions& options) {
@@ -307,6 +309,7 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
       plans.push_back(PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/false, *next));
     }
   }
+  if (plans.size() == 1) return std::move(plans.front());
   // The simulator's steady iteration under each where it can replay them all, else the estimate.
   auto simulated = [&](const autouvm::v1::Plan& plan) {
     runtime::sim::ReplayOptions o{.policy = "autouvm",
@@ -316,7 +319,6 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
     auto replay = runtime::sim::ReplayTrace(trace, *options.spec, o);
     return replay.ok() ? replay->iterations.back().seconds : -1.0;
   };
-  if (plans.size() == 1) return std::move(plans.front());
   std::vector<double> seconds;
   for (const autouvm::v1::Plan& plan : plans) seconds.push_back(simulated(plan));
   if (*std::min_element(seconds.begin(), seconds.end()) <= 0) {

@@ -161,17 +161,18 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     stats_.following = key;
     stats_.host_copy_bytes = host_copies;
   }
-  // In this order: an op's mark before the follower's waits (a wait counts to the op it delays), its
-  // kernel on the mirror between the follower's BeforeOp and AfterOp.
   // Note [Plans with nothing to do per op]: a plan that pins or reads in place everything (a model
   // within its budget) does nothing at op boundaries once prepared; observing each op to follow it
-  // would only cost the host time the step is made of (~1 µs per op, 1691 ops a 7B decode step).
-  // Such iterations are not observed unless the monitor times them or the mirror runs them.
+  // would only cost host time, which is what such a step is made of (0.5-12 µs per op on the CPU,
+  // bench/results/2026-11-29-observer-cpu.md; a 7B decode step has 1691 ops). Such iterations are not
+  // observed unless the monitor times them or the mirror runs them.
   if (timer_ != nullptr) timer_->BeginIteration();
   const bool timed = timer_ != nullptr && timer_->timing();
   op_by_op_ = executor_->follows_ops() || launcher_ != nullptr || timed;
   std::vector<runtime::OpSubscriber*> subscribers;
   if (!op_by_op_) return subscribers;
+  // In this order: an op's mark before the follower's waits (a wait counts to the op it delays), its
+  // kernel on the mirror between the follower's BeforeOp and AfterOp.
   if (launcher_ != nullptr) subscribers.push_back(launcher_.get());
   if (timed) subscribers.push_back(timer_.get());
   subscribers.push_back(follower_.get());
