@@ -463,7 +463,7 @@ absl::Status ProbeStagedRing(runtime::DeviceBackend* backend) {
       half / back_s[0] / 1e9, half / back_s[1] / 1e9, kTensors * static_cast<double>(each) / again_s / 1e9);
   for (uint64_t r : ranges) {
     RETURN_IF_ERROR(backend->Unstage(r, each, Location::kHost));
-    RETURN_IF_ERROR(backend->ForgetHostCopies(r, each));
+    RETURN_IF_ERROR(backend->ForgetHostCopies(r, each, runtime::DeviceBackend::WhenStaged::kRefuse));
     RETURN_IF_ERROR(backend->FreeManaged(r));
   }
   return absl::OkStatus();

@@ -37,7 +37,7 @@ absl::Status Cannot(std::string_view kind, std::string_view what) {
 absl::Status DeviceBackend::StageOut(uint64_t, int64_t) { return Cannot(kind(), "cannot stage tensors"); }
 absl::Status DeviceBackend::StageIn(uint64_t, int64_t, Stream) { return Cannot(kind(), "cannot stage tensors"); }
 absl::Status DeviceBackend::Unstage(uint64_t, int64_t, Location) { return Cannot(kind(), "cannot stage tensors"); }
-absl::Status DeviceBackend::ForgetHostCopies(uint64_t, int64_t) { return absl::OkStatus(); }  // none are kept
+absl::Status DeviceBackend::ForgetHostCopies(uint64_t, int64_t, WhenStaged) { return absl::OkStatus(); }  // none kept
 absl::StatusOr<uint64_t> DeviceBackend::AllocateDevice(int64_t) { return Cannot(kind(), "has no device buffers"); }
 absl::Status DeviceBackend::FreeDevice(uint64_t) { return Cannot(kind(), "has no device buffers"); }
 absl::Status DeviceBackend::StageInto(uint64_t, int64_t, uint64_t, Stream) {

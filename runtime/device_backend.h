@@ -117,13 +117,15 @@ class DeviceBackend {
   // copied in from the host copy at the link's rate (a plan that pins the weight next), instead of a
   // synchronous copy on the host (~1 GiB/s) and a migration back; work queued on either stream after
   // the call sees the contents. ForgetHostCopies frees the copies kept for ranges in [addr, addr +
-  // bytes) — the owner of the memory calls it before freeing it or writing it — and refuses
-  // (FAILED_PRECONDITION, freeing nothing) while one of them is still staged.
+  // bytes) — the owner of the memory calls it before freeing it or writing it; a range still staged
+  // there is refused (FAILED_PRECONDITION, freeing nothing: its copy is its contents) or, with kDrop,
+  // stops being staged with its contents lost (memory about to be freed: nothing is put back).
   virtual bool can_stage() const { return false; }
   virtual absl::Status StageOut(uint64_t addr, int64_t bytes);
   virtual absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream);
   virtual absl::Status Unstage(uint64_t addr, int64_t bytes, Location to);
-  virtual absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes);
+  enum class WhenStaged { kRefuse, kDrop };
+  virtual absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStaged staged);
   // Bytes of the host copies held (staged, kept, or kept for reuse) for ranges that start in [addr,
   // addr + bytes).
   virtual int64_t HostCopyBytesWithin(uint64_t addr, int64_t bytes) const { return 0; }

@@ -69,11 +69,14 @@ std::unique_ptr<ModelExecution> ModelExecution::OnDevice(runtime::DeviceBackend*
 
 ModelExecution::~ModelExecution() {
   // Deliberately unchecked: at teardown there is no one left to tell; the executor's destructor would
-  // ignore the same error. The host copies kept for the model's weights (Note [Host copies outlive
-  // staging]) go before its memory does: another model's tensors may come to lie at their addresses.
-  (void)ReleaseExecutor();
-  (void)PutBackLeftovers();
-  for (const auto& [id, r] : ranges_) (void)backend_->ForgetHostCopies(r.addr, r.bytes);
+  // ignore the same error. The model is being unloaded (its runner, destroyed next, frees its memory):
+  // what is staged is dropped, not put back (seconds for a 7B's streamed part, at ~2 GB/s), and the
+  // host copies kept for its weights (Note [Host copies outlive staging]) go before its memory does,
+  // since another model's tensors may come to lie at their addresses.
+  (void)ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
+  for (const auto& [id, r] : ranges_) {
+    (void)backend_->ForgetHostCopies(r.addr, r.bytes, runtime::DeviceBackend::WhenStaged::kDrop);
+  }
 }
 
 int64_t ModelExecution::HostCopyBytes() const {

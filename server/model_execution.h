@@ -97,6 +97,8 @@ class ModelExecution {
                                                   const std::vector<ModelRunner::NamedTensor>& named,
                                                   ExecutionOptions options,
                                                   std::unique_ptr<runtime::TensorBinding> binding = nullptr);
+  // With its model, before the model's memory is freed: what is staged is dropped, not put back, and the
+  // host copies kept for the model's weights are freed.
   ~ModelExecution();
 
   // Makes `key`'s plan the one followed (switching to it if another owns the residency), ready for the

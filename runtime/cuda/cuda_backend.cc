@@ -390,9 +390,9 @@ absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes, Location to) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::ForgetHostCopies(uint64_t addr, int64_t bytes) {
+absl::Status CudaBackend::ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStaged staged) {
   const auto first = staged_.lower_bound(addr), last = staged_.lower_bound(addr + static_cast<uint64_t>(bytes));
-  for (auto it = first; it != last; ++it) {
+  for (auto it = first; it != last && staged == WhenStaged::kRefuse; ++it) {
     if (it->second.staging != Staging::kNone) {
       return absl::FailedPreconditionError(
           absl::StrCat("the range at 0x", absl::Hex(it->first), " is still staged: its host copy is its contents"));

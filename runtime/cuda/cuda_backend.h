@@ -67,7 +67,7 @@ class CudaBackend final : public DeviceBackend {
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
   absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
   absl::Status Unstage(uint64_t addr, int64_t bytes, Location to) override;
-  absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes) override;
+  absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStaged staged) override;
   int64_t HostCopyBytesWithin(uint64_t addr, int64_t bytes) const override;
   // Staged ranges copied into cudaMalloc'd buffers (Note [Streaming through a device buffer]).
   bool can_stage_into() const override { return can_stage(); }

@@ -307,6 +307,7 @@ absl::Status SimBackend::Unstage(uint64_t addr, int64_t bytes, Location to) {
   reusable_[addr] = bytes;
   if (to == Location::kHost) {
     model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // back on the host, as StageOut found it
+    put_back_bytes_ += bytes;
     return absl::OkStatus();
   }
   // Populated and copied in after what both streams have queued; kernels reading it wait for it.
@@ -322,15 +323,16 @@ absl::Status SimBackend::Unstage(uint64_t addr, int64_t bytes, Location to) {
   return absl::OkStatus();
 }
 
-absl::Status SimBackend::ForgetHostCopies(uint64_t addr, int64_t bytes) {
+absl::Status SimBackend::ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStaged staged) {
   const uint64_t end = addr + static_cast<uint64_t>(bytes);
   for (const auto* active : {&staged_, &kept_}) {
-    if (auto it = active->lower_bound(addr); it != active->end() && it->first < end) {
+    if (auto it = active->lower_bound(addr); staged == WhenStaged::kRefuse && it != active->end() && it->first < end) {
       return absl::FailedPreconditionError(
           absl::StrCat("the range at ", it->first, " is still staged: its host copy is its contents"));
     }
   }
-  reusable_.erase(reusable_.lower_bound(addr), reusable_.lower_bound(end));
+  for (auto* copies : {&staged_, &kept_, &reusable_})
+    copies->erase(copies->lower_bound(addr), copies->lower_bound(end));
   return absl::OkStatus();
 }
 

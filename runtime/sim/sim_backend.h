@@ -87,10 +87,12 @@ class SimBackend final : public DeviceBackend {
   // Unstage with `to` kDevice populates the range and copies into it at the link rate on the copy stream
   // (the compute stream's kernels wait for it); host copies kept for reuse are counted, not timed.
   absl::Status Unstage(uint64_t addr, int64_t bytes, Location to) override;
-  absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes) override;
+  absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStaged staged) override;
   int64_t HostCopyBytesWithin(uint64_t addr, int64_t bytes) const override;
   // Bytes StageOut and KeepHostCopy have copied to the host (not reusing a copy kept for reuse).
   int64_t host_copies_filled_bytes() const { return host_copies_filled_bytes_; }
+  // Bytes Unstage put back into managed memory on the host (on CUDA a synchronous copy, ~2 GB/s).
+  int64_t put_back_bytes() const { return put_back_bytes_; }
   // Device buffers (Note [Streaming through a device buffer]): addresses of their own that take no room
   // in the UVM model; StageInto puts the staged range's pages on the device for the kernels that read
   // it (they stand for the buffer the real model would be bound to) after a copy at the link's rate,
@@ -154,6 +156,7 @@ class SimBackend final : public DeviceBackend {
   std::map<uint64_t, int64_t> kept_;      // addr → bytes of each range with a host copy kept (KeepHostCopy)
   std::map<uint64_t, int64_t> reusable_;  // addr → bytes of each host copy kept after Unstage
   int64_t host_copies_filled_bytes_ = 0;
+  int64_t put_back_bytes_ = 0;
   int64_t staged_in_bytes_ = 0;                 // bytes StageIn copied (MigrationCause::kStaged)
   std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
   uint64_t next_device_addr_ = uint64_t{1} << 62;

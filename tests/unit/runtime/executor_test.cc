@@ -431,6 +431,7 @@ TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCo
     EXPECT_EQ(f.sim->StagingOf(f.ranges[id].addr), DeviceBackend::Staging::kNone) << id;
   }
   EXPECT_GE(prepared.h2d(MigrationCause::kStaged), handed_bytes);
+  EXPECT_EQ(f.sim->put_back_bytes(), 0);  // nothing went through managed memory on the host
   EXPECT_EQ(prepared.d2h_total(), 0);
   EXPECT_EQ(MovedWhileFollowing(f, t, *ex, 2, b.budget_bytes()).gpu_faults, 0);
   const int64_t filled_by_b = f.sim->host_copies_filled_bytes();
@@ -447,7 +448,8 @@ TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCo
   // A copy still standing for a staged range is not forgotten; once put back, all are.
   const TensorRange staged = f.ranges[one_of_b];
   ASSERT_EQ(f.sim->StagingOf(staged.addr), DeviceBackend::Staging::kDiscarded);
-  EXPECT_EQ(f.sim->ForgetHostCopies(staged.addr, staged.bytes).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.sim->ForgetHostCopies(staged.addr, staged.bytes, DeviceBackend::WhenStaged::kRefuse).code(),
+            absl::StatusCode::kFailedPrecondition);
   for (const std::string& id : staged_b) {
     ASSERT_TRUE(f.sim->Unstage(f.ranges[id].addr, f.ranges[id].bytes, Location::kHost).ok()) << id;
   }
@@ -460,7 +462,8 @@ TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCo
   for (const std::string& id : staged_a) staged_by_either += f.ranges[id].bytes;
   for (const std::string& id : staged_b) staged_by_either += staged_a.count(id) ? 0 : f.ranges[id].bytes;
   EXPECT_EQ(host_copies(), staged_by_either);  // one copy per weight either plan stages, kept for reuse
-  for (const auto& [id, r] : f.ranges) ASSERT_TRUE(f.sim->ForgetHostCopies(r.addr, r.bytes).ok()) << id;
+  for (const auto& [id, r] : f.ranges)
+    ASSERT_TRUE(f.sim->ForgetHostCopies(r.addr, r.bytes, DeviceBackend::WhenStaged::kRefuse).ok()) << id;
   EXPECT_EQ(host_copies(), 0);
 }
 

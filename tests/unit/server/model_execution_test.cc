@@ -66,6 +66,12 @@ class ModelExecutionTest : public ::testing::Test {
     Drive(*subscribers, kernel_at);
     return ex.End();
   }
+  // Over `sim` as if it were the model's own memory (the CUDA daemon's ModelExecution).
+  std::unique_ptr<ModelExecution> OnDevice(runtime::sim::SimBackend& sim, int64_t monitor_every) {
+    std::vector<ModelRunner::NamedTensor> named = Named();
+    for (ModelRunner::NamedTensor& t : named) t.addr = *sim.AllocateManaged(t.bytes);
+    return ModelExecution::OnDevice(&sim, named, {.monitor_every = monitor_every});
+  }
   void Drive(const std::vector<runtime::OpSubscriber*>& subscribers, int kernel_at = -1) {
     for (int i = 0; i < kOps && !subscribers.empty(); ++i) {
       for (runtime::OpSubscriber* s : subscribers) s->BeforeOp(i);
@@ -146,11 +152,8 @@ TEST_F(ModelExecutionTest, TheMonitorBringsBackAPinnedWeightEvictedBehindTheExec
 // Note [Plans with nothing to do per op]: over the model's own memory (here a SimBackend standing for
 // CUDA), a plan that pins everything is not observed op by op but for the monitor's samples.
 TEST_F(ModelExecutionTest, APlanWithNothingToDoPerOpIsObservedOnlyWhenTheMonitorTimesIt) {
-  auto sim = runtime::sim::SimBackend::Create({.spec = spec_});
-  ASSERT_TRUE(sim.ok()) << sim.status();
-  std::vector<ModelRunner::NamedTensor> named = Named();
-  for (ModelRunner::NamedTensor& t : named) t.addr = *(*sim)->AllocateManaged(t.bytes);
-  auto ex = ModelExecution::OnDevice(sim->get(), named, {.monitor_every = 2});
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+  auto ex = OnDevice(*sim, /*monitor_every=*/2);
   const auto roomy = Plan(128 << 20), tight = Plan(24 << 20);
   ASSERT_EQ(roomy.plan.prefetches_size(), 0);
   ASSERT_GT(tight.plan.prefetches_size(), 0);
@@ -178,6 +181,25 @@ TEST_F(ModelExecutionTest, APlanWithNothingToDoPerOpIsObservedOnlyWhenTheMonitor
   }
   EXPECT_EQ(ex->stats().abandoned_iterations, 0);
   ex.reset();  // before the backend it drives
+}
+
+TEST_F(ModelExecutionTest, UnloadedWithItsModelItDropsWhatIsStagedAndFreesTheHostCopies) {
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+  auto ex = OnDevice(*sim, /*monitor_every=*/0);
+  const auto tight = Plan(24 << 20);
+  for (int it = 0; it < 2; ++it) ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());
+  const ExecutionStats s = ex->stats();
+  ASSERT_GT(s.staged_bytes, 0);
+  ASSERT_GT(s.host_copy_bytes, 0);
+  std::vector<runtime::TensorRange> ranges;
+  for (int i = 0; i < kWeights; ++i) ranges.push_back(*ex->range("param:w" + std::to_string(i)));
+  const int64_t put_back = sim->put_back_bytes();
+  ex.reset();
+  EXPECT_EQ(sim->put_back_bytes(), put_back);  // nothing copied back into memory about to be freed
+  for (const runtime::TensorRange& r : ranges) {
+    EXPECT_EQ(sim->StagingOf(r.addr), runtime::DeviceBackend::Staging::kNone);
+    EXPECT_EQ(sim->HostCopyBytesWithin(r.addr, r.bytes), 0);
+  }
 }
 
 TEST_F(ModelExecutionTest, AnotherKeysPlanTakesThePlacementAndAStrayOpAbandonsTheIteration) {
