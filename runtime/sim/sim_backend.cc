@@ -240,7 +240,7 @@ absl::Status SimBackend::StageOut(uint64_t addr, int64_t bytes) {
   if (!can_stage()) return DeviceBackend::StageOut(addr, bytes);
   if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("staging ", bytes, " bytes"));
   RETURN_IF_ERROR(WithinOneAllocation("staging", addr, bytes));
-  if (staged_.count(addr) || kept_.count(addr) || !staged_.emplace(addr, bytes).second) {
+  if (kept_.count(addr) || !staged_.emplace(addr, bytes).second) {
     return absl::FailedPreconditionError(absl::StrCat("the range at ", addr, " is staged already"));
   }
   ReuseOrFillHostCopy(addr, bytes);
@@ -331,8 +331,9 @@ absl::Status SimBackend::ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStag
           absl::StrCat("the range at ", it->first, " is still staged: its host copy is its contents"));
     }
   }
-  for (auto* copies : {&staged_, &kept_, &reusable_})
+  for (auto* copies : {&staged_, &kept_, &reusable_}) {
     copies->erase(copies->lower_bound(addr), copies->lower_bound(end));
+  }
   return absl::OkStatus();
 }
 
