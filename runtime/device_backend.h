@@ -115,7 +115,7 @@ class DeviceBackend {
   // took seconds on the H200 (cudaHostAlloc and a copy out, tensor by tensor). Unstage puts the
   // contents back in the managed range on the host, or with `to` kDevice on the device: populated and
   // copied in from the host copy at the link's rate (a plan that pins the weight next), instead of a
-  // synchronous copy on the host (~1 GiB/s) and a migration back; work queued on either stream after
+  // synchronous copy on the host (1-2 GB/s on the H200) and a migration back; work queued on either stream after
   // the call sees the contents. ForgetHostCopies frees the copies kept for ranges in [addr, addr +
   // bytes) — the owner of the memory calls it before freeing it or writing it; a range still staged
   // there is refused (FAILED_PRECONDITION, freeing nothing: its copy is its contents) or, with kDrop,
