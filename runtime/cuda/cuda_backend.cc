@@ -366,15 +366,11 @@ absl::Status CudaBackend::Unstage(uint64_t addr, int64_t bytes, Location to) {
     return to == Location::kDevice ? Prefetch(addr, bytes, Location::kDevice, Stream::kCopy) : absl::OkStatus();
   }
   if (to == Location::kDevice) {
-    // After what either stream has queued (an op may still read the range, a discard may be pending),
-    // populated with nothing to migrate, filled from the copy; then the compute stream waits for it.
+    // StageIn after what either stream has queued (an op may still read the range, a discard may be
+    // pending); then the compute stream waits for it.
     WaitEvent(Stream::kCopy, RecordEvent(Stream::kCompute));
-    RETURN_IF_ERROR(Prefetch(addr, bytes, Location::kDevice, Stream::kCopy));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<void*>(addr), copy->host, static_cast<size_t>(bytes),
-                                         cudaMemcpyHostToDevice, streams_->copy),
-                         "cudaMemcpyAsync (a staged tensor back into managed memory on the device)");
+    RETURN_IF_ERROR(StageIn(addr, bytes, Stream::kCopy));
     WaitEvent(Stream::kCompute, RecordEvent(Stream::kCopy));
-    staged_in_bytes_ += bytes;
     copy->staging = Staging::kNone;
     return absl::OkStatus();
   }

@@ -303,23 +303,16 @@ absl::Status SimBackend::Unstage(uint64_t addr, int64_t bytes, Location to) {
   if (it == staged_.end() || it->second != bytes) {
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at ", addr));
   }
-  staged_.erase(it);
-  reusable_[addr] = bytes;
-  if (to == Location::kHost) {
+  if (to == Location::kDevice) {
+    // StageIn after what both streams have queued; kernels reading the range wait for it.
+    WaitEvent(Stream::kCopy, RecordEvent(Stream::kCompute));
+    RETURN_IF_ERROR(StageIn(addr, bytes, Stream::kCopy));
+  } else {
     model_.DropDeviceCopies(addr, bytes, /*discard=*/true);  // back on the host, as StageOut found it
     put_back_bytes_ += bytes;
-    return absl::OkStatus();
   }
-  // Populated and copied in after what both streams have queued; kernels reading it wait for it.
-  double& clock = clock_[Index(Stream::kCopy)];
-  clock = std::max({clock, clock_[Index(Stream::kCompute)], host_clock_});
-  const UvmCosts& c = options_.spec.uvm;
-  const int64_t populated = model_.work().populated_pages;
-  model_.Populate(addr, bytes);
-  const double blocks = static_cast<double>(model_.work().populated_pages - populated) * kPageBytes / kBlockBytes;
-  clock += blocks * c.populate_block_s + static_cast<double>(bytes) / options_.spec.link_bytes_per_s;
-  staged_in_bytes_ += bytes;
-  for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
+  staged_.erase(addr);
+  reusable_[addr] = bytes;
   return absl::OkStatus();
 }
 

@@ -84,8 +84,8 @@ class SimBackend final : public DeviceBackend {
   bool can_stage() const override { return options_.spec.uvm.staged_copy_bytes_per_s > 0; }
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
   absl::Status StageIn(uint64_t addr, int64_t bytes, Stream stream) override;
-  // Unstage with `to` kDevice populates the range and copies into it at the link rate on the copy stream
-  // (the compute stream's kernels wait for it); host copies kept for reuse are counted, not timed.
+  // Unstage with `to` kDevice is a StageIn on the copy stream after what both streams have queued (the
+  // compute stream's kernels wait for it); host copies kept for reuse are counted, not timed.
   absl::Status Unstage(uint64_t addr, int64_t bytes, Location to) override;
   absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStaged staged) override;
   int64_t HostCopyBytesWithin(uint64_t addr, int64_t bytes) const override;
