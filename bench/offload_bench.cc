@@ -27,8 +27,9 @@
 // zerocopy's offloaded layers, explicit's copied layers — their first op waits for the copy) against
 // the others; for explicit also how long the copy engine was busy.
 //
-// Before the runs it prints the probes of bench/uvm_probes.h (driver, link, drop, staged; --probe-only
-// stops there; --copy-beside-decode adds one per batch). --ttft-prompt N times the first token of an
+// Before the runs it prints the probes of bench/uvm_probes.h (all, or those --probes names; --probe-only
+// stops there; --copy-beside-decode adds one per batch). --step-times prints every step's time after
+// each row. --ttft-prompt N times the first token of an
 // N-token prompt under each budget instead (bench/ttft_runs.h).
 //
 // Budget: named bytes / factor, for the named tensors (weights, rope tables, KV cache) under every
@@ -36,7 +37,9 @@
 // budget it is given, gets it added). "budget GiB" is the named part.
 //
 // The link floor is max(resident step, (named bytes - budget) / 55.4 GB/s); the resident step is the
-// best median of three resident runs (the host's timing of this dispatch-bound step is noisy).
+// best median of the resident runs (three, or --resident-runs): the host's timing of this
+// dispatch-bound step is noisy. A policy named more than once runs again, and a table after the
+// batch pools each policy's runs against the resident ones (PrintPooled).
 //
 // "sim steady": the simulator's replay of the recorded step under the same plan (for stock and paper
 // under a budget, with the same emulated driver eviction).
@@ -56,7 +59,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -137,15 +142,68 @@ struct RunResult {
   std::string note;
 };
 
+// With the wall-clock time the first step began (to line up with a clock log such as nvidia-smi's).
+void PrintStepTimes(const std::string& what, const std::vector<double>& times) {
+  double total = 0;
+  for (const double t : times) total += t;
+  const auto began = std::chrono::system_clock::now() - std::chrono::duration<double>(total);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(began.time_since_epoch()).count();
+  const std::time_t sec = static_cast<std::time_t>(ms / 1000);
+  std::tm utc{};
+  gmtime_r(&sec, &utc);
+  std::printf("  step times ms (%s, from %02d:%02d:%02d.%03lld UTC):", what.c_str(), utc.tm_hour, utc.tm_min,
+              utc.tm_sec, static_cast<long long>(ms % 1000));
+  for (const double t : times) std::printf(" %.2f", 1e3 * t);
+  std::printf("\n");
+}
+
+// When policies ran more than once: every run's steady steps pooled, against the resident runs'. The
+// host's dispatch of a step that moves nothing varies by 2x between runs on the GPU host (a VM), so
+// one run's median says little there; the pooled median and the best run's median (the resident
+// floor's own statistic) compare like with like.
+void PrintPooled(const std::string& preset, int64_t batch, const std::vector<std::vector<double>>& resident_runs,
+                 const std::map<std::pair<double, std::string>, std::vector<std::vector<double>>>& runs_of) {
+  if (std::none_of(runs_of.begin(), runs_of.end(), [](const auto& e) { return e.second.size() > 1; })) return;
+  struct Pooled {
+    size_t runs = 0, steps = 0;
+    double median = 0, best = 0;
+  };
+  auto pool = [](const std::vector<std::vector<double>>& runs) {
+    Pooled p{.runs = runs.size(), .best = 1e9};
+    std::vector<double> all;
+    for (const auto& r : runs) {
+      all.insert(all.end(), r.begin(), r.end());
+      p.best = std::min(p.best, Median(r));
+    }
+    p.steps = all.size();
+    p.median = Median(all);
+    return p;
+  };
+  const Pooled resident = pool(resident_runs);
+  std::printf(
+      "\n| model | batch | factor | policy | runs | steady steps | pooled median ms | best run median ms | "
+      "resident pooled / pooled | resident best / best |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| %s | %lld | - | resident | %zu | %zu | %.2f | %.2f | - | - |\n", preset.c_str(), (long long)batch,
+              resident.runs, resident.steps, 1e3 * resident.median, 1e3 * resident.best);
+  for (const auto& [key, runs] : runs_of) {
+    const Pooled p = pool(runs);
+    std::printf("| %s | %lld | %.2f | %s | %zu | %zu | %.2f | %.2f | %.0f%% | %.0f%% |\n", preset.c_str(),
+                (long long)batch, key.first, key.second.c_str(), p.runs, p.steps, 1e3 * p.median, 1e3 * p.best,
+                100 * resident.median / p.median, 100 * resident.best / p.best);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   autouvm::bench::BenchName() = "offload_bench";
   std::string preset = "7b", batches_flag = "1,16", factors_flag = "1.0,1.5,1.75,2.0", policies_flag = "stock,autouvm";
-  int steps = 6, prompt_len = 16, ttft_prompt = 0;
+  int steps = 6, prompt_len = 16, ttft_prompt = 0, resident_run_count = 3;
   int64_t seed = 1;
-  bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false, no_probes = false;
-  std::string save_traces;
+  bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false, no_probes = false,
+       step_times = false;
+  std::string save_traces, probes_flag = "all";
   CLI::App app{"Decode under a device budget on the real GPU: stock UVM against the autouvm executor"};
   app.add_option("--preset", preset, "7b | 13b | small (Llama-2 dimensions; small for a quick check)")
       ->check(CLI::IsMember({"7b", "13b", "small"}))
@@ -156,13 +214,21 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "decode steps per run (the first is the cold one)")
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();
+  app.add_option("--resident-runs", resident_run_count, "resident runs per batch (the floor: their best median)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app.add_option("--prompt-len", prompt_len)->check(CLI::Range(1, 512))->capture_default_str();
   app.add_option("--seed", seed)->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   app.add_flag("--explicit-sync", explicit_sync,
                "diagnostic: explicit offloading synchronizes the device around every copy");
   app.add_flag("--op-times", op_times, "time the last step of each run op by op and say where the time went");
-  app.add_flag("--probe-only", probe_only, "run the driver and link probes, then stop");
+  app.add_flag("--step-times", step_times, "print every step's time after each row (the resident runs' too)");
+  app.add_flag("--probe-only", probe_only, "run the probes, then stop");
   app.add_flag("--no-probes", no_probes, "skip the probes (they were printed by an earlier run)");
+  app.add_option("--probes", probes_flag,
+                 "which probes to run: all, or some of driver, link, drop, staged, staged-ring, placement, "
+                 "eviction, host-copy")
+      ->capture_default_str();
   app.add_option("--save-traces", save_traces,
                  "directory to write each batch's recorded decode step to (<preset>-decode-b<batch>.trace, "
                  "for autouvm-sim replay)");
@@ -203,13 +269,28 @@ int main(int argc, char** argv) {
   autouvm::runtime::Observer::MakeExecutionRepeatable();
   torch::NoGradGuard no_grad;
   if (!no_probes) {
-    Check(autouvm::bench::ProbeDriver(gpu), "driver probe");
-    Check(autouvm::bench::ProbeLink(gpu), "link probe");
-    Check(autouvm::bench::ProbeDrop(gpu), "drop probe");
-    Check(autouvm::bench::ProbeStaged(gpu), "staged probe");
-    Check(autouvm::bench::ProbeStagedRing(gpu), "staged ring probe");
-    Check(autouvm::bench::ProbePlacement(gpu), "placement probe");
-    Check(autouvm::bench::ProbeHostCopyFill(gpu), "host copy probe");
+    using ProbeFn = absl::Status (*)(autouvm::runtime::DeviceBackend*);
+    const std::vector<std::pair<std::string, ProbeFn>> all = {{"driver", autouvm::bench::ProbeDriver},
+                                                              {"link", autouvm::bench::ProbeLink},
+                                                              {"drop", autouvm::bench::ProbeDrop},
+                                                              {"staged", autouvm::bench::ProbeStaged},
+                                                              {"staged-ring", autouvm::bench::ProbeStagedRing},
+                                                              {"placement", autouvm::bench::ProbePlacement},
+                                                              {"eviction", autouvm::bench::ProbeEvictionCycles},
+                                                              {"host-copy", autouvm::bench::ProbeHostCopyFill}};
+    const std::vector<std::string> wanted = absl::StrSplit(probes_flag, ',');
+    for (const std::string& w : wanted) {
+      if (w != "all" && std::none_of(all.begin(), all.end(), [&](const auto& p) { return p.first == w; })) {
+        Die("unknown probe " + w +
+            " (known: all, driver, link, drop, staged, staged-ring, placement, eviction, "
+            "host-copy)");
+      }
+    }
+    for (const auto& [name, probe] : all) {
+      const bool run =
+          std::any_of(wanted.begin(), wanted.end(), [&](const std::string& w) { return w == "all" || w == name; });
+      if (run) Check(probe(gpu), name + " probe");
+    }
   }
   if (probe_only) return 0;
   autouvm::runtime::cuda::ManagedMemoryPool::Scope scope(pool.get());
@@ -281,19 +362,22 @@ int main(int argc, char** argv) {
     // The room the planner sets aside for activations (its own count, not the simulator's layout).
     const int64_t planner_room = autouvm::bench::PlannerRoom(trace);
     // Everything on the device (prefetched there first: the previous batch's runs left it elsewhere);
-    // the host's timing noise is large at this step length, so the best median of three runs.
+    // the host's timing noise is large at this step length, so the best median of several runs.
     all_to_host();
     for (const auto& [id, rg] : m.named)
       Check(backend->Prefetch(rg.addr, rg.bytes, Location::kDevice, Stream::kCopy), "prefetch");
     Check(backend->Synchronize(), "synchronize");
     std::vector<std::vector<int64_t>> reference;
+    std::vector<std::vector<double>> resident_runs;  // steady step times of each resident run
     double resident_s = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < resident_run_count; ++rep) {
       std::vector<double> resident_times;
       reference.clear();
       run_steps(nullptr, &reference, &resident_times);
       resident_times.erase(resident_times.begin());
+      resident_runs.push_back(resident_times);
       resident_s = std::min(resident_s, Median(resident_times));
+      if (step_times) PrintStepTimes("resident", resident_times);
     }
     if (copy_beside_decode) {
       Check(autouvm::bench::ProbeCopyBesideDecode(m, first_tokens, prompt_len), "copy beside decode");
@@ -302,6 +386,9 @@ int main(int argc, char** argv) {
                 (long long)batch, 1e3 * resident_s, batch / resident_s, trace.ops.size());
     std::fflush(stdout);
 
+    // Steady step times of each run, by factor and policy: a policy named more than once in --policies
+    // runs again, and the runs are pooled below.
+    std::map<std::pair<double, std::string>, std::vector<std::vector<double>>> runs_of;
     for (const double factor : factors) {
       const auto budget = static_cast<int64_t>(static_cast<double>(m.named_bytes) / factor);
       const double floor_s = std::max(resident_s, static_cast<double>(m.named_bytes - budget) / kLinkBytesPerSecond);
@@ -395,6 +482,7 @@ int main(int argc, char** argv) {
         r.steady_moved = Check(backend->ReadCounters(), "counters") - before_last;
         r.cold_s = times.front();
         r.steady_s = Median(std::vector<double>(times.begin() + 1, times.end()));
+        runs_of[{factor, policy}].push_back(std::vector<double>(times.begin() + 1, times.end()));
         r.tokens_match = tokens == reference;
         r.accounted_peak = managed   ? managed->peak_resident_bytes()
                            : offload ? offload->accounted()
@@ -421,6 +509,7 @@ int main(int argc, char** argv) {
             sim_s / r.steady_s, r.tokens_match ? "yes" : "NO", r.accounted_peak / kGiB, mv.h2d_total() / kGiB,
             other / kGiB, mv.d2h_total() / kGiB, (long long)mv.gpu_fault_groups, plan_cell.c_str(),
             r.note.empty() ? "" : (" " + r.note).c_str());
+        if (step_times) PrintStepTimes(policy, times);
         if (!op_seconds.empty()) {
           // What the GPU spent its last step on; "remote" = tensors that stayed in (or came from) host memory.
           std::vector<std::string> remote_ids;
@@ -463,6 +552,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+    PrintPooled(preset, batch, resident_runs, runs_of);
   }
   return 0;
 }

@@ -36,6 +36,9 @@ absl::Status ProbeStaged(runtime::DeviceBackend* backend);
 absl::Status ProbeStagedRing(runtime::DeviceBackend* backend);
 // Three ways of filling a pinned host copy from 1 GiB of managed memory on the host, GB/s of each.
 absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend);
+// The emulated driver eviction's traffic: 4 GiB moved to the host and back eight times by 64 MiB
+// prefetches, the last four trips after 3 s idle; GB/s of each trip.
+absl::Status ProbeEvictionCycles(runtime::DeviceBackend* backend);
 // Does where a page got its device memory from matter to kernels? 2 GiB put on the device by prefetches
 // and 2 GiB faulted in by kernels, then read by reductions: GB/s of each.
 absl::Status ProbePlacement(runtime::DeviceBackend* backend);

@@ -30,10 +30,13 @@ constexpr double kUs = 1e-6;
 //   test gives NOTES.md's probe kernels theirs, the trace replay ATen's (Note [Fault entries per kernel]).
 //   prefetch, from 4 GiB / 2 MiB calls at 50.5 / 18.2 GB/s (t = call + blocks · per-block):
 //     per block 41.49 µs = 37.86 µs copy + 3.63 µs;  call = 115.2 − 41.49 = 73.7 µs.
-//   device→host 16.5 GB/s for pages the GPU wrote, 12.5 GB/s for pages it did not (prefetch figures):
-//     3.97 µs per page = 1.18 µs copy + 2.79 µs; 5.24 µs = 1.18 + 4.06 µs. (One rate between them, 14.36,
-//     left the replay of `paper` on the H200's 7B decode traces — whose weights go back unwritten — 5–18%
-//     fast; with the two, within 10%: bench/results/2026-11-29-offload-h200.md.)
+//   device→host 10.75 GB/s, pages the GPU wrote or not: the median of 32 trips of 4 GiB to the host in
+//     64 MiB prefetches (the emulated eviction's calls) in four processes on 2026-11-30 (offload_bench
+//     --probes eviction, bench/results/2026-11-30-dispatch-and-eviction-h200.md) → 6.10 µs per page =
+//     1.18 µs copy + 4.91 µs. The trips ran at 8.0–16.0 GB/s from one minute to the next; the written
+//     pages' trips (10.0–14.3, median 12.3) lie within the others' (8.0–16.0, median 10.15), so one rate.
+//     NOTES.md's single 4 GiB calls had given 16.5 / 12.5 GB/s (written / not), and the replays of stock
+//     and paper under the emulated eviction came out 0.77–0.93 of the GPU's steps on 2026-11-30.
 //   drop        0.13 ms for 128 MiB read-mostly range whose GPU copy is dropped = 2.03 µs per block.
 //   host hold   a 1 GiB prefetch to the device held the calling thread for 14.3–27.9 ms of its 21.9–28.0 ms
 //               in seven runs of bench/offload_bench's driver probe (0.65–1.00 of it, mean 0.89).
@@ -70,8 +73,8 @@ UvmCosts H200HostUvmCosts() {
   c.prefetch_resident_block_s = 2.73 * kUs;
   c.prefetch_resident_host_block_s = 0.81 * kUs;
   c.prefetch_block_s = 3.63 * kUs;
-  c.d2h_page_s = 2.79 * kUs;
-  c.d2h_clean_page_s = 4.06 * kUs;
+  c.d2h_page_s = 4.91 * kUs;
+  c.d2h_clean_page_s = 4.91 * kUs;
   c.drop_block_s = 2.03 * kUs;
   c.remote_bytes_per_s = 51.3e9;
   c.remote_matrix_bytes_per_s = 47.9e9;

@@ -145,5 +145,68 @@ TEST(CudaBackendTest, DiscardAndEventsWork) {
   EXPECT_LT((*gpu->ReadCounters() - start).d2h_total(), bytes);
 }
 
+// Note [Host copies outlive staging] on the GPU: a staged range put back on the device or on the host
+// keeps its host copy (and its contents), a copy of a range still staged is freed only on request with
+// its contents given up, and freeing the managed memory frees the copies of what it held.
+TEST(CudaBackendTest, HostCopiesOutliveStagingUntilForgottenOrFreed) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = Backend();
+  ASSERT_NE(gpu, nullptr);
+  if (!gpu->can_stage()) GTEST_SKIP() << "staging needs CUDA 13";
+  const int64_t bytes = 8 * kMiB;
+  auto a = gpu->AllocateManaged(bytes);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto* host_view = reinterpret_cast<unsigned char*>(*a);
+  std::memset(host_view, 7, static_cast<size_t>(bytes));  // written by the CPU: on the host
+  auto byte_at = [&](int64_t offset) {
+    unsigned char byte = 0;
+    EXPECT_EQ(cudaMemcpy(&byte, host_view + offset, 1, cudaMemcpyDefault), cudaSuccess);
+    return byte;
+  };
+  using Staging = DeviceBackend::Staging;
+  using WhenStaged = DeviceBackend::WhenStaged;
+
+  ASSERT_TRUE(gpu->StageOut(*a, bytes).ok());
+  EXPECT_EQ(gpu->StagingOf(*a), Staging::kDiscarded);
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), bytes);
+  // Used once (in, then dropped after its op, as the executor does), then put on the device for good.
+  ASSERT_TRUE(gpu->StageIn(*a, bytes, Stream::kCopy).ok());
+  gpu->WaitEvent(Stream::kCompute, gpu->RecordEvent(Stream::kCopy));
+  ASSERT_TRUE(gpu->Discard(*a, bytes, Stream::kCompute).ok());
+  const UvmCounters before_unstage = *gpu->ReadCounters();
+  absl::Status to_device = gpu->Unstage(*a, bytes, Location::kDevice);
+  ASSERT_TRUE(to_device.ok()) << to_device;
+  ASSERT_TRUE(gpu->Synchronize().ok());
+  EXPECT_EQ((*gpu->ReadCounters() - before_unstage).d2h_total(), 0);  // nothing went through the host side
+  EXPECT_EQ(gpu->StagingOf(*a), Staging::kNone);
+  EXPECT_EQ(*gpu->ResidentBytes(*a, bytes), bytes);
+  EXPECT_EQ(byte_at(0), 7);
+  EXPECT_EQ(byte_at(bytes - 1), 7);
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), bytes);  // kept for the next plan that stages it
+
+  // Staged again from the kept copy, then put back on the host: the CPU reads it in place.
+  ASSERT_TRUE(gpu->StageOut(*a, bytes).ok());
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), bytes);  // the same copy, not a second one
+  absl::Status to_host = gpu->Unstage(*a, bytes, Location::kHost);
+  ASSERT_TRUE(to_host.ok()) << to_host;
+  EXPECT_EQ(host_view[12345], 7);
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), bytes);
+
+  // A staged range's copy is its contents: refused, unless given up on purpose.
+  ASSERT_TRUE(gpu->StageOut(*a, bytes).ok());
+  EXPECT_EQ(gpu->ForgetHostCopies(*a, bytes, WhenStaged::kRefuse).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), bytes);
+  ASSERT_TRUE(gpu->ForgetHostCopies(*a, bytes, WhenStaged::kDrop).ok());
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), 0);
+  EXPECT_EQ(gpu->StagingOf(*a), Staging::kNone);
+
+  // A kept copy goes with the memory it copies.
+  ASSERT_TRUE(gpu->StageOut(*a, bytes).ok());
+  ASSERT_TRUE(gpu->Unstage(*a, bytes, Location::kHost).ok());
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), bytes);
+  ASSERT_TRUE(gpu->FreeManaged(*a).ok());
+  EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), 0);
+}
+
 }  // namespace
 }  // namespace autouvm::runtime::cuda

@@ -1,0 +1,251 @@
+// The staging probes of bench/uvm_probes.h (GPU host only): a streamed weight kept as a pinned host
+// copy and brought into its managed range by a copy engine, the executor's ring of such weights, and
+// filling the host copy in the first place.
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
+#include "bench/event_timer.h"
+#include "bench/uvm_probes.h"
+#include "runtime/status_macros.h"
+
+namespace autouvm::bench {
+namespace {
+
+using runtime::Location;
+using runtime::Stream;
+using runtime::UvmCounters;
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+absl::Status ProbeStaged(runtime::DeviceBackend* backend) {
+  const int64_t bytes = int64_t{1} << 30, elements = bytes / 2;
+  ASSIGN_OR_RETURN(const uint64_t m, backend->AllocateManaged(bytes));
+  void* host = nullptr;
+  if (cudaHostAlloc(&host, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    return absl::ResourceExhaustedError("staged probe: 1 GiB of pinned host memory");
+  }
+  auto* h = static_cast<uint16_t*>(host);
+  for (int64_t i = 0; i < elements; ++i) h[i] = 0x3F80;  // bf16 1.0
+  auto t = torch::from_blob(reinterpret_cast<void*>(m), {elements},
+                            torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
+  cudaStream_t side;
+  cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+  EventTimer timer;
+  auto gpu_ms = [&](cudaStream_t on, auto&& f) {
+    timer.Start(on);
+    f();
+    timer.Stop(on);
+    return timer.Ms();
+  };
+  absl::Status failed;
+  auto keep = [&](absl::Status st) {
+    if (failed.ok()) failed = std::move(st);
+  };
+  const double expected = static_cast<double>(elements);
+  cudaMemcpy(t.data_ptr(), host, bytes, cudaMemcpyDefault);  // resident on the device to begin with
+  cudaDeviceSynchronize();
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string way : {"discard, prefetch, copy", "discard, copy"}) {
+      cudaDeviceSynchronize();
+      ASSIGN_OR_RETURN(const UvmCounters c0, backend->ReadCounters());
+      const float drop_ms = gpu_ms(s, [&] { keep(backend->Discard(m, bytes, Stream::kCompute)); });
+      const auto t0 = Clock::now();
+      float populate_ms = 0;
+      backend->WaitEvent(Stream::kCopy, backend->RecordEvent(Stream::kCompute));  // the copy after the drop
+      if (way == "discard, prefetch, copy") {
+        populate_ms = gpu_ms(side, [&] { keep(backend->Prefetch(m, bytes, Location::kDevice, Stream::kCopy)); });
+      }
+      const float copy_ms = gpu_ms(side, [&] { cudaMemcpyAsync(t.data_ptr(), host, bytes, cudaMemcpyDefault, side); });
+      const double host_ms = 1e3 * Seconds(t0, Clock::now());
+      cudaDeviceSynchronize();
+      float sum = 0;
+      const float read_ms = gpu_ms(s, [&] { sum = t.sum(torch::kFloat).item<float>(); });
+      const float again_ms = gpu_ms(s, [&] { (void)t.sum(torch::kFloat); });
+      cudaDeviceSynchronize();
+      RETURN_IF_ERROR(failed);
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+        return absl::InternalError(absl::StrCat("staged probe: ", cudaGetErrorString(e)));
+      }
+      ASSIGN_OR_RETURN(const UvmCounters c1, backend->ReadCounters());
+      const UvmCounters moved = c1 - c0;
+      std::printf(
+          "staged probe, 1 GiB, %s: drop %.2f ms, populate %.2f ms, copy %.2f ms (%.1f GB/s; the thread held %.2f "
+          "ms), then reads %.2f, %.2f ms; contents %s; moved %.2f GiB host->device, %.2f GiB device->host, %lld "
+          "fault groups\n",
+          way.c_str(), drop_ms, populate_ms, copy_ms, bytes / (copy_ms * 1e6), host_ms, read_ms, again_ms,
+          std::abs(sum - expected) <= 1e-6 * expected ? "right" : absl::StrCat("WRONG (sum ", sum, ")").c_str(),
+          moved.h2d_total() / kGiB, moved.d2h_total() / kGiB, (long long)moved.gpu_fault_groups);
+    }
+  }
+  cudaStreamDestroy(side);
+  cudaFreeHost(host);
+  return backend->FreeManaged(m);
+}
+
+absl::Status ProbeStagedRing(runtime::DeviceBackend* backend) {
+  constexpr int kTensors = 24;
+  const int64_t each = int64_t{128} << 20;
+  std::vector<uint64_t> ranges;
+  std::vector<torch::Tensor> views;
+  for (int k = 0; k < kTensors; ++k) {
+    ASSIGN_OR_RETURN(const uint64_t r, backend->AllocateManaged(each));
+    ranges.push_back(r);
+    views.push_back(torch::from_blob(reinterpret_cast<void*>(r), {each / 2},
+                                     torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA)));
+    views.back().fill_(1);
+  }
+  cudaDeviceSynchronize();
+  for (uint64_t r : ranges) RETURN_IF_ERROR(backend->StageOut(r, each));
+  auto small = torch::ones({4096}, torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  // Variants: {discard on the copy stream, in flight, discard at all}.
+  struct Variant {
+    bool discard_on_copy;
+    int in_flight;
+    bool discard;
+  };
+  for (const Variant v :
+       {Variant{false, 2, true}, Variant{true, 2, true}, Variant{false, 4, true}, Variant{false, 2, false}}) {
+    const bool discard_on_copy = v.discard_on_copy;
+    const int extra_ops = 0;
+    const int window = v.in_flight;
+    {
+      RETURN_IF_ERROR(backend->Synchronize());
+      double stage_s = 0, discard_s = 0;
+      std::vector<runtime::EventId> ready(kTensors, -1), used(kTensors, -1);
+      auto timed = [](double* acc, auto&& f) {
+        const auto t0 = Clock::now();
+        absl::Status s = f();
+        *acc += Seconds(t0, Clock::now());
+        return s;
+      };
+      auto fetch = [&](int k) -> absl::Status {
+        if (discard_on_copy && k >= window) {
+          backend->WaitEvent(Stream::kCopy, used[k - window]);
+          RETURN_IF_ERROR(timed(&discard_s, [&] { return backend->Discard(ranges[k - window], each, Stream::kCopy); }));
+        } else {
+          backend->WaitEvent(Stream::kCopy, backend->RecordEvent(Stream::kCompute));
+        }
+        RETURN_IF_ERROR(timed(&stage_s, [&] { return backend->StageIn(ranges[k], each, Stream::kCopy); }));
+        ready[k] = backend->RecordEvent(Stream::kCopy);
+        return absl::OkStatus();
+      };
+      const auto t0 = Clock::now();
+      for (int k = 0; k < window; ++k) RETURN_IF_ERROR(fetch(k));
+      double sum = 0;
+      std::vector<torch::Tensor> sums;
+      for (int k = 0; k < kTensors; ++k) {
+        backend->WaitEvent(Stream::kCompute, ready[k]);
+        sums.push_back(views[k].sum(torch::kFloat));
+        for (int e = 0; e < extra_ops; ++e) small.add_(0);
+        if (discard_on_copy) {
+          used[k] = backend->RecordEvent(Stream::kCompute);
+        } else if (v.discard) {
+          RETURN_IF_ERROR(timed(&discard_s, [&] { return backend->Discard(ranges[k], each, Stream::kCompute); }));
+        }
+        if (k + window < kTensors) RETURN_IF_ERROR(fetch(k + window));
+      }
+      for (const auto& t : sums) sum += t.item<float>();
+      RETURN_IF_ERROR(backend->Synchronize());
+      const double wall = Seconds(t0, Clock::now());
+      for (int k = 0; k < kTensors; ++k) {  // what is still on the device (all of them without discards)
+        if (!v.discard || (discard_on_copy && k >= kTensors - window)) {
+          RETURN_IF_ERROR(backend->Discard(ranges[k], each, Stream::kCopy));
+        }
+      }
+      const double expected = static_cast<double>(kTensors) * static_cast<double>(each / 2);
+      std::printf(
+          "staged ring, %d x 128 MiB, %d in flight, discard %s, %d small ops per tensor: %.1f ms "
+          "(%.1f GB/s); the calling thread spent %.1f ms in StageIn, %.1f ms in Discard; contents %s\n",
+          kTensors, window,
+          !v.discard        ? "none"
+          : discard_on_copy ? "on the copy stream"
+                            : "on the compute stream",
+          extra_ops, 1e3 * wall, kTensors * static_cast<double>(each) / wall / 1e9, 1e3 * stage_s, 1e3 * discard_s,
+          std::abs(sum - expected) <= 1e-6 * expected ? "right" : "WRONG");
+    }
+  }
+  // Putting staged ranges back (Note [Host copies outlive staging]): half onto the device from their
+  // host copies, half on the host; then staged again, reusing the kept copies.
+  RETURN_IF_ERROR(backend->Synchronize());
+  double back_s[2] = {0, 0};
+  for (int k = 0; k < kTensors; ++k) {
+    const bool device = k < kTensors / 2;
+    const auto t0 = Clock::now();
+    RETURN_IF_ERROR(backend->Unstage(ranges[k], each, device ? Location::kDevice : Location::kHost));
+    if (device) RETURN_IF_ERROR(backend->Synchronize());
+    back_s[device ? 0 : 1] += Seconds(t0, Clock::now());
+  }
+  const auto t_again = Clock::now();
+  for (uint64_t r : ranges) RETURN_IF_ERROR(backend->StageOut(r, each));
+  const double again_s = Seconds(t_again, Clock::now());
+  const double half = static_cast<double>(kTensors / 2) * static_cast<double>(each);
+  std::printf(
+      "staged ranges put back: onto the device %.1f GB/s, on the host %.1f GB/s; staged again from the kept "
+      "copies %.1f GB/s\n",
+      half / back_s[0] / 1e9, half / back_s[1] / 1e9, kTensors * static_cast<double>(each) / again_s / 1e9);
+  for (uint64_t r : ranges) {
+    RETURN_IF_ERROR(backend->Unstage(r, each, Location::kHost));
+    RETURN_IF_ERROR(backend->ForgetHostCopies(r, each, runtime::DeviceBackend::WhenStaged::kRefuse));
+    RETURN_IF_ERROR(backend->FreeManaged(r));
+  }
+  return absl::OkStatus();
+}
+
+// Filling a staged weight's pinned host copy from its managed range on the host (CudaBackend's
+// CopyToHost): cudaMemcpy, a plain memcpy on the CPU, or a prefetch to the device and a copy back.
+absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
+  const int64_t bytes = int64_t{1} << 30;
+  ASSIGN_OR_RETURN(const uint64_t r, backend->AllocateManaged(bytes));
+  std::memset(reinterpret_cast<void*>(r), 3, static_cast<size_t>(bytes));
+  void* host = nullptr;
+  if (cudaHostAlloc(&host, static_cast<size_t>(bytes), cudaHostAllocDefault) != cudaSuccess) {
+    return absl::ResourceExhaustedError("host copy probe: cudaHostAlloc failed");
+  }
+  auto on_host = [&]() -> absl::Status {
+    RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kHost, Stream::kCopy));
+    return backend->Synchronize();
+  };
+  auto timed = [&](const char* how, auto&& fill) -> absl::Status {
+    RETURN_IF_ERROR(on_host());
+    std::memset(host, 0, static_cast<size_t>(bytes));
+    const auto t0 = Clock::now();
+    RETURN_IF_ERROR(fill());
+    const double s = Seconds(t0, Clock::now());
+    const bool right = static_cast<const unsigned char*>(host)[bytes - 1] == 3;
+    std::printf("host copy fill, 1 GiB on the host: %s %.1f GB/s, contents %s\n", how, bytes / s / 1e9,
+                right ? "right" : "WRONG");
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(timed("cudaMemcpy", [&]() -> absl::Status {
+    return cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault) == cudaSuccess
+               ? absl::OkStatus()
+               : absl::InternalError("cudaMemcpy");
+  }));
+  RETURN_IF_ERROR(timed("memcpy on the CPU", [&]() -> absl::Status {
+    std::memcpy(host, reinterpret_cast<const void*>(r), static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }));
+  RETURN_IF_ERROR(timed("prefetch to the device, then cudaMemcpy", [&]() -> absl::Status {
+    RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kDevice, Stream::kCopy));
+    RETURN_IF_ERROR(backend->Synchronize());
+    return cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault) == cudaSuccess
+               ? absl::OkStatus()
+               : absl::InternalError("cudaMemcpy");
+  }));
+  cudaFreeHost(host);
+  return backend->FreeManaged(r);
+}
+
+}  // namespace autouvm::bench
