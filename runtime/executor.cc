@@ -112,9 +112,19 @@ void Executor::Count(size_t tensor, bool on_device) {
 Executor::~Executor() { (void)Release(); }
 
 // Streamed weights are staged where the plan and the backend can (Note [Staged streaming] in
-// device_backend.h), read-mostly otherwise (the host copy stays valid, so dropping the device copy costs
-// no copy back); remote tensors are mapped for the device in host memory; pinned tensors are brought
-// in once and never evicted by the executor.
+// device_backend.h) and read in place otherwise; remote tensors are mapped for the device in host
+// memory; pinned tensors are brought in once and never evicted by the executor.
+//
+// Note [Unstageable weights are read in place]: a streamed weight that cannot be staged (the backend
+// cannot: CUDA before 13; or its range shares pages with other tensors and there is no device buffer,
+// Note [Stage whole blocks]) used to be streamed read-mostly, on the understanding that a prefetch to
+// the host drops a read-mostly range's device copy. On the H200 it does not (offload_bench's drop probe:
+// after such a prefetch, reads of 1 GiB still take 0.3 ms and raise no faults), and the driver frees
+// that memory only under its own pressure, which a software budget never creates: every such weight
+// stayed on the device beyond the budget while the account said it had left. Instead it is mapped for
+// the device in host memory, as the plan's remote tensors are (the link's rate for a weight read once
+// per step, ../shared/gpu/NOTES.md: 51 GB/s), never fetched and never resident; in_place_bytes() says
+// how much.
 absl::Status Executor::Prepare() {
   // Note [Stage whole blocks] holds for ranges staged into their own pages; through the device buffer
   // any weight of a block or more is staged (13B weights follow a 312.5 MiB embedding off the 2 MiB grid).
@@ -134,6 +144,7 @@ absl::Status Executor::Prepare() {
   std::vector<bool> pinned(ranges_list_.size(), false);
   for (size_t t : pinned_) pinned[t] = true;
   using Staging = DeviceBackend::Staging;
+  std::vector<bool> in_place(ranges_list_.size(), false);
   for (size_t t = 0; t < ranges_list_.size(); ++t) {
     const TensorRange& r = ranges_list_[t];
     Staging want = Staging::kNone;
@@ -162,8 +173,17 @@ absl::Status Executor::Prepare() {
     }
     staged_[t] = want != Staging::kNone;
     if (!driver_evicts_ && streamed[t] && IsWeightId(ids_[t]) && r.bytes > 0 && want == Staging::kNone) {
-      RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kReadMostly, true));
+      // Note [Unstageable weights are read in place]
+      RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kPreferredLocation, true, Location::kHost));
+      RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kAccessedBy, true, Location::kDevice));
+      RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCopy));
+      in_place[t] = true;
+      in_place_bytes_ += r.bytes;
     }
+  }
+  if (in_place_bytes_ > 0) {
+    for (Fetch& f : fetches_) std::erase_if(f.tensors, [&](size_t t) { return in_place[t]; });
+    for (auto& after : evict_after_) std::erase_if(after, [&](size_t t) { return in_place[t]; });
   }
   bool any_staged = false;
   for (size_t t = 0; t < staged_.size(); ++t) any_staged = any_staged || staged_[t];

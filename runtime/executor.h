@@ -17,6 +17,7 @@
 // Not thread-safe: one iteration's thread drives it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -76,7 +77,9 @@ class Executor {
 
   // Whether BeforeOp/AfterOp do anything: a plan that pins or reads in place everything needs no
   // op boundaries after Prepare().
-  bool follows_ops() const { return !fetches_.empty(); }
+  bool follows_ops() const {
+    return std::any_of(fetches_.begin(), fetches_.end(), [](const Fetch& f) { return !f.tensors.empty(); });
+  }
   // Whether streamed weights are staged (the plan asks for it and the backend can), and the bytes of
   // those Prepare() staged that Release() has not put back.
   bool stages() const { return stage_; }
@@ -85,6 +88,9 @@ class Executor {
   int64_t staged_bytes() const;
   int64_t prefetched_bytes() const { return prefetched_bytes_; }
   int64_t evicted_bytes() const { return evicted_bytes_; }
+  // Bytes of streamed weights Prepare() could not stage and maps in host memory instead (Note
+  // [Unstageable weights are read in place], executor.cc).
+  int64_t in_place_bytes() const { return in_place_bytes_; }
   // The named bytes the executor has placed on the device and not yet evicted (pinned, and streamed
   // tensors between their fetch and their eviction), now and at most since Prepare().
   int64_t resident_bytes() const { return resident_bytes_; }
@@ -151,6 +157,7 @@ class Executor {
   std::vector<std::vector<size_t>> evict_after_;  // per op: streamed tensors done with
   int64_t prefetched_bytes_ = 0;
   int64_t evicted_bytes_ = 0;
+  int64_t in_place_bytes_ = 0;
   int64_t repinned_bytes_ = 0;
   int64_t resident_bytes_ = 0;
   int64_t peak_resident_bytes_ = 0;

@@ -66,6 +66,8 @@ class UvmModel {
   void Kernel(const std::vector<GpuRange>& ranges);
   // A kernel that touches one range.
   void GpuAccess(uint64_t addr, int64_t bytes, bool write) { Kernel({{addr, bytes, write, 1.0}}); }
+  // To the host, a read-duplicated page keeps its device copy (the H200 does; only turning read
+  // duplication off or the driver's eviction drops it).
   void Prefetch(uint64_t addr, int64_t bytes, Location to);
   // Turning read duplication off collapses each duplicated page to one copy, kept at `keep` (the range's
   // preferred location): kept on the host, the device copy is dropped without a copy back.

@@ -174,5 +174,19 @@ TEST(UvmModelTest, EndingReadDuplicationKeepsOneCopyWhereAsked) {
   EXPECT_EQ(m.counters().dropped_bytes, kBlock);
 }
 
+// As on the H200 (offload_bench's drop probe): a prefetch to the host leaves a read duplicate's device
+// copy where it is, and moves a migrated page back.
+TEST(UvmModelTest, APrefetchToTheHostKeepsAReadDuplicateOnTheDevice) {
+  UvmModel m = Model(4);
+  m.Allocate(0, 2 * kBlock);
+  m.SetReadMostly(0, kBlock, true);
+  m.GpuAccess(0, 2 * kBlock, false);  // the first block duplicated, the second migrated
+  m.Prefetch(0, 2 * kBlock, Location::kHost);
+  EXPECT_EQ(m.ResidentBytes(0, kBlock), kBlock);
+  EXPECT_EQ(m.ResidentBytes(kBlock, kBlock), 0);
+  EXPECT_EQ(m.counters().d2h(MigrationCause::kUserPrefetch), kBlock);
+  EXPECT_EQ(m.counters().dropped_bytes, 0);
+}
+
 }  // namespace
 }  // namespace autouvm::runtime::sim
