@@ -29,8 +29,8 @@
 //
 // Before the runs it prints the probes of bench/uvm_probes.h (all, or those --probes names; --probe-only
 // stops there; --copy-beside-decode adds one per batch). --step-times prints every step's time after
-// each row. --ttft-prompt N times the first token of an
-// N-token prompt under each budget instead (bench/ttft_runs.h).
+// each row. --ttft-prompt N times the first token of an N-token prompt under each budget instead
+// (bench/ttft_runs.h).
 //
 // Budget: named bytes / factor, for the named tensors (weights, rope tables, KV cache) under every
 // policy; activations come on top for all of them (the planner, which sets their room aside from the

@@ -36,7 +36,8 @@ constexpr double kUs = 1e-6;
 //     1.18 µs copy + 4.91 µs. The trips ran at 8.0–16.0 GB/s from one minute to the next; the written
 //     pages' trips (10.0–14.3, median 12.3) lie within the others' (8.0–16.0, median 10.15), so one rate.
 //     NOTES.md's single 4 GiB calls had given 16.5 / 12.5 GB/s (written / not), and the replays of stock
-//     and paper under the emulated eviction came out 0.77–0.93 of the GPU's steps on 2026-11-30.
+//     and paper under the emulated eviction came out 0.77–1.05 of the GPU's steps on 2026-11-30
+//     (8 of 32 rows below 0.85).
 //   drop        0.13 ms for 128 MiB read-mostly range whose GPU copy is dropped = 2.03 µs per block.
 //   host hold   a 1 GiB prefetch to the device held the calling thread for 14.3–27.9 ms of its 21.9–28.0 ms
 //               in seven runs of bench/offload_bench's driver probe (0.65–1.00 of it, mean 0.89).
