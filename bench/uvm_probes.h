@@ -34,7 +34,8 @@ absl::Status ProbeStaged(runtime::DeviceBackend* backend);
 // once brought in, two in flight; the discard on the compute stream after the read, or on the copy stream
 // before the next copy. Prints GB/s and the calling thread's time in the calls.
 absl::Status ProbeStagedRing(runtime::DeviceBackend* backend);
-// Three ways of filling a pinned host copy from 1 GiB of managed memory on the host, GB/s of each.
+// Three ways of filling a pinned host copy from 1 GiB of managed memory on the host, and three of
+// putting it back there (what Unstage to the host does), GB/s of each.
 absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend);
 // The emulated driver eviction's traffic: 4 GiB moved to the host and back eight times by 64 MiB
 // prefetches, the last four trips after 3 s idle; GB/s of each trip.
