@@ -134,6 +134,8 @@ std::string Metrics::Scrape() const {
   auto* staged = s.Family("autouvm_staged_bytes", "Weights kept as host copies outside managed memory", T::Gauge);
   auto* host_copies = s.Family("autouvm_host_copy_bytes",
                                "Pinned host memory held for weights' host copies (staged or kept for reuse)", T::Gauge);
+  auto* in_place =
+      s.Family("autouvm_in_place_bytes", "Streamed weights the executor could not stage and reads in place", T::Gauge);
   auto* faults = s.Family("autouvm_gpu_page_fault_groups_total", "Batches of GPU page faults serviced", T::Counter);
   auto* migrated = s.Family("autouvm_migrated_bytes_total",
                             "Bytes moved over the link, by direction (h2d, d2h) and cause", T::Counter);
@@ -174,6 +176,7 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(resident, uvm, e.resident_bytes);
     Snapshot::Add(staged, uvm, e.staged_bytes);
     Snapshot::Add(host_copies, uvm, e.host_copy_bytes);
+    Snapshot::Add(in_place, uvm, e.in_place_bytes);
     Snapshot::Add(faults, uvm, e.counters.gpu_fault_groups);
     for (int c = 0; c < runtime::kMigrationCauses; ++c) {
       const std::string cause(runtime::MigrationCauseName(static_cast<runtime::MigrationCause>(c)));

@@ -108,6 +108,7 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
     stats_.evicted_bytes = released_evicted_;
     stats_.resident_bytes = 0;
     stats_.staged_bytes = 0;
+    stats_.in_place_bytes = 0;
     stats_.following.clear();
   }
   follower_.reset();
@@ -208,6 +209,7 @@ absl::Status ModelExecution::End() {
   stats_.evicted_bytes = released_evicted_ + executor_->evicted_bytes();
   stats_.resident_bytes = executor_->resident_bytes();
   stats_.staged_bytes = executor_->staged_bytes();
+  stats_.in_place_bytes = executor_->in_place_bytes();
   return why;
 }
 

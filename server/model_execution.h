@@ -72,6 +72,9 @@ struct ExecutionStats {
   // Pinned host memory held for the model's weights' host copies: staged now or kept for the next plan
   // (Note [Host copies outlive staging], runtime/device_backend.h); as of the last switch.
   int64_t host_copy_bytes = 0;
+  // Streamed weights the plan's executor could not stage, read in place instead (Note [Unstageable
+  // weights are read in place], runtime/executor.cc).
+  int64_t in_place_bytes = 0;
   int64_t sampled_iterations = 0;  // timed op by op for the runtime monitor
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
   int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
 #include "runtime/sim/sim_backend.h"
@@ -116,6 +118,34 @@ TEST_F(ModelExecutionTest, APlanIsFollowedOnTheMirrorWithinItsBudget) {
   EXPECT_GE(ex->stats().counters.h2d_total(), s.prefetched_bytes);
   EXPECT_EQ(ex->stats().staged_bytes, 0);
   EXPECT_EQ(ex->stats().host_copy_bytes, s.host_copy_bytes);
+}
+
+// Note [Unstageable weights are read in place]: a plan made for a GPU that stages, followed over a
+// backend that cannot (CUDA before 13), reads its streamed weights in place: never fetched, never
+// resident, reported.
+TEST_F(ModelExecutionTest, StreamedWeightsTheBackendCannotStageAreReadInPlaceAndReported) {
+  constexpr int64_t kBudget = 40 << 20;
+  const auto plan = Plan(kBudget);
+  ASSERT_TRUE(plan.plan.staged());
+  std::set<std::string> streamed;
+  for (const autouvm::v1::Prefetch& p : plan.plan.prefetches()) streamed.insert(p.tensors().begin(), p.tensors().end());
+  ASSERT_FALSE(streamed.empty());
+  runtime::GpuSpec unstaged = spec_;
+  unstaged.uvm.staged_copy_bytes_per_s = 0;
+  auto sim = runtime::sim::SimBackend::Create({.spec = unstaged});
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  ASSERT_FALSE((*sim)->can_stage());
+  auto ex = OnDevice(**sim, /*monitor_every=*/0);
+  for (int it = 0; it < 2; ++it) ASSERT_TRUE(Iterate(*ex, "k", plan).ok());
+  const ExecutionStats s = ex->stats();
+  EXPECT_EQ(s.followed_iterations, 2);
+  EXPECT_EQ(s.in_place_bytes, static_cast<int64_t>(streamed.size()) * kWeight);
+  EXPECT_EQ(s.staged_bytes, 0);
+  EXPECT_EQ(s.prefetched_bytes, plan.plan.pinned_bytes());  // the pinned weights, once
+  EXPECT_EQ(s.resident_bytes, plan.plan.pinned_bytes());
+  EXPECT_LE(s.resident_bytes, kBudget);
+  ASSERT_TRUE(ex->Drop("k").ok());
+  EXPECT_EQ(ex->stats().in_place_bytes, 0);
 }
 
 TEST_F(ModelExecutionTest, TheMonitorBringsBackAPinnedWeightEvictedBehindTheExecutor) {
