@@ -175,6 +175,8 @@ absl::Status Executor::Prepare() {
     if (!driver_evicts_ && streamed[t] && IsWeightId(ids_[t]) && r.bytes > 0 && want == Staging::kNone) {
       // Note [Unstageable weights are read in place]
       RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kPreferredLocation, true, Location::kHost));
+      // Whoever made it read-mostly before, its device duplicate goes now, with no copy back.
+      RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kReadMostly, false, Location::kHost));
       RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kAccessedBy, true, Location::kDevice));
       RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCopy));
       in_place[t] = true;
