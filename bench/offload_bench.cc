@@ -481,8 +481,9 @@ int main(int argc, char** argv) {
         }
         r.steady_moved = Check(backend->ReadCounters(), "counters") - before_last;
         r.cold_s = times.front();
-        r.steady_s = Median(std::vector<double>(times.begin() + 1, times.end()));
-        runs_of[{factor, policy}].push_back(std::vector<double>(times.begin() + 1, times.end()));
+        std::vector<double> steady(times.begin() + 1, times.end());
+        r.steady_s = Median(steady);
+        runs_of[{factor, policy}].push_back(std::move(steady));
         r.tokens_match = tokens == reference;
         r.accounted_peak = managed   ? managed->peak_resident_bytes()
                            : offload ? offload->accounted()

@@ -214,6 +214,9 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
   if (cudaHostAlloc(&host, static_cast<size_t>(bytes), cudaHostAllocDefault) != cudaSuccess) {
     return absl::ResourceExhaustedError("host copy probe: cudaHostAlloc failed");
   }
+  auto cuda = [](cudaError_t e, const char* call) {
+    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(call);
+  };
   auto on_host = [&]() -> absl::Status {
     RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kHost, Stream::kCopy));
     return backend->Synchronize();
@@ -230,9 +233,7 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(timed("cudaMemcpy", [&]() -> absl::Status {
-    return cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault) == cudaSuccess
-               ? absl::OkStatus()
-               : absl::InternalError("cudaMemcpy");
+    return cuda(cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault), "cudaMemcpy");
   }));
   RETURN_IF_ERROR(timed("memcpy on the CPU", [&]() -> absl::Status {
     std::memcpy(host, reinterpret_cast<const void*>(r), static_cast<size_t>(bytes));
@@ -241,14 +242,11 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
   RETURN_IF_ERROR(timed("prefetch to the device, then cudaMemcpy", [&]() -> absl::Status {
     RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kDevice, Stream::kCopy));
     RETURN_IF_ERROR(backend->Synchronize());
-    return cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault) == cudaSuccess
-               ? absl::OkStatus()
-               : absl::InternalError("cudaMemcpy");
+    return cuda(cudaMemcpy(host, reinterpret_cast<void*>(r), bytes, cudaMemcpyDefault), "cudaMemcpy");
   }));
   // The way back (CudaBackend::Unstage to the host, 1.9-2.3 GB/s with cudaMemcpy on 2026-11-30): the
   // managed range dropped and placed on the host with nothing to migrate, then filled from the copy.
   std::memset(host, 5, static_cast<size_t>(bytes));
-  auto cuda = [](cudaError_t e) { return e == cudaSuccess ? absl::OkStatus() : absl::InternalError("CUDA call"); };
   auto back = [&](const char* how, auto&& fill) -> absl::Status {
     RETURN_IF_ERROR(backend->Discard(r, bytes, Stream::kCopy));
     RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kHost, Stream::kCopy));
@@ -258,13 +256,15 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
     RETURN_IF_ERROR(backend->Synchronize());
     const double s = Seconds(t0, Clock::now());
     unsigned char last = 0;
-    RETURN_IF_ERROR(cuda(cudaMemcpy(&last, reinterpret_cast<const void*>(r + bytes - 1), 1, cudaMemcpyDefault)));
+    RETURN_IF_ERROR(
+        cuda(cudaMemcpy(&last, reinterpret_cast<const void*>(r + bytes - 1), 1, cudaMemcpyDefault), "cudaMemcpy"));
     std::printf("host copy put back, 1 GiB: %s %.1f GB/s, contents %s\n", how, bytes / s / 1e9,
                 last == 5 ? "right" : "WRONG");
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(back("cudaMemcpy (as Unstage does)",
-                       [&] { return cuda(cudaMemcpy(reinterpret_cast<void*>(r), host, bytes, cudaMemcpyDefault)); }));
+  RETURN_IF_ERROR(back("cudaMemcpy (as Unstage does)", [&] {
+    return cuda(cudaMemcpy(reinterpret_cast<void*>(r), host, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  }));
   RETURN_IF_ERROR(back("memcpy on the CPU", [&] {
     std::memcpy(reinterpret_cast<void*>(r), host, static_cast<size_t>(bytes));
     return absl::OkStatus();
@@ -273,7 +273,7 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
     RETURN_IF_ERROR(backend->Discard(r, bytes, Stream::kCopy));
     RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kDevice, Stream::kCopy));  // populates
     RETURN_IF_ERROR(backend->Synchronize());
-    RETURN_IF_ERROR(cuda(cudaMemcpy(reinterpret_cast<void*>(r), host, bytes, cudaMemcpyDefault)));
+    RETURN_IF_ERROR(cuda(cudaMemcpy(reinterpret_cast<void*>(r), host, bytes, cudaMemcpyDefault), "cudaMemcpy"));
     return backend->Prefetch(r, bytes, Location::kHost, Stream::kCopy);
   }));
   cudaFreeHost(host);
