@@ -97,7 +97,8 @@ class CudaBackend final : public DeviceBackend {
   EventId next_event_ = 0;
   EventId next_timed_event_ = 0;
   struct StagedCopy {
-    void* host = nullptr;  // pinned
+    void* host = nullptr;  // pinned (Note [Host copies' memory])
+    size_t mapped = 0;     // the mapping's length: bytes rounded up to huge pages
     int64_t bytes = 0;
     // kDiscarded: StageOut's; kKept: KeepHostCopy's (the managed range left as it was); kNone: unstaged,
     // kept for reuse (Note [Host copies outlive staging]).

@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace autouvm::runtime::cuda {
 namespace {
@@ -206,6 +208,44 @@ TEST(CudaBackendTest, HostCopiesOutliveStagingUntilForgottenOrFreed) {
   EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), bytes);
   ASSERT_TRUE(gpu->FreeManaged(*a).ok());
   EXPECT_EQ(gpu->HostCopyBytesWithin(*a, bytes), 0);
+}
+
+// Note [Host copies' memory]: a copy is filled by CPU threads from a range last prefetched to the host,
+// by cudaMemcpy from one on the device; either way it holds every byte (a size that is no multiple of
+// a page or of the copy threads' share), and staging the range in again, or putting it back on the
+// host, brings them all back.
+TEST(CudaBackendTest, HostCopiesHoldEveryByteWhereverTheRangeWas) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = Backend();
+  ASSERT_NE(gpu, nullptr);
+  if (!gpu->can_stage()) GTEST_SKIP() << "staging needs CUDA 13";
+  const int64_t bytes = 96 * kMiB + 12345;  // six copy threads on the host path
+  std::vector<unsigned char> pattern(static_cast<size_t>(bytes));
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>((i * 7 + i / 4096) % 251);
+  for (const Location was : {Location::kHost, Location::kDevice}) {
+    SCOPED_TRACE(was == Location::kHost ? "on the host" : "on the device");
+    auto a = gpu->AllocateManaged(bytes);
+    ASSERT_TRUE(a.ok()) << a.status();
+    std::memcpy(reinterpret_cast<void*>(*a), pattern.data(), pattern.size());
+    ASSERT_TRUE(gpu->Prefetch(*a, bytes, was, Stream::kCopy).ok());
+    ASSERT_TRUE(gpu->Synchronize().ok());
+    absl::Status out = gpu->StageOut(*a, bytes);
+    ASSERT_TRUE(out.ok()) << out;
+    ASSERT_TRUE(gpu->StageIn(*a, bytes, Stream::kCopy).ok());
+    ASSERT_TRUE(gpu->Synchronize().ok());
+    std::vector<unsigned char> back(pattern.size(), 0);
+    ASSERT_EQ(cudaMemcpy(back.data(), reinterpret_cast<void*>(*a), back.size(), cudaMemcpyDefault), cudaSuccess);
+    auto first_difference = [&] {
+      return std::mismatch(back.begin(), back.end(), pattern.begin()).first - back.begin();
+    };
+    EXPECT_TRUE(back == pattern) << "staged in: first difference at byte " << first_difference();
+    // Put back on the host (by CPU threads), where the CPU reads it in place.
+    absl::Status to_host = gpu->Unstage(*a, bytes, Location::kHost);
+    ASSERT_TRUE(to_host.ok()) << to_host;
+    std::memcpy(back.data(), reinterpret_cast<const void*>(*a), back.size());
+    EXPECT_TRUE(back == pattern) << "put back: first difference at byte " << first_difference();
+    ASSERT_TRUE(gpu->FreeManaged(*a).ok());
+  }
 }
 
 }  // namespace
