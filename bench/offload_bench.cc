@@ -29,7 +29,8 @@
 //
 // Before the runs it prints the probes of bench/uvm_probes.h (all, or those --probes names; --probe-only
 // stops there; --copy-beside-decode adds one per batch). --step-times prints every step's time after
-// each row. --ttft-prompt N times the first token of an N-token prompt under each budget instead
+// each row, with the host's speed just before each step (HostSpeed) and, after the batch, how the steps
+// that move nothing follow it. --ttft-prompt N times the first token of an N-token prompt under each budget instead
 // (bench/ttft_runs.h).
 //
 // Budget: named bytes / factor, for the named tensors (weights, rope tables, KV cache) under every
@@ -52,11 +53,13 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <sched.h>
 #include <torch/script.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -142,8 +145,107 @@ struct RunResult {
   std::string note;
 };
 
-// With the wall-clock time the first step began (to line up with a clock log such as nvidia-smi's).
-void PrintStepTimes(const std::string& what, const std::vector<double>& times) {
+// --step-times: before each step (outside its timing), how fast the host is at that moment — a fixed
+// piece of CPU work, and the host's side of dispatching small device ops through libtorch (what a step
+// that moves nothing is made of), issued on a stream of their own so that the step's streams are not
+// waited for. On the GPU host (a VM) such steps move between discrete levels from one run to the next;
+// these say whether the host's own speed moves with them.
+struct HostSpeed {
+  double cpu_ms = 0;       // the fixed CPU work
+  double dispatch_us = 0;  // per small device op, host side
+  int cpu = -1;            // the CPU the thread ran on
+};
+
+HostSpeed ProbeHostSpeed(at::Tensor& scratch, const c10::cuda::CUDAStream& side) {
+  HostSpeed h;
+  h.cpu = sched_getcpu();
+  const auto t0 = Clock::now();
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 400000; ++i) x = (x * 6364136223846793005ULL + 1442695040888963407ULL) ^ (x >> 29);
+  static volatile uint64_t sink;
+  sink = x;
+  h.cpu_ms = 1e3 * Seconds(t0, Clock::now());
+  constexpr int kOps = 64;
+  c10::cuda::CUDAStreamGuard guard(side);
+  const auto t1 = Clock::now();
+  for (int i = 0; i < kOps; ++i) scratch.add_(1.0);
+  h.dispatch_us = 1e6 * Seconds(t1, Clock::now()) / kOps;
+  return h;
+}
+
+// Pearson's r of step times against one of the host's speeds (0 when either does not vary).
+double Correlation(const std::vector<double>& a, const std::vector<double>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  if (n < 3) return 0;
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < n; ++i) ma += a[i] / n, mb += b[i] / n;
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ab += (a[i] - ma) * (b[i] - mb);
+    aa += (a[i] - ma) * (a[i] - ma);
+    bb += (b[i] - mb) * (b[i] - mb);
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0;
+}
+
+// A steady step that moves nothing, with the host's speed just before it.
+struct IdleStep {
+  std::string who;  // resident, or the policy
+  double step_s = 0;
+  HostSpeed speed;
+};
+
+// Steps that move nothing depend on the host's speed alone: how closely they follow it, then each
+// policy's steps against the resident ones at the same speed (dispatch probe rounded to the µs), with
+// the simulator's step — which models one host speed — beside every level.
+void PrintByHostSpeed(int64_t batch, const std::vector<IdleStep>& idle, double sim_s) {
+  if (idle.empty()) return;
+  std::vector<double> step, cpu, dispatch;
+  std::vector<std::string> who = {"resident"};
+  std::map<std::pair<int, std::string>, std::vector<double>> at;  // (level, who) -> step times
+  std::map<int, std::vector<double>> level_steps;
+  for (const IdleStep& i : idle) {
+    step.push_back(i.step_s);
+    cpu.push_back(i.speed.cpu_ms);
+    dispatch.push_back(i.speed.dispatch_us);
+    if (std::find(who.begin(), who.end(), i.who) == who.end()) who.push_back(i.who);
+    const int level = static_cast<int>(std::lround(i.speed.dispatch_us));
+    at[{level, i.who}].push_back(i.step_s);
+    level_steps[level].push_back(i.step_s);
+  }
+  std::printf(
+      "\nsteps that move nothing (resident, factor <= 1.0), batch %lld: %zu; step time against the host's speed "
+      "before it: r = %.2f (CPU work, median %.3f ms), r = %.2f (dispatch, median %.2f us per op)\n",
+      (long long)batch, step.size(), Correlation(step, cpu), Median(cpu), Correlation(step, dispatch),
+      Median(dispatch));
+  std::printf("\n| batch | dispatch us per op |");
+  for (const std::string& w : who)
+    std::printf(" %s ms (steps)%s |", w.c_str(), w == "resident" ? "" : ", resident / it");
+  std::printf(" sim ms | sim / all steps' median |\n|---|---|");
+  for (size_t k = 0; k < who.size() + 2; ++k) std::printf("---|");
+  std::printf("\n");
+  for (const auto& [level, steps] : level_steps) {
+    std::printf("| %lld | %d |", (long long)batch, level);
+    const auto resident = at.find({level, "resident"});
+    for (const std::string& w : who) {
+      const auto it = at.find({level, w});
+      if (it == at.end()) {
+        std::printf(" - |");
+      } else if (w == "resident" || resident == at.end()) {
+        std::printf(" %.2f (%zu) |", 1e3 * Median(it->second), it->second.size());
+      } else {
+        std::printf(" %.2f (%zu), %.0f%% |", 1e3 * Median(it->second), it->second.size(),
+                    100 * Median(resident->second) / Median(it->second));
+      }
+    }
+    std::printf(" %.2f | %.2f |\n", 1e3 * sim_s, sim_s / Median(steps));
+  }
+  std::fflush(stdout);
+}
+
+// With the wall-clock time the first step began (to line up with a clock log such as nvidia-smi's), and
+// the host's speed before each step.
+void PrintStepTimes(const std::string& what, const std::vector<double>& times, const std::vector<HostSpeed>& speeds) {
   double total = 0;
   for (const double t : times) total += t;
   const auto began = std::chrono::system_clock::now() - std::chrono::duration<double>(total);
@@ -154,6 +256,12 @@ void PrintStepTimes(const std::string& what, const std::vector<double>& times) {
   std::printf("  step times ms (%s, from %02d:%02d:%02d.%03lld UTC):", what.c_str(), utc.tm_hour, utc.tm_min,
               utc.tm_sec, static_cast<long long>(ms % 1000));
   for (const double t : times) std::printf(" %.2f", 1e3 * t);
+  std::printf("\n  host before each step, CPU work ms:");
+  for (const HostSpeed& h : speeds) std::printf(" %.3f", h.cpu_ms);
+  std::printf("\n  host before each step, dispatch us per op:");
+  for (const HostSpeed& h : speeds) std::printf(" %.2f", h.dispatch_us);
+  std::printf("\n  host before each step, CPU:");
+  for (const HostSpeed& h : speeds) std::printf(" %d", h.cpu);
   std::printf("\n");
 }
 
@@ -202,7 +310,7 @@ int main(int argc, char** argv) {
   int steps = 6, prompt_len = 16, ttft_prompt = 0, resident_run_count = 3;
   int64_t seed = 1;
   bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false, no_probes = false,
-       step_times = false;
+       step_times = false, keep_host_mappings = false;
   std::string save_traces, probes_flag = "all";
   CLI::App app{"Decode under a device budget on the real GPU: stock UVM against the autouvm executor"};
   app.add_option("--preset", preset, "7b | 13b | small (Llama-2 dimensions; small for a quick check)")
@@ -222,12 +330,17 @@ int main(int argc, char** argv) {
   app.add_flag("--explicit-sync", explicit_sync,
                "diagnostic: explicit offloading synchronizes the device around every copy");
   app.add_flag("--op-times", op_times, "time the last step of each run op by op and say where the time went");
-  app.add_flag("--step-times", step_times, "print every step's time after each row (the resident runs' too)");
+  app.add_flag("--step-times", step_times,
+               "print every step's time after each row (the resident runs' too), with the host's speed before "
+               "each step (HostSpeed)");
   app.add_flag("--probe-only", probe_only, "run the probes, then stop");
+  app.add_flag("--keep-host-mappings", keep_host_mappings,
+               "diagnostic: between runs, leave ranges that a run mapped from host memory as they are (Note "
+               "[Mappings outlive their advice])");
   app.add_flag("--no-probes", no_probes, "skip the probes (they were printed by an earlier run)");
   app.add_option("--probes", probes_flag,
                  "which probes to run: all, or some of driver, link, drop, staged, staged-ring, placement, "
-                 "eviction, host-copy")
+                 "eviction, host-copy, host-alloc, host-copies")
       ->capture_default_str();
   app.add_option("--save-traces", save_traces,
                  "directory to write each batch's recorded decode step to (<preset>-decode-b<batch>.trace, "
@@ -277,13 +390,15 @@ int main(int argc, char** argv) {
                                                               {"staged-ring", autouvm::bench::ProbeStagedRing},
                                                               {"placement", autouvm::bench::ProbePlacement},
                                                               {"eviction", autouvm::bench::ProbeEvictionCycles},
-                                                              {"host-copy", autouvm::bench::ProbeHostCopyFill}};
+                                                              {"host-copy", autouvm::bench::ProbeHostCopyFill},
+                                                              {"host-alloc", autouvm::bench::ProbeHostCopyAlloc},
+                                                              {"host-copies", autouvm::bench::ProbeHostCopyMany}};
     const std::vector<std::string> wanted = absl::StrSplit(probes_flag, ',');
     for (const std::string& w : wanted) {
       if (w != "all" && std::none_of(all.begin(), all.end(), [&](const auto& p) { return p.first == w; })) {
         Die("unknown probe " + w +
             " (known: all, driver, link, drop, staged, staged-ring, placement, eviction, "
-            "host-copy)");
+            "host-copy, host-alloc, host-copies)");
       }
     }
     for (const auto& [name, probe] : all) {
@@ -316,8 +431,27 @@ int main(int argc, char** argv) {
           "time to first token");
     return 0;
   }
+  // --step-times: a few floats on the device for the host speed probe before each step.
+  at::Tensor scratch = at::zeros({256}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat));
+  const c10::cuda::CUDAStream probe_stream = c10::cuda::getStreamFromPool();
+  // Note [Mappings outlive their advice]: a range the device was given access to in host memory
+  // (zerocopy's layers, a plan's remote tensors) may stay mapped after the advice is unset — CUDA says
+  // such mappings "may be removed at any time". On the H200 host (2026-11-30), `stock` at 1.75 run after
+  // `zerocopy` in one process (13B) migrated 12.5 GiB per step where alone it migrated 23 GiB: about the
+  // 10.6 GiB zerocopy had left in host memory, read (it seems) through the old mappings. Between runs
+  // such ranges now go to the device and back, which remaps them; --keep-host-mappings skips that, to
+  // compare (not yet run on the GPU).
+  std::vector<TensorRange> mapped_from_host;
   auto all_to_host = [&] {
     Check(autouvm::bench::MoveAllToHost(gpu, m), "moving everything to the host");
+    if (!keep_host_mappings) {
+      for (const TensorRange& rg : mapped_from_host) {
+        Check(backend->Prefetch(rg.addr, rg.bytes, Location::kDevice, Stream::kCopy), "prefetch");
+        Check(backend->Prefetch(rg.addr, rg.bytes, Location::kHost, Stream::kCopy), "prefetch");
+      }
+      Check(backend->Synchronize(), "synchronize");
+      mapped_from_host.clear();
+    }
     cudaDeviceSynchronize();
   };
 
@@ -331,10 +465,11 @@ int main(int argc, char** argv) {
     // Prefill every slot (resident), keep the cache state, then record one decode step.
     const std::vector<int64_t> first_tokens = autouvm::bench::Prefill(m, batch, prompt_len);
     auto run_steps = [&](autouvm::runtime::OpSubscriber* follow, std::vector<std::vector<int64_t>>* out,
-                         std::vector<double>* times) {
+                         std::vector<double>* times, std::vector<HostSpeed>* speeds) {
       std::vector<int64_t> tok = first_tokens;
       if (follow) observer->AddSubscriber(follow);
       for (int s = 0; s < steps; ++s) {
+        if (speeds) speeds->push_back(ProbeHostSpeed(scratch, probe_stream));
         const auto t0 = Clock::now();
         if (follow) observer->BeginIteration(autouvm::runtime::IterationMode::kObserve);
         tok = autouvm::bench::DecodeStep(m, tok, prompt_len + s);  // .to(kCPU) synchronizes
@@ -369,15 +504,27 @@ int main(int argc, char** argv) {
     Check(backend->Synchronize(), "synchronize");
     std::vector<std::vector<int64_t>> reference;
     std::vector<std::vector<double>> resident_runs;  // steady step times of each resident run
+    // --step-times: steady steps that move nothing (resident, and every policy at factor 1.0 or less)
+    // with the host's speed just before each, for PrintByHostSpeed after the batch.
+    std::vector<IdleStep> idle;
+    double idle_sim_s = 0;  // the simulator's step at factor 1.0
+    auto keep_idle = [&](const std::string& who, const std::vector<double>& steady,
+                         const std::vector<HostSpeed>& speeds) {
+      for (size_t k = 0; k < steady.size() && k + 1 < speeds.size(); ++k) {
+        idle.push_back({.who = who, .step_s = steady[k], .speed = speeds[k + 1]});
+      }
+    };
     double resident_s = 1e9;
     for (int rep = 0; rep < resident_run_count; ++rep) {
       std::vector<double> resident_times;
+      std::vector<HostSpeed> speeds;
       reference.clear();
-      run_steps(nullptr, &reference, &resident_times);
+      run_steps(nullptr, &reference, &resident_times, step_times ? &speeds : nullptr);
+      if (step_times) PrintStepTimes("resident", resident_times, speeds);
       resident_times.erase(resident_times.begin());
+      if (step_times) keep_idle("resident", resident_times, speeds);
       resident_runs.push_back(resident_times);
       resident_s = std::min(resident_s, Median(resident_times));
-      if (step_times) PrintStepTimes("resident", resident_times);
     }
     if (copy_beside_decode) {
       Check(autouvm::bench::ProbeCopyBesideDecode(m, first_tokens, prompt_len), "copy beside decode");
@@ -405,6 +552,7 @@ int main(int argc, char** argv) {
         autouvm::runtime::OpSubscriber* follow = nullptr;
         std::vector<std::vector<int64_t>> tokens;
         std::vector<double> times;
+        std::vector<HostSpeed> speeds;
         UvmCounters before_last;
         {
           const auto t_prepare = Clock::now();
@@ -415,6 +563,11 @@ int main(int argc, char** argv) {
             managed = Check(autouvm::bench::BudgetPolicy::Create(policy, gpu, trace, m, planned_budget, batch),
                             policy.c_str());
             plan = managed->plan();
+            for (const auto& [id, rg] : m.named) {
+              if (std::find(plan.remote().begin(), plan.remote().end(), id) != plan.remote().end()) {
+                mapped_from_host.push_back(rg);
+              }
+            }
             follow = managed->subscriber();
             if (policy == "autouvm") staged_bytes = managed->staged_bytes();
           } else if (policy == "explicit" || policy == "prefetched") {
@@ -444,6 +597,7 @@ int main(int argc, char** argv) {
                     gpu->Advise(rg.addr, rg.bytes, autouvm::runtime::Advice::kPreferredLocation, true, Location::kHost),
                     "advice");
                 Check(gpu->Advise(rg.addr, rg.bytes, autouvm::runtime::Advice::kAccessedBy, true), "advice");
+                mapped_from_host.push_back(rg);
               } else {
                 Check(backend->Prefetch(rg.addr, rg.bytes, Location::kDevice, Stream::kCopy), "prefetch");
               }
@@ -460,6 +614,7 @@ int main(int argc, char** argv) {
           const bool observed = follow != nullptr || op_times;
           for (int s = 0; s < steps; ++s) {
             if (s == steps - 1) before_last = Check(backend->ReadCounters(), "counters");
+            if (step_times) speeds.push_back(ProbeHostSpeed(scratch, probe_stream));
             const auto t0 = Clock::now();
             if (op_times) timer.BeginIteration();
             if (observed) observer->BeginIteration(autouvm::runtime::IterationMode::kObserve);
@@ -483,6 +638,7 @@ int main(int argc, char** argv) {
         r.cold_s = times.front();
         std::vector<double> steady(times.begin() + 1, times.end());
         r.steady_s = Median(steady);
+        if (step_times && factor <= 1.0) keep_idle(policy, steady, speeds);
         runs_of[{factor, policy}].push_back(std::move(steady));
         r.tokens_match = tokens == reference;
         r.accounted_peak = managed   ? managed->peak_resident_bytes()
@@ -494,6 +650,7 @@ int main(int argc, char** argv) {
                                  ? autouvm::bench::SimulatedSeconds(trace, spec, policy, planned ? &plan : nullptr,
                                                                     budget, activations, factor)
                                  : 0;
+        if (factor <= 1.0 && sim_s > 0) idle_sim_s = sim_s;
         const UvmCounters& mv = r.steady_moved;
         const double other =
             static_cast<double>(mv.h2d(MigrationCause::kFault) + mv.h2d(MigrationCause::kDriverPrefetch));
@@ -510,7 +667,7 @@ int main(int argc, char** argv) {
             sim_s / r.steady_s, r.tokens_match ? "yes" : "NO", r.accounted_peak / kGiB, mv.h2d_total() / kGiB,
             other / kGiB, mv.d2h_total() / kGiB, (long long)mv.gpu_fault_groups, plan_cell.c_str(),
             r.note.empty() ? "" : (" " + r.note).c_str());
-        if (step_times) PrintStepTimes(policy, times);
+        if (step_times) PrintStepTimes(policy, times, speeds);
         if (!op_seconds.empty()) {
           // What the GPU spent its last step on; "remote" = tensors that stayed in (or came from) host memory.
           std::vector<std::string> remote_ids;
@@ -554,6 +711,7 @@ int main(int argc, char** argv) {
       }
     }
     PrintPooled(preset, batch, resident_runs, runs_of);
+    if (step_times) PrintByHostSpeed(batch, idle, idle_sim_s);
   }
   return 0;
 }

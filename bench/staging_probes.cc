@@ -3,13 +3,16 @@
 // filling the host copy in the first place.
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 #include <torch/script.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +28,19 @@ using runtime::Location;
 using runtime::Stream;
 using runtime::UvmCounters;
 using Clock = std::chrono::steady_clock;
+
+void CopyIn8Threads(void* to, const void* from, int64_t bytes) {
+  constexpr int kThreads = 8;
+  const int64_t part = bytes / kThreads;
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kThreads; ++k) {
+    threads.emplace_back([=] {
+      std::memcpy(static_cast<char*>(to) + k * part, static_cast<const char*>(from) + k * part,
+                  static_cast<size_t>(k == kThreads - 1 ? bytes - k * part : part));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
 
 }  // namespace
 
@@ -239,6 +255,10 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
     std::memcpy(host, reinterpret_cast<const void*>(r), static_cast<size_t>(bytes));
     return absl::OkStatus();
   }));
+  RETURN_IF_ERROR(timed("memcpy on the CPU, 8 threads", [&]() -> absl::Status {
+    CopyIn8Threads(host, reinterpret_cast<const void*>(r), bytes);
+    return absl::OkStatus();
+  }));
   RETURN_IF_ERROR(timed("prefetch to the device, then cudaMemcpy", [&]() -> absl::Status {
     RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kDevice, Stream::kCopy));
     RETURN_IF_ERROR(backend->Synchronize());
@@ -269,6 +289,10 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
     std::memcpy(reinterpret_cast<void*>(r), host, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }));
+  RETURN_IF_ERROR(back("memcpy on the CPU, 8 threads", [&] {
+    CopyIn8Threads(reinterpret_cast<void*>(r), host, bytes);
+    return absl::OkStatus();
+  }));
   RETURN_IF_ERROR(back("populated on the device, copied in, then prefetched to the host", [&]() -> absl::Status {
     RETURN_IF_ERROR(backend->Discard(r, bytes, Stream::kCopy));
     RETURN_IF_ERROR(backend->Prefetch(r, bytes, Location::kDevice, Stream::kCopy));  // populates
@@ -278,6 +302,121 @@ absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend) {
   }));
   cudaFreeHost(host);
   return backend->FreeManaged(r);
+}
+
+// The cost of a host copy's memory before anything is copied into it: a plan's first preparation
+// allocates and pins as many bytes as it stages (10.9 GiB for the 13B at factor 1.75), and took 3-11 s
+// where the fill alone (above) would take 1-2 s.
+absl::Status ProbeHostCopyAlloc(runtime::DeviceBackend* backend) {
+  const size_t bytes = size_t{1} << 30;
+  {
+    std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string setting;
+    std::getline(thp, setting);
+    std::printf("host copy allocation: transparent huge pages %s\n", setting.empty() ? "(unknown)" : setting.c_str());
+  }
+  // How fast a pinned buffer is once made: a device buffer copied into it and back.
+  void* dev = nullptr;
+  if (cudaMalloc(&dev, bytes) != cudaSuccess) return absl::ResourceExhaustedError("host alloc probe: cudaMalloc");
+  cudaMemset(dev, 7, bytes);
+  auto copies = [&](void* host) {
+    cudaDeviceSynchronize();
+    const auto t0 = Clock::now();
+    cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+    const auto t1 = Clock::now();
+    cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
+    const auto t2 = Clock::now();
+    return std::pair<double, double>{bytes / Seconds(t0, t1) / 1e9, bytes / Seconds(t1, t2) / 1e9};
+  };
+  auto report = [&](const char* how, double alloc_s, double touch_s, double pin_s, void* host) {
+    const auto [d2h, h2d] = copies(host);
+    std::printf(
+        "host copy allocation, 1 GiB: %s: allocate %.1f ms, touch %.1f ms, pin %.1f ms = %.2f GB/s; copies into it "
+        "%.1f GB/s, out of it %.1f GB/s\n",
+        how, 1e3 * alloc_s, 1e3 * touch_s, 1e3 * pin_s, bytes / (alloc_s + touch_s + pin_s) / 1e9, d2h, h2d);
+  };
+  {
+    void* host = nullptr;
+    const auto t0 = Clock::now();
+    if (cudaHostAlloc(&host, bytes, cudaHostAllocDefault) != cudaSuccess) {
+      return absl::ResourceExhaustedError("host alloc probe: cudaHostAlloc");
+    }
+    report("cudaHostAlloc (as CudaBackend does)", Seconds(t0, Clock::now()), 0, 0, host);
+    const auto t1 = Clock::now();
+    cudaFreeHost(host);
+    std::printf("host copy allocation, 1 GiB: cudaFreeHost %.1f ms\n", 1e3 * Seconds(t1, Clock::now()));
+  }
+  for (const bool huge : {false, true}) {
+    const auto t0 = Clock::now();
+    void* host = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (host == MAP_FAILED) return absl::ResourceExhaustedError("host alloc probe: mmap");
+    if (huge) madvise(host, bytes, MADV_HUGEPAGE);
+    const auto t1 = Clock::now();
+    std::memset(host, 0, bytes);
+    const auto t2 = Clock::now();
+    if (cudaHostRegister(host, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+      munmap(host, bytes);
+      return absl::InternalError("host alloc probe: cudaHostRegister");
+    }
+    const auto t3 = Clock::now();
+    report(huge ? "mmap, madvise(MADV_HUGEPAGE), memset, cudaHostRegister" : "mmap, memset, cudaHostRegister",
+           Seconds(t0, t1), Seconds(t1, t2), Seconds(t2, t3), host);
+    const auto t4 = Clock::now();
+    cudaHostUnregister(host);
+    munmap(host, bytes);
+    std::printf("host copy allocation, 1 GiB: cudaHostUnregister and munmap%s %.1f ms\n", huge ? " (huge pages)" : "",
+                1e3 * Seconds(t4, Clock::now()));
+  }
+  cudaFree(dev);
+  (void)backend;
+  return absl::OkStatus();
+}
+
+// A plan's first preparation in the backend's own calls: 8 GiB of weights on the host, as 64 ranges of
+// 128 MiB, each given a host copy by StageOut (allocated, pinned, filled, the range discarded); how fast,
+// and how much of the copies' memory the kernel gave as huge pages.
+absl::Status ProbeHostCopyMany(runtime::DeviceBackend* backend) {
+  constexpr int kRanges = 64;
+  constexpr int64_t kBytes = int64_t{128} << 20;
+  auto anon_huge_kib = [] {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    int64_t value = 0;
+    std::string unit;
+    while (meminfo >> key >> value >> unit) {
+      if (key == "AnonHugePages:") return value;
+    }
+    return int64_t{-1};
+  };
+  std::vector<uint64_t> ranges;
+  for (int k = 0; k < kRanges; ++k) {
+    ASSIGN_OR_RETURN(const uint64_t r, backend->AllocateManaged(kBytes));
+    std::memset(reinterpret_cast<void*>(r), k + 1, static_cast<size_t>(kBytes));
+    RETURN_IF_ERROR(backend->Prefetch(r, kBytes, Location::kHost, Stream::kCopy));
+    ranges.push_back(r);
+  }
+  RETURN_IF_ERROR(backend->Synchronize());
+  const int64_t huge_before = anon_huge_kib();
+  std::vector<double> each;
+  const auto t0 = Clock::now();
+  for (const uint64_t r : ranges) {
+    const auto t = Clock::now();
+    RETURN_IF_ERROR(backend->StageOut(r, kBytes));
+    each.push_back(Seconds(t, Clock::now()));
+  }
+  const double total = Seconds(t0, Clock::now());
+  const int64_t huge_after = anon_huge_kib();
+  std::sort(each.begin(), each.end());
+  std::printf(
+      "host copies, %d ranges of 128 MiB on the host, StageOut each: %.2f s = %.1f GB/s (per range: fastest %.1f, "
+      "median %.1f, slowest %.1f ms); huge pages %+.2f GiB\n",
+      kRanges, total, kRanges * kBytes / total / 1e9, 1e3 * each.front(), 1e3 * each[each.size() / 2],
+      1e3 * each.back(), (huge_after - huge_before) / 1048576.0);
+  for (const uint64_t r : ranges) {
+    RETURN_IF_ERROR(backend->ForgetHostCopies(r, kBytes, runtime::DeviceBackend::WhenStaged::kDrop));
+    RETURN_IF_ERROR(backend->FreeManaged(r));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace autouvm::bench

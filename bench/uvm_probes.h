@@ -34,9 +34,15 @@ absl::Status ProbeStaged(runtime::DeviceBackend* backend);
 // once brought in, two in flight; the discard on the compute stream after the read, or on the copy stream
 // before the next copy. Prints GB/s and the calling thread's time in the calls.
 absl::Status ProbeStagedRing(runtime::DeviceBackend* backend);
-// Three ways of filling a pinned host copy from 1 GiB of managed memory on the host, and three of
+// Four ways of filling a pinned host copy from 1 GiB of managed memory on the host, and four of
 // putting it back there (what Unstage to the host does), GB/s of each.
 absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend);
+// What 1 GiB of pinned host memory for a host copy costs to make: cudaHostAlloc, or mmap + memset +
+// cudaHostRegister with and without transparent huge pages; and how fast copies into and out of each run.
+absl::Status ProbeHostCopyAlloc(runtime::DeviceBackend* backend);
+// A plan's first preparation in the backend's own calls: 64 ranges of 128 MiB on the host given host
+// copies by StageOut; GB/s, per-range times, and the huge pages the copies got.
+absl::Status ProbeHostCopyMany(runtime::DeviceBackend* backend);
 // The emulated driver eviction's traffic: 4 GiB moved to the host and back eight times by 64 MiB
 // prefetches, the last four trips after 3 s idle; GB/s of each trip.
 absl::Status ProbeEvictionCycles(runtime::DeviceBackend* backend);
