@@ -38,7 +38,8 @@ absl::Status ProbeStagedRing(runtime::DeviceBackend* backend);
 // putting it back there (what Unstage to the host does), GB/s of each.
 absl::Status ProbeHostCopyFill(runtime::DeviceBackend* backend);
 // What 1 GiB of pinned host memory for a host copy costs to make: cudaHostAlloc, or mmap + memset +
-// cudaHostRegister with and without transparent huge pages; and how fast copies into and out of each run.
+// cudaHostRegister with and without transparent huge pages (touched by one thread or eight); and how
+// fast copies into and out of each run.
 absl::Status ProbeHostCopyAlloc(runtime::DeviceBackend* backend);
 // A plan's first preparation in the backend's own calls: 64 ranges of 128 MiB on the host given host
 // copies by StageOut; GB/s, per-range times, and the huge pages the copies got.
