@@ -1,6 +1,7 @@
 // autouvm-cli: a command-line client for autouvmd, over gRPC only.
 //
 //   autouvm-cli [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH]
+//       [--tls | --tls-ca PEM] [--tls-cert PEM --tls-key PEM] [--tls-server-name NAME]
 //       <generate|models|status|server|profiles|reprofile|health> [options]
 //
 // Exit status: 0 success, 1 RPC error (or `health` not SERVING, or `profiles import` refused an entry),
@@ -40,6 +41,12 @@ int Main(int argc, char** argv) {
   app.add_option("--timeout", connection.timeout_s, "Per-call deadline in seconds; 0: none")->capture_default_str();
   app.add_option("--token-file", connection.token_file,
                  "File holding the admin token for Admin calls (default: $AUTOUVM_ADMIN_TOKEN)");
+  app.add_flag("--tls", connection.tls, "Connect over TLS, verifying the server against the system's CAs");
+  app.add_option("--tls-ca", connection.tls_ca, "Connect over TLS, verifying the server against this PEM CA bundle");
+  app.add_option("--tls-cert", connection.tls_cert, "PEM client certificate for mutual TLS (with --tls-key)");
+  app.add_option("--tls-key", connection.tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-server-name", connection.tls_server_name,
+                 "Connect over TLS; the name the server's certificate must carry, if not --addr's host");
 
   GenerateFlags generate_flags;
   ModelsFlags models_flags;
@@ -62,6 +69,9 @@ int Main(int argc, char** argv) {
       throw CLI::ValidationError("--timeout", "must be between 0 and 1000000 seconds");
     }
     if (const absl::Status loaded = LoadAdminToken(&connection, std::getenv(kAdminTokenEnv)); !loaded.ok()) {
+      throw CLI::ValidationError(std::string(loaded.message()));
+    }
+    if (const absl::Status loaded = LoadTls(&connection); !loaded.ok()) {
       throw CLI::ValidationError(std::string(loaded.message()));
     }
   } catch (const CLI::ParseError& e) {

@@ -41,6 +41,27 @@ absl::Status LoadAdminToken(ConnectionFlags* flags, const char* env_token) {
   return absl::OkStatus();
 }
 
+absl::Status LoadTls(ConnectionFlags* flags) {
+  if (flags->tls_cert.empty() != flags->tls_key.empty()) {
+    return absl::InvalidArgumentError(flags->tls_cert.empty() ? "--tls-key: needs --tls-cert (its certificate)"
+                                                              : "--tls-cert: needs --tls-key (its private key)");
+  }
+  auto read = [](const std::string& flag, const std::string& path, const std::string& kind,
+                 std::string* out) -> absl::Status {
+    if (path.empty()) return absl::OkStatus();
+    absl::StatusOr<std::string> content = ReadWholeFile(path);
+    if (!content.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", content.status().message()));
+    if (content->find("-----BEGIN ") == std::string::npos || content->find(kind + "-----") == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " holds no PEM ", kind, " block"));
+    }
+    *out = *std::move(content);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = read("--tls-ca", flags->tls_ca, "CERTIFICATE", &flags->tls_ca_pem); !s.ok()) return s;
+  if (absl::Status s = read("--tls-cert", flags->tls_cert, "CERTIFICATE", &flags->tls_cert_pem); !s.ok()) return s;
+  return read("--tls-key", flags->tls_key, "PRIVATE KEY", &flags->tls_key_pem);
+}
+
 void ApplyAdminToken(const ConnectionFlags& flags, grpc::ClientContext* context) {
   if (!flags.token.empty()) context->AddMetadata("authorization", "Bearer " + flags.token);
 }
@@ -48,7 +69,13 @@ void ApplyAdminToken(const ConnectionFlags& flags, grpc::ClientContext* context)
 std::shared_ptr<grpc::Channel> MakeChannel(const ConnectionFlags& flags, int max_receive_message_bytes) {
   grpc::ChannelArguments args;
   if (max_receive_message_bytes > 0) args.SetMaxReceiveMessageSize(max_receive_message_bytes);
-  return grpc::CreateCustomChannel(flags.addr, grpc::InsecureChannelCredentials(), args);
+  if (!flags.UsesTls()) return grpc::CreateCustomChannel(flags.addr, grpc::InsecureChannelCredentials(), args);
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = flags.tls_ca_pem;  // "": the system's CAs
+  tls.pem_private_key = flags.tls_key_pem;
+  tls.pem_cert_chain = flags.tls_cert_pem;
+  if (!flags.tls_server_name.empty()) args.SetSslTargetNameOverride(flags.tls_server_name);
+  return grpc::CreateCustomChannel(flags.addr, grpc::SslCredentials(tls), args);
 }
 
 void ApplyDeadline(const ConnectionFlags& flags, grpc::ClientContext* context) {

@@ -55,6 +55,30 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
   return absl::OkStatus();
 }
 
+// server.tls: the files are read when the daemon starts (Daemon::Start); here, which go together.
+absl::Status ReadTls(const YAML::Node& node, TlsSettings* t) {
+  YamlFields f(node, "server.tls");
+  f.String("cert_file", &t->cert_file);
+  f.String("key_file", &t->key_file);
+  f.String("client_ca_file", &t->client_ca_file);
+  f.Bool("require_client_cert", &t->require_client_cert);
+  f.DurationMs("reload_interval", &t->reload_interval_ms, 1000, 24 * 3600 * 1000);
+  RETURN_IF_ERROR(f.Finish());
+  if (t->cert_file.empty() != t->key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("server.tls.", t->cert_file.empty() ? "cert_file" : "key_file",
+                                                   ": missing (TLS needs both cert_file and key_file)"));
+  }
+  if (!t->client_ca_file.empty() && !t->enabled()) {
+    return absl::InvalidArgumentError(
+        "server.tls.client_ca_file: needs cert_file and key_file (client certificates are asked for over TLS)");
+  }
+  if (t->require_client_cert && t->client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "server.tls.require_client_cert: needs client_ca_file (the CA client certificates are verified against)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, const std::string& origin) {
@@ -79,7 +103,9 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   fs.String("listen", &c.listen);
   fs.String("metrics_listen", &c.metrics_listen);
   fs.DurationMs("drain_timeout", &c.drain_timeout_ms, 0, 3600 * 1000);
+  YAML::Node tls = fs.Map("tls");
   if (auto s = fs.Finish(); !s.ok()) return wrap(s);
+  if (auto s = ReadTls(tls, &c.tls); !s.ok()) return wrap(s);
   if (auto s = CheckAddress("server.listen", c.listen); !s.ok()) return wrap(s);
   if (!c.metrics_listen.empty()) {
     if (auto s = CheckAddress("server.metrics_listen", c.metrics_listen); !s.ok()) return wrap(s);

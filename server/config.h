@@ -36,8 +36,20 @@ struct Limits {
   int64_t max_receive_message_bytes = 4 << 20;
 };
 
+// TLS on the gRPC port (server.tls; docs/configuration.md). Off unless cert_file is set.
+struct TlsSettings {
+  std::string cert_file;               // PEM certificate chain the port presents
+  std::string key_file;                // PEM private key of cert_file
+  std::string client_ca_file;          // PEM CA bundle that client certificates are verified against ("": none asked)
+  bool require_client_cert = false;    // refuse clients without a certificate from client_ca_file (mTLS)
+  int64_t reload_interval_ms = 60000;  // how often the files are read again (rotated certificates)
+
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
+  TlsSettings tls;
   std::string metrics_listen = "0.0.0.0:9090";
   int64_t drain_timeout_ms = 30000;
   std::string model_repository = "models";

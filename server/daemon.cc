@@ -25,6 +25,7 @@
 #include "server/model_runner.h"
 #include "server/profile_admin.h"
 #include "server/serving_gate.h"
+#include "server/tls.h"
 
 #ifndef AUTOUVM_VERSION
 #define AUTOUVM_VERSION "unknown"
@@ -56,6 +57,8 @@ Daemon::Daemon(const ServerConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config) {
   std::unique_ptr<Daemon> d(new Daemon(config));
+  // The gRPC port's certificate first: a bad one stops the daemon before anything is loaded.
+  ASSIGN_OR_RETURN(d->tls_, TlsFiles::Start(config.tls));
   std::error_code ec;
   std::filesystem::create_directories(config.state_dir, ec);
   if (ec)
@@ -138,7 +141,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &d->port_);
+  builder.AddListeningPort(config.listen, d->tls_ ? d->tls_->credentials() : grpc::InsecureServerCredentials(),
+                           &d->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_receive_message_bytes));
   builder.RegisterService(d->generation_.get());
   builder.RegisterService(d->admin_.get());
@@ -148,8 +152,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   }
   auto* health = d->server_->GetHealthCheckService();
   health->SetServingStatus(false);
-  std::cerr << "autouvmd: listening on " << config.listen.substr(0, config.listen.rfind(':')) << ":" << d->port_
-            << " (health NOT_SERVING until the models are loaded)\n";
+  std::cerr << "autouvmd: listening on " << config.listen.substr(0, config.listen.rfind(':')) << ":" << d->port_ << ", "
+            << DescribeTls(config.tls) << " (health NOT_SERVING until the models are loaded)\n";
 
   Daemon* self = d.get();
   d->loader_ = std::thread([self] {

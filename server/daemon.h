@@ -40,6 +40,7 @@ class IterationObserver;
 class Metrics;
 class MetricsServer;
 class ProfileAdmin;
+class TlsFiles;
 
 class Daemon {
  public:
@@ -70,6 +71,7 @@ class Daemon {
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<ProfileAdmin> profile_admin_;
   std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<TlsFiles> tls_;  // null when server.tls is off; outlives the server that reads its copies
   std::unique_ptr<grpc::Server> server_;
   std::thread loader_;
   int port_ = 0;

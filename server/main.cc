@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
     std::cerr << "autouvmd: cannot write --port-file " << port_file << "\n";
     return 1;
   }
-  std::cerr << "autouvmd: try  autouvm-cli --addr 127.0.0.1:" << (*daemon)->port() << " generate --model "
+  std::cerr << "autouvmd: try  autouvm-cli --addr 127.0.0.1:" << (*daemon)->port()
+            << (config->tls.enabled() ? " --tls-ca CA.pem --tls-server-name NAME" : "") << " generate --model "
             << (config->generate_default_model.empty() ? "NAME" : config->generate_default_model)
             << " --prompt 'Hello'\n";
 

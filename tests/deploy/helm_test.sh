@@ -72,7 +72,11 @@ has everything-on "$out/on.yaml" "listen: 0.0.0.0:8001" "metrics_listen: 0.0.0.0
   "containerPort: 8002" "port: 8001" "port: 443" "port: 8080" "claimName: models-nfs" "nvidia.com/gpu: 1" \
   'image: "registry.example.com/llm/autouvmd:0.1.0-cuda13"' "value: \"103079215104\"" \
   "token_file: /var/run/secrets/autouvmd/admin/admin-token" "terminationGracePeriodSeconds: 180" \
-  "name: autouvm_queue_time_p90_seconds" "grafana_dashboard: autouvmd"
+  "name: autouvm_queue_time_p90_seconds" "grafana_dashboard: autouvmd" \
+  "cert_file: /var/run/secrets/autouvmd/tls/tls.crt" "key_file: /var/run/secrets/autouvmd/tls/tls.key" \
+  "client_ca_file: /var/run/secrets/autouvmd/tls/ca.crt" "require_client_cert: true" "secretName: llm-tls" \
+  "path: /readyz"
+if grep -q '^ *grpc:$' "$out/on.yaml"; then fail "everything-on: a gRPC probe on the TLS port"; fi
 if grep -q '^  replicas:' "$out/on.yaml"; then fail "everything-on: the StatefulSet sets replicas under an HPA"; fi
 # Without the claim given as existing, its absence is an error.
 if v=$(validate "$out/on.yaml"); then fail "a missing claim was accepted"; fi
@@ -103,6 +107,10 @@ refuse "models.readOnly: the daemon writes" --set models.readOnly=true
 refuse "autoscaling.minReplicas (5) is above autoscaling.maxReplicas (4)" \
   --set autoscaling.enabled=true --set autoscaling.minReplicas=5
 refuse "requires kubeVersion >=1.24.0-0" --kube-version v1.23.0
+refuse "tls.clientCertificates: 'maybe' is not one of none, verify, require" \
+  --set tls.existingSecret=t-tls --set tls.clientCertificates=maybe
+refuse "config.server.tls.cert_file is set by the chart from tls.existingSecret" \
+  --set tls.existingSecret=t-tls --set config.server.tls.cert_file=/etc/x.crt
 # --strict: a template that names a value values.yaml lacks fails instead of rendering empty.
 rm -rf "$out/typo" && cp -rL "$chart" "$out/typo"
 sed -i 's/\.Values\.image\.pullPolicy/.Values.image.pullPolicyy/' "$out/typo/templates/statefulset.yaml"
@@ -187,5 +195,10 @@ reject "$o" "ServiceMonitor/llm: spec.endpoints[0].port: port 'grpc' is on 2 sel
   ServiceMonitor/llm spec/endpoints/0/port set grpc
 reject "$o" "ServiceMonitor/llm: spec.endpoints[0].intervall: unknown field of ServiceMonitorEndpoint" \
   ServiceMonitor/llm spec/endpoints/0/intervall set 15s
+in_llm="StatefulSet/llm: spec.template.spec.containers[0]"
+reject "$o" "$in_llm.readinessProbe.grpc: the gRPC port speaks TLS (server.tls)" \
+  StatefulSet/llm "$c/readinessProbe" set '{grpc: {port: 8001}}'
+reject "$o" "StatefulSet/llm: autouvmd.yaml server.tls.cert_file: '/etc/tls/tls.crt' is on no volume" \
+  ConfigMap/llm data/autouvmd.yaml replace /var/run/secrets/autouvmd/tls/tls.crt /etc/tls/tls.crt
 
 echo "helm: 3 renders valid (default, everything-on, cpu-only), $refused bad values refused, $broken broken renders caught"

@@ -137,15 +137,23 @@ def check_daemon(ctx):
         if metrics:
             listen_port(r, obj, config + "server.metrics_listen", metrics, ports, "metrics")
         mounts = [m["mountPath"].rstrip("/") for m in c.get("volumeMounts", [])]
+        tls = server.get("tls") or {}
+        optional = ("admin.token_file", "server.tls.cert_file", "server.tls.key_file", "server.tls.client_ca_file")
         for key, value in (("repository.path", (cfg.get("repository") or {}).get("path")),
                            ("state_dir", cfg.get("state_dir")),
-                           ("admin.token_file", (cfg.get("admin") or {}).get("token_file"))):
-            if key == "admin.token_file" and not value:
+                           ("admin.token_file", (cfg.get("admin") or {}).get("token_file")),
+                           ("server.tls.cert_file", tls.get("cert_file")),
+                           ("server.tls.key_file", tls.get("key_file")),
+                           ("server.tls.client_ca_file", tls.get("client_ca_file"))):
+            if key in optional and not value:
                 continue
             if not value or not any(str(value) == m or str(value).startswith(m + "/") for m in mounts):
                 r.error(obj, config + key, "%r is on no volume the container mounts (%s)" % (value, ", ".join(mounts)))
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             spec = c.get(probe) or {}
+            if "grpc" in spec and tls.get("cert_file"):
+                r.error(obj, "%s.%s.grpc" % (where, probe), "the gRPC port speaks TLS (server.tls), which "
+                        "Kubernetes' gRPC probes cannot: ask /readyz on the metrics port")
             for handler, port_name in (("grpc", "grpc"), ("httpGet", "metrics")):
                 if handler in spec and ports.get(spec[handler].get("port")) != ports.get(port_name):
                     r.error(obj, "%s.%s.%s.port" % (where, probe, handler), "%r is not the daemon's %s port"

@@ -56,7 +56,8 @@ bool DaemonProcess::Start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (port_ <= 0) return false;
-  channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+  channel_ =
+      grpc::CreateChannel(address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials());
   generation_ = autouvm::v1::Generation::NewStub(channel_);
   admin_ = autouvm::v1::Admin::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);

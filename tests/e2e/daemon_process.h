@@ -29,6 +29,8 @@ struct DaemonOptions {
   std::string config_yaml;  // written to a file and passed with --config ("" → embedded default)
   std::vector<std::string> extra_args;
   bool generate_default_model = true;  // false: the test fills repository() itself before Start
+  // The channel's credentials (a daemon with server.tls); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // Greedy decoding of `max_tokens` tokens after `text`, EOS ignored (so exactly that many come back).

@@ -200,5 +200,31 @@ TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
   ExpectInvalid("admin: {token: x}\n", "admin.token");
 }
 
+TEST(ServerConfigTest, TlsIsOffByDefaultAndItsFilesGoTogether) {
+  auto c = ParseServerConfig(EmbeddedDefaultConfig(), kOrigin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->tls.enabled());
+  EXPECT_EQ(c->tls.reload_interval_ms, 60000);
+  auto mtls = ParseServerConfig(
+      "server: {tls: {cert_file: s.pem, key_file: s.key, client_ca_file: ca.pem, require_client_cert: true, "
+      "reload_interval: 5m}}\n",
+      kOrigin);
+  ASSERT_TRUE(mtls.ok()) << mtls.status();
+  EXPECT_TRUE(mtls->tls.enabled());
+  EXPECT_EQ(mtls->tls.key_file, "s.key");
+  EXPECT_EQ(mtls->tls.client_ca_file, "ca.pem");
+  EXPECT_TRUE(mtls->tls.require_client_cert);
+  EXPECT_EQ(mtls->tls.reload_interval_ms, 300000);
+  ExpectInvalid("server: {tls: {cert_file: s.pem}}\n", "server.tls.key_file");
+  ExpectInvalid("server: {tls: {key_file: s.key}}\n", "server.tls.cert_file");
+  ExpectInvalid("server: {tls: {client_ca_file: ca.pem}}\n", "server.tls.client_ca_file");
+  ExpectInvalid("server: {tls: {cert_file: s.pem, key_file: s.key, require_client_cert: true}}\n",
+                "server.tls.require_client_cert");
+  ExpectInvalid("server: {tls: {cert_file: s.pem, key_file: s.key, reload_interval: 10ms}}\n",
+                "server.tls.reload_interval");
+  ExpectInvalid("server: {tls: {certificate: s.pem}}\n", "server.tls.certificate");
+  ExpectInvalid("server: {tls: on}\n", "server.tls");
+}
+
 }  // namespace
 }  // namespace autouvm::server

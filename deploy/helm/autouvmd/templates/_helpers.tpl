@@ -99,6 +99,25 @@ autouvmd.yaml: values.config, with the keys the chart owns set from its ports an
 {{- $_ := set $admin "token_file" (printf "/var/run/secrets/autouvmd/admin/%s" .Values.adminToken.key) }}
 {{- $_ := set $cfg "admin" $admin }}
 {{- end }}
+{{- if .Values.tls.existingSecret }}
+{{- $mode := .Values.tls.clientCertificates | toString }}
+{{- if not (has $mode (list "none" "verify" "require")) }}
+{{- fail (printf "tls.clientCertificates: '%s' is not one of none, verify, require" $mode) }}
+{{- end }}
+{{- $tls := index $server "tls" | default dict }}
+{{- range $key := list "cert_file" "key_file" "client_ca_file" "require_client_cert" }}
+{{- if hasKey $tls $key }}
+{{- fail (printf "config.server.tls.%s is set by the chart from tls.existingSecret: use tls.clientCertificates" $key) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $tls "cert_file" "/var/run/secrets/autouvmd/tls/tls.crt" }}
+{{- $_ := set $tls "key_file" "/var/run/secrets/autouvmd/tls/tls.key" }}
+{{- if ne $mode "none" }}
+{{- $_ := set $tls "client_ca_file" "/var/run/secrets/autouvmd/tls/ca.crt" }}
+{{- $_ := set $tls "require_client_cert" (eq $mode "require") }}
+{{- end }}
+{{- $_ := set $server "tls" $tls }}
+{{- end }}
 {{- $_ := set $cfg "server" $server }}
 {{- $_ := set $cfg "repository" $repository }}
 {{- $_ := set $cfg "runtime" $runtime }}
@@ -120,4 +139,17 @@ autouvmd.yaml: values.config, with the keys the chart owns set from its ports an
 {{- else if eq $unit "m" }}{{ mul $n 60 }}
 {{- else }}{{ mul $n 3600 }}
 {{- end }}
+{{- end }}
+
+{{/* Readiness (startup and readiness probes): native gRPC health, or /readyz on the metrics port where the
+gRPC port speaks TLS, which Kubernetes' gRPC probes cannot. */}}
+{{- define "autouvmd.readyProbe" -}}
+{{- if .tls -}}
+httpGet:
+  path: /readyz
+  port: metrics
+{{- else -}}
+grpc:
+  port: {{ .port }}
+{{- end -}}
 {{- end }}
