@@ -2,7 +2,7 @@
 //
 //   autouvm-cli [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH]
 //       [--tls | --tls-ca PEM] [--tls-cert PEM --tls-key PEM] [--tls-server-name NAME]
-//       <generate|models|status|server|profiles|reprofile|health> [options]
+//       <generate|models|status|server|profiles|reprofile|health|bench> [options]
 //
 // Exit status: 0 success, 1 RPC error (or `health` not SERVING, or `profiles import` refused an entry),
 // 2 bad command line, 130 Ctrl-C.
@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "clients/admin_commands.h"
+#include "clients/bench_command.h"
 #include "clients/connection.h"
 #include "clients/generate_command.h"
 #include "clients/health_command.h"
@@ -55,6 +56,7 @@ int Main(int argc, char** argv) {
   ServerFlags server_flags;
   ProfilesFlags profiles_flags;
   ReprofileFlags reprofile_flags;
+  BenchFlags bench_flags;
   const CLI::App* generate = AddGenerateCommand(&app, &generate_flags);
   const CLI::App* models = AddModelsCommand(&app, &models_flags);
   const CLI::App* status = AddStatusCommand(&app, &status_flags);
@@ -62,6 +64,7 @@ int Main(int argc, char** argv) {
   const CLI::App* server = AddServerCommand(&app, &server_flags);
   const CLI::App* profiles = AddProfilesCommand(&app, &profiles_flags);
   const CLI::App* reprofile = AddReprofileCommand(&app, &reprofile_flags);
+  const CLI::App* bench = AddBenchCommand(&app, &bench_flags);
 
   try {
     app.parse(argc, argv);
@@ -86,6 +89,7 @@ int Main(int argc, char** argv) {
   if (server->parsed()) return RunServer(server_flags, connection);
   if (profiles->parsed()) return RunProfiles(*profiles, profiles_flags, connection);
   if (reprofile->parsed()) return RunReprofile(reprofile_flags, connection);
+  if (bench->parsed()) return RunBench(bench_flags, connection);
   return kExitUsage;  // unreachable: require_subcommand(1)
 }
 

@@ -188,6 +188,9 @@ bool Daemon::Drain() {
   if (!clean) std::cerr << "autouvmd: drain timeout passed; cancelling the requests still running\n";
   WaitLoaded();
   models_->Shutdown(absl::ZeroDuration());  // finishes whatever is left with UNAVAILABLE
+  // The handlers of those requests must still send that status: gRPC's own shutdown would cancel them
+  // (the client would see CANCELLED, which it did not ask for; load_e2e_test under SIGTERM saw 28).
+  if (!gate_->WaitIdle(absl::Seconds(10))) std::cerr << "autouvmd: some calls did not end within 10 s\n";
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   std::cerr << "autouvmd: stopped\n";

@@ -383,22 +383,24 @@ absl::StatusOr<int64_t> SimBackend::ResidentBytes(uint64_t addr, int64_t bytes) 
 }
 
 EventId SimBackend::RecordEvent(Stream stream) {
-  events_.push_back(clock_[Index(stream)]);
-  return static_cast<EventId>(events_.size() - 1);
+  events_[static_cast<size_t>(next_event_ % kEventRing)] = clock_[Index(stream)];
+  return next_event_++;
 }
 
 void SimBackend::WaitEvent(Stream stream, EventId event) {
-  if (event < 0 || event >= static_cast<EventId>(events_.size())) return;
+  if (event < 0 || event >= next_event_ || event < next_event_ - kEventRing) return;  // Note [Events in a ring]
   double& clock = clock_[Index(stream)];
-  clock = std::max(clock, events_[static_cast<size_t>(event)]);
+  clock = std::max(clock, events_[static_cast<size_t>(event % kEventRing)]);
 }
 
 absl::StatusOr<double> SimBackend::ElapsedSeconds(EventId from, EventId to) {
-  const auto n = static_cast<EventId>(events_.size());
-  if (from < 0 || from >= n || to < 0 || to >= n) {
-    return absl::NotFoundError(absl::StrCat("no timed event ", from < 0 || from >= n ? from : to));
+  for (const EventId e : {from, to}) {
+    if (e < 0 || e >= next_event_ || e < next_event_ - kEventRing) {
+      return absl::NotFoundError(
+          absl::StrCat("no timed event ", e, " (", next_event_, " recorded, the last ", kEventRing, " held)"));
+    }
   }
-  return events_[static_cast<size_t>(to)] - events_[static_cast<size_t>(from)];
+  return events_[static_cast<size_t>(to % kEventRing)] - events_[static_cast<size_t>(from % kEventRing)];
 }
 
 absl::Status SimBackend::Synchronize() {

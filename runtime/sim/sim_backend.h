@@ -64,6 +64,8 @@ struct KernelTime {
 
 class SimBackend final : public DeviceBackend {
  public:
+  // Events are held for the last kEventRing recorded (Note [Events in a ring]).
+  static constexpr int64_t kEventRing = int64_t{1} << 16;
   static absl::StatusOr<std::unique_ptr<SimBackend>> Create(SimOptions options);
 
   std::string_view kind() const override { return "sim"; }
@@ -149,7 +151,12 @@ class SimBackend final : public DeviceBackend {
   int64_t allocated_ = 0;
   std::array<double, 2> clock_{0, 0};
   double host_clock_ = 0;  // when the host has issued everything so far
-  std::vector<double> events_;
+  // Note [Events in a ring]: when each event completes, for the last kEventRing events recorded (an older
+  // one counts as long complete, as on CudaBackend). Unbounded, the list grew by every op boundary of
+  // every followed iteration: the daemon's CPU mirror gained 2.7 KiB per request under load_e2e_test's
+  // load (36 MiB in 5 minutes).
+  std::vector<double> events_ = std::vector<double>(kEventRing, 0.0);
+  EventId next_event_ = 0;
   std::unordered_map<uint64_t, double> ready_at_;  // block base → when a prefetch delivers it
   std::unordered_map<uint64_t, BlockAdvice> advice_;
   std::map<uint64_t, int64_t> staged_;    // addr → bytes of each staged range

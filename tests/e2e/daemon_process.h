@@ -55,6 +55,7 @@ class DaemonProcess {
   int Wait(double timeout_s = 60);
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  pid_t pid() const { return pid_; }  // -1 when not running
   std::string repository() const { return dir_.Sub("models"); }
   std::string state_dir() const { return dir_.Sub("state"); }
   std::string Log() const;  // the daemon's stderr so far

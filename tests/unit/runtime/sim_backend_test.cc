@@ -56,6 +56,27 @@ TEST(SimBackendTest, EventsOrderTheStreams) {
   EXPECT_NEAR(sim->Elapsed(), 1e-3, 1e-9);
 }
 
+// Note [Events in a ring]: the last kEventRing events are held; an older one counts as complete (a wait
+// on it changes nothing) and has no time — so a daemon that follows plans for months holds a fixed amount.
+TEST(SimBackendTest, EventsAreHeldInARingOfTheLastOnes) {
+  auto sim = Sim(1024 * kMiB);
+  sim->Copy(55'400'000, Stream::kCopy);  // 1 ms
+  const EventId first = sim->RecordEvent(Stream::kCopy);
+  EventId last = first;
+  for (int64_t i = 0; i < SimBackend::kEventRing; ++i) last = sim->RecordEvent(Stream::kCompute);
+  EXPECT_EQ(last, first + SimBackend::kEventRing);
+  sim->WaitEvent(Stream::kCompute, first);  // fallen out of the ring: no wait
+  EXPECT_EQ(sim->Now(Stream::kCompute), 0);
+  EXPECT_EQ(sim->ElapsedSeconds(first, last).status().code(), absl::StatusCode::kNotFound);
+  sim->Copy(55'400'000, Stream::kCopy);
+  const EventId recent = sim->RecordEvent(Stream::kCopy);
+  sim->WaitEvent(Stream::kCompute, recent);
+  EXPECT_NEAR(sim->Now(Stream::kCompute), 2e-3, 1e-9);
+  auto elapsed = sim->ElapsedSeconds(last, recent);
+  ASSERT_TRUE(elapsed.ok()) << elapsed.status();
+  EXPECT_NEAR(*elapsed, 2e-3, 1e-9);
+}
+
 TEST(SimBackendTest, TheHostIssuesKernelsAheadOfTheGpu) {
   auto sim = Sim(1024 * kMiB);
   const GpuSpec& s = sim->spec();
