@@ -7,9 +7,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <stdlib.h>  // mkdtemp
 
 #include <cerrno>
 #include <chrono>

@@ -4,7 +4,8 @@
 //
 // Note [Validated certificate rotation]: gRPC's FileWatcherCertificateProvider re-reads its files every
 // interval and serves whatever it read: a garbage certificate, or a key that is not the certificate's,
-// fails every handshake from then on (tls_e2e_test saw it), and a missing file keeps the last pair. So
+// fails every handshake from then on (tried on 2026-11-30 with a garbage certificate written over the
+// served one), and a missing file keeps the last pair. So
 // gRPC watches copies that TlsFiles owns (a private directory, a `current` link to one generation of
 // them), and TlsFiles itself reads the configured files every reload_interval: a changed set that
 // parses, whose key is the certificate's, becomes a new generation (swapped in by renaming the link,
