@@ -191,7 +191,8 @@ int64_t BudgetPolicy::peak_resident_bytes() const {
 }
 
 double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
-                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor) {
+                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor,
+                        runtime::UvmCounters* moved) {
   runtime::sim::ReplayOptions o{.policy = "stock", .device_bytes = budget + activations, .iterations = 3};
   if (plan != nullptr) {
     o.policy = policy == "autouvm" ? "autouvm" : "paper";
@@ -200,6 +201,7 @@ double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpe
   // What the benchmarks do to stock and paper under a budget: the emulated driver, not the simulator's own.
   if (policy != "autouvm" && factor > 1.0) o.emulated_eviction_budget = budget;
   auto sim = runtime::sim::ReplayTrace(trace, spec, o);
+  if (sim.ok() && moved != nullptr) *moved = sim->iterations.back().moved;
   return sim.ok() ? sim->iterations.back().seconds : 0;
 }
 

@@ -112,9 +112,11 @@ class BudgetPolicy {
 // The simulator's last of three iterations of `trace` for a budget policy (stock, paper and its ablation,
 // autouvm) on `spec` with room for `budget` named bytes and `activations` — the plan followed for paper
 // and autouvm (`plan`, null for stock), and for stock and paper under a budget (factor > 1) the
-// driver's eviction emulated as the GPU benchmark does. 0 if the replay fails.
+// driver's eviction emulated as the GPU benchmark does. 0 if the replay fails. `moved`, if given, gets
+// what that iteration moved.
 double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
-                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor);
+                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor,
+                        runtime::UvmCounters* moved = nullptr);
 // A plan's GiB pinned / remote / streamed, "staged" or "buffered" (Plan.device_buffer) if it stages,
 // and the GiB the executor staged when it prepared the plan (`staged_bytes`, unless negative).
 std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes = -1);

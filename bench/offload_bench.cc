@@ -141,6 +141,22 @@ ZeroCopy ZeroCopySplit(const std::vector<std::pair<std::string, TensorRange>>& n
   return z;
 }
 
+// What a policy that leaves migration to the driver moved in its last step, by cause, beside the
+// simulator's last iteration of the same trace: which of the driver's mechanisms the step's time went to.
+void PrintByCause(const std::string& policy, const UvmCounters& gpu, const UvmCounters& sim) {
+  auto row = [](const UvmCounters& c) {
+    return absl::StrFormat(
+        "to the device: fault %.2f, driver prefetch %.2f, prefetch %.2f GiB; to the host: prefetch %.2f, eviction "
+        "%.2f GiB, dropped %.2f GiB; %lld fault entries in %lld groups",
+        c.h2d(MigrationCause::kFault) / kGiB, c.h2d(MigrationCause::kDriverPrefetch) / kGiB,
+        c.h2d(MigrationCause::kUserPrefetch) / kGiB, c.d2h(MigrationCause::kUserPrefetch) / kGiB,
+        c.d2h(MigrationCause::kEviction) / kGiB, c.dropped_bytes / kGiB, (long long)c.gpu_faults,
+        (long long)c.gpu_fault_groups);
+  };
+  std::printf("  by cause (%s, last step), GPU: %s\n", policy.c_str(), row(gpu).c_str());
+  std::printf("  by cause (%s, last step), sim: %s\n", policy.c_str(), row(sim).c_str());
+}
+
 struct RunResult {
   double cold_s = 0, steady_s = 0, prepare_s = 0;
   bool tokens_match = true;
@@ -176,7 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed)->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   app.add_flag("--explicit-sync", explicit_sync,
                "diagnostic: explicit offloading synchronizes the device around every copy");
-  app.add_flag("--op-times", op_times, "time the last step of each run op by op and say where the time went");
+  app.add_flag("--op-times", op_times,
+               "time the last step (with --ttft-prompt: prefill) of each run op by op and say where the time went");
   app.add_flag("--step-times", step_times,
                "print every step's time after each row (the resident runs' too), with the host's speed before "
                "each step (HostSpeed)");
@@ -273,9 +290,11 @@ int main(int argc, char** argv) {
     pinned = Check(autouvm::bench::PinnedArena::Create(m.named_bytes), "pinned host memory for explicit");
   }
   if (ttft_prompt > 0) {
-    Check(autouvm::bench::RunTtft(m, gpu, observer.get(), spec,
-                                  {.prompt_len = ttft_prompt, .factors = factors, .policies = policies}, pinned.get()),
-          "time to first token");
+    Check(
+        autouvm::bench::RunTtft(
+            m, gpu, observer.get(), spec,
+            {.prompt_len = ttft_prompt, .factors = factors, .policies = policies, .op_times = op_times}, pinned.get()),
+        "time to first token");
     return 0;
   }
   // --step-times: a few floats on the device for the host speed probe before each step.
@@ -493,9 +512,10 @@ int main(int argc, char** argv) {
                                      : zerocopy.resident_bytes;
         // The simulator on the same trace, capacity = the budget plus the activations' room.
         const bool planned = policy == "autouvm" || policy.rfind("paper", 0) == 0;
+        UvmCounters sim_moved;
         const double sim_s = planned || policy == "stock"
                                  ? autouvm::bench::SimulatedSeconds(trace, spec, policy, planned ? &plan : nullptr,
-                                                                    budget, activations, factor)
+                                                                    budget, activations, factor, &sim_moved)
                                  : 0;
         if (factor <= 1.0 && sim_s > 0) idle_sim_s = sim_s;
         const UvmCounters& mv = r.steady_moved;
@@ -514,6 +534,7 @@ int main(int argc, char** argv) {
             sim_s / r.steady_s, r.tokens_match ? "yes" : "NO", r.accounted_peak / kGiB, mv.h2d_total() / kGiB,
             other / kGiB, mv.d2h_total() / kGiB, (long long)mv.gpu_fault_groups, plan_cell.c_str(),
             r.note.empty() ? "" : (" " + r.note).c_str());
+        if (policy == "stock" || policy.rfind("paper", 0) == 0) PrintByCause(policy, mv, sim_moved);
         if (step_times) PrintStepTimes(policy, times, speeds);
         if (!op_seconds.empty()) {
           // What the GPU spent its last step on; "remote" = tensors that stayed in (or came from) host memory.
@@ -542,17 +563,7 @@ int main(int argc, char** argv) {
             }
             std::printf("\n");
           }
-          std::printf(
-              "  op times (%s, last step): GPU %.2f ms; ops reading host-side tensors %.2f ms for %.2f GiB "
-              "(%.1f GB/s); other ops %.2f ms",
-              policy.c_str(), 1e3 * split.total_s, 1e3 * split.remote_ops_s, split.remote_read_bytes / kGiB,
-              split.remote_bytes_per_second() / 1e9, 1e3 * split.other_ops_s);
-          if (offload) {
-            const auto copies = offload->LastStepCopies();
-            std::printf("; copy engine busy %.2f ms (%.1f GB/s) over %.2f ms", 1e3 * copies.busy_s,
-                        offload->offloaded_bytes() / std::max(copies.busy_s, 1e-9) / 1e9, 1e3 * copies.span_s);
-          }
-          std::printf("\n");
+          autouvm::bench::PrintOpSplit(policy, "last step", "host-side tensors", split, offload.get());
         }
         std::fflush(stdout);
       }

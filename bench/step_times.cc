@@ -160,4 +160,17 @@ void PrintPooled(const std::string& preset, int64_t batch, const std::vector<std
   std::fflush(stdout);
 }
 
+void PrintOpSplit(const std::string& policy, const std::string& step, const std::string& crossing,
+                  const runtime::TimeSplit& split, const ExplicitOffload* offload) {
+  std::printf("  op times (%s, %s): GPU %.2f ms; ops reading %s %.2f ms for %.2f GiB (%.1f GB/s); other ops %.2f ms",
+              policy.c_str(), step.c_str(), 1e3 * split.total_s, crossing.c_str(), 1e3 * split.remote_ops_s,
+              split.remote_read_bytes / kGiB, split.remote_bytes_per_second() / 1e9, 1e3 * split.other_ops_s);
+  if (offload != nullptr) {
+    const auto copies = offload->LastStepCopies();
+    std::printf("; copy engine busy %.2f ms (%.1f GB/s) over %.2f ms", 1e3 * copies.busy_s,
+                offload->offloaded_bytes() / std::max(copies.busy_s, 1e-9) / 1e9, 1e3 * copies.span_s);
+  }
+  std::printf("\n");
+}
+
 }  // namespace autouvm::bench

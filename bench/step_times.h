@@ -4,6 +4,7 @@
 //   HostSpeed h = ProbeHostSpeed(scratch, side_stream);  // before a step, outside its timing
 //   PrintStepTimes("autouvm", times, speeds);
 //   PrintByHostSpeed(batch, idle_steps, sim_s);
+//   PrintOpSplit("autouvm", "last step", "host-side tensors", split, nullptr);   // --op-times
 //
 // Not thread-safe: prints to stdout; the probe issues device ops from the calling thread.
 #pragma once
@@ -16,6 +17,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "bench/explicit_offload.h"
+#include "runtime/op_timer.h"
 
 namespace autouvm::bench {
 
@@ -49,5 +53,11 @@ void PrintStepTimes(const std::string& what, const std::vector<double>& times, c
 // Each policy that ran more than once: its runs' steady steps pooled, against the resident runs'.
 void PrintPooled(const std::string& preset, int64_t batch, const std::vector<std::vector<double>>& resident_runs,
                  const std::map<std::pair<double, std::string>, std::vector<std::vector<double>>>& runs_of);
+
+// --op-times: one line saying where a timed step's (or prefill's) GPU time went — the ops reading
+// `crossing` (tensors that cross the link, their waits for copies included) against the others — and,
+// for explicit offloading (`offload` not null), how busy its copy engine was.
+void PrintOpSplit(const std::string& policy, const std::string& step, const std::string& crossing,
+                  const runtime::TimeSplit& split, const ExplicitOffload* offload);
 
 }  // namespace autouvm::bench

@@ -10,8 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
+#include "bench/step_times.h"
 #include "profiler/planner.h"
 #include "profiler/reuse.h"
+#include "runtime/op_timer.h"
 #include "runtime/sim/trace_replay.h"
 #include "runtime/status_macros.h"
 
@@ -117,7 +119,13 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
         return absl::InvalidArgumentError(absl::StrCat("policy ", policy, ": not one the TTFT runs know"));
       }
       const double prepare_s = Seconds(t_prepare, Clock::now());
+      // The timer marks each op before the follower makes the compute stream wait for its copies: a
+      // wait counts to the op it delays.
+      runtime::OpTimer timer(backend, /*every=*/o.repeats - 1);  // times prefills 0 and repeats - 1
+      std::vector<double> op_seconds;
+      if (o.op_times) observer->AddSubscriber(&timer);
       if (follow != nullptr) observer->AddSubscriber(follow);
+      const bool observed = follow != nullptr || o.op_times;
       std::vector<double> times;
       bool match = true;
       std::string note;
@@ -128,15 +136,21 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
           ASSIGN_OR_RETURN(before_last, backend->ReadCounters());
         }
         const auto t0 = Clock::now();
-        if (follow != nullptr) observer->BeginIteration(runtime::IterationMode::kObserve);
+        if (o.op_times) timer.BeginIteration();
+        if (observed) observer->BeginIteration(runtime::IterationMode::kObserve);
         match = Prefill(m, 1, o.prompt_len) == reference && match;  // synchronizes (the token to the host)
-        if (follow != nullptr) observer->EndIteration();
+        if (observed) observer->EndIteration();
+        if (o.op_times) {
+          ASSIGN_OR_RETURN(std::vector<double> t, timer.EndIteration());
+          if (k == o.repeats - 1) op_seconds = std::move(t);
+        }
         times.push_back(Seconds(t0, Clock::now()) + (k == 0 ? prepare_s : 0.0));
         if (managed != nullptr) {
           if (absl::Status why = managed->EndIteration(); !why.ok()) note = std::string(why.message());
         }
       }
       if (follow != nullptr) observer->RemoveSubscriber(follow);
+      if (o.op_times) observer->RemoveSubscriber(&timer);
       RETURN_IF_ERROR(backend->Synchronize());
       ASSIGN_OR_RETURN(const runtime::UvmCounters after, backend->ReadCounters());
       const runtime::UvmCounters moved = after - before_last;
@@ -157,6 +171,21 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
           match ? "yes" : "NO", peak / kGiB, moved.h2d_total() / kGiB, moved.h2d(MigrationCause::kStaged) / kGiB,
           (moved.h2d(MigrationCause::kFault) + moved.h2d(MigrationCause::kDriverPrefetch)) / kGiB,
           (long long)moved.gpu_fault_groups, plan_cell.c_str(), note.empty() ? "" : (" " + note).c_str());
+      if (!op_seconds.empty()) {
+        // Weights that cross the link during the prefill: the plan's streamed and in-place ones, or
+        // explicit offloading's copied layers.
+        std::vector<std::string> crossing;
+        if (plan != nullptr) {
+          crossing.assign(plan->remote().begin(), plan->remote().end());
+          for (const autouvm::v1::Prefetch& f : plan->prefetches()) {
+            crossing.insert(crossing.end(), f.tensors().begin(), f.tensors().end());
+          }
+        } else if (offload) {
+          crossing = offload->offloaded_ids();
+        }
+        const runtime::TimeSplit split = runtime::SplitTime(trace, op_seconds, crossing);
+        PrintOpSplit(policy, "last prefill", "weights that cross the link", split, offload.get());
+      }
       std::fflush(stdout);
     }
   }

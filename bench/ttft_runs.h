@@ -30,6 +30,9 @@ struct TtftOptions {
   std::vector<double> factors;
   std::vector<std::string> policies;  // stock, paper-prefetch, paper-pin, paper, autouvm, explicit
   int repeats = 4;                    // prefills per run; the first is the cold one
+  // Also time the last prefill of each run op by op: GPU time of the ops that read streamed (or
+  // offloaded) weights, which includes their waits for the copies, against the others.
+  bool op_times = false;
 };
 
 // `m` must hold a KV cache of at least prompt_len positions; `arena` is needed for explicit only.

@@ -38,10 +38,30 @@ absl::Status CudaError(cudaError_t e, const std::string& what) {
 // So host copies are huge-page mappings registered with CUDA, and a copy whose managed range is on the
 // host (where it was last prefetched) and is dropped right after (StageOut) is filled by CPU threads;
 // any other (a range on the device, or one KeepHostCopy leaves where it is, which a CPU read would
-// migrate) by cudaMemcpy, which reads it where it is.
+// migrate) by cudaMemcpy, which reads it where it is. Most of the 194 ms is the kernel zeroing fresh
+// pages as they are first touched (186 ms of it in one thread, 44 ms in eight; the host-alloc probe,
+// bench/results/2026-11-30-stock-faults-h200.md), so eight threads
+// touch the mapping before cudaHostRegister pins it.
 constexpr size_t kHugePage = size_t{2} << 20;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Runs work(offset, length) over [0, bytes) in up to eight threads of at least 16 MiB each (the caller's
+// thread alone below 32 MiB); the parts start on 2 MiB boundaries.
+template <typename Work>
+void InParallel(size_t bytes, Work work) {
+  const size_t threads = std::clamp<size_t>(bytes / (size_t{16} << 20), 1, 8);
+  if (threads == 1) {
+    work(size_t{0}, bytes);
+    return;
+  }
+  const size_t part = RoundUp(bytes / threads, kHugePage);
+  std::vector<std::thread> workers;
+  for (size_t k = 0; k * part < bytes; ++k) {
+    workers.emplace_back(work, k * part, std::min(part, bytes - k * part));
+  }
+  for (std::thread& w : workers) w.join();
+}
 
 struct PinnedHost {
   void* ptr = nullptr;
@@ -62,6 +82,10 @@ absl::StatusOr<PinnedHost> AllocatePinnedHost(int64_t bytes) {
   if (const size_t tail = len - (start - b) - body; tail > 0) munmap(reinterpret_cast<void*>(start + body), tail);
   void* ptr = reinterpret_cast<void*>(start);
   madvise(ptr, body, MADV_HUGEPAGE);  // best effort: without it the pages are 4 KiB, slower to pin
+  // The kernel zeroes each page on first touch; cudaHostRegister would fault them in one thread.
+  InParallel(body, [ptr](size_t at, size_t n) {
+    for (size_t off = 0; off < n; off += 4096) static_cast<volatile char*>(ptr)[at + off] = 0;
+  });
   if (cudaError_t e = cudaHostRegister(ptr, body, cudaHostRegisterDefault); e != cudaSuccess) {
     cudaGetLastError();
     munmap(ptr, body);
@@ -76,21 +100,10 @@ void FreePinnedHost(void* ptr, size_t mapped) {
   munmap(ptr, mapped);
 }
 
-// A CPU copy in up to eight threads of at least 16 MiB each (one memcpy below 32 MiB).
 void ParallelCopy(void* to, const void* from, size_t bytes) {
-  const size_t threads = std::clamp<size_t>(bytes / (size_t{16} << 20), 1, 8);
-  if (threads == 1) {
-    std::memcpy(to, from, bytes);
-    return;
-  }
-  const size_t part = RoundUp(bytes / threads, 4096);
-  std::vector<std::thread> workers;
-  for (size_t k = 0; k * part < bytes; ++k) {
-    const size_t n = std::min(part, bytes - k * part);
-    workers.emplace_back(
-        [=] { std::memcpy(static_cast<char*>(to) + k * part, static_cast<const char*>(from) + k * part, n); });
-  }
-  for (std::thread& w : workers) w.join();
+  InParallel(bytes, [=](size_t at, size_t n) {
+    std::memcpy(static_cast<char*>(to) + at, static_cast<const char*>(from) + at, n);
+  });
 }
 
 #if CUDART_VERSION >= 13000

@@ -114,14 +114,21 @@ Plan MakePlan(const AccessTrace& trace) {
 
 // Note [Fault entries per kernel]: how many fault-buffer entries a kernel raises per 64 KiB page it
 // faults on depends on how its threads walk the data, so it is measured per kind of ATen kernel
-// (bench/fault_probe on the H200, bench/results/2026-11-29-sim-vs-h200.md), each rate solved for n with
-// the driver costs of Note [H200 calibration] (per page: 4.836 + 0.358 n µs once n >= 8):
+// (bench/fault_probe on the H200), each rate solved for n with the driver costs of Note [H200
+// calibration] (per page: 4.836 + 0.358 n µs once n >= 8):
 // - a matrix product reading a transposed operand (x @ W.t(), every linear layer of the model
-//   contract) walks it row by row, one warp per row: 5.6 GB/s with 8 KiB rows (K = 4096) and 8.0 GB/s
-//   with 16 KiB rows (K = 8192) give n = 19.2 and 9.4, 2.4 entries per row in the page both times;
+//   contract) walks it row by row. The Llama-2 7B and 13B linears — rows of 8, 10, 21.5 and 27 KiB
+//   (K = 4096, 5120, 11008, 13824) — fault in at 5.4-6.2 GB/s, n = 16.0-19.9, mean 17.6, whatever the
+//   row's length: about one entry for each 4 KiB of the page (16), the unit the GPU's MMU reports a
+//   fault in, and a few for the warps that reach a 4 KiB page while its fault is pending
+//   (bench/results/2026-11-30-stock-faults-h200.md). The first model of this note, 2.4 entries per row
+//   in the page, came from two shapes (K = 4096 and 8192) and gave the 13B's rows 15.4 and 5.7 entries:
+//   its linears faulted in at 8.4-9.3 GB/s in the simulator against 5.4-6.2 on the GPU, and its stock
+//   decode steps replayed at 0.74-0.86 of the GPU's. The one shape off the rule is the square K = 8192
+//   product (16 KiB rows): 7.3-8.3 GB/s in three runs, n = 9-12; no Llama-2 7B or 13B op has it.
 // - other matrix operands (W @ x): 7.05 GB/s, n = 12.5;
 // - elementwise and other kernels (W * 2): 5.0 GB/s, n = 23.
-constexpr double kEntriesPerRow = 2.4;
+constexpr double kRowByRowEntries = 17.6;
 constexpr double kMatrixEntries = 12.5;
 constexpr double kElementwiseEntries = 23;
 
@@ -134,7 +141,7 @@ bool IsMatrixOp(const std::string& op) {
 double EntriesPerPage(const std::string& op, const TensorUse& u) {
   constexpr double kPage = 64 * 1024;
   if (!IsMatrixOp(op)) return kElementwiseEntries;
-  if (u.run > 0 && u.run < kPage) return kEntriesPerRow * kPage / static_cast<double>(u.run);
+  if (u.run > 0 && u.run < kPage) return kRowByRowEntries;
   return kMatrixEntries;
 }
 

@@ -45,6 +45,40 @@ TEST(TraceReplayTest, UnderOversubscriptionEveryIterationStreamsAndEvicts) {
   EXPECT_GT(r->link_floor_seconds, r->resident_seconds);  // half the bytes must cross the link
 }
 
+// One linear layer's product x @ W.t() reading a bf16 weight [rows, k] row by row, the weight on the host.
+AccessTrace OneLinear(int64_t rows, int64_t k) {
+  AccessTrace t;
+  const int64_t bytes = rows * k * 2;
+  t.named.push_back({.id = "param:w", .bytes = bytes});
+  OpRecord op;
+  op.op = "aten::mm";
+  op.kernel = "aten::mm#0";
+  op.reads = {{.id = "param:w", .bytes = bytes, .extent = bytes, .run = k * 2}};
+  op.flops = static_cast<double>(bytes);
+  t.ops.push_back(op);
+  return t;
+}
+
+// Note [Fault entries per kernel]: the H200 faults the Llama-2 7B and 13B linears in at one rate
+// (5.1-6.6 GB/s) whatever their rows' length, so the replay does too.
+TEST(TraceReplayTest, LinearsFaultTheirWeightsInAtOneRateWhateverTheirRowsLength) {
+  std::vector<double> rates;
+  for (const auto [rows, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {11008, 4096}, {4096, 11008}, {13824, 5120}, {5120, 5120}, {5120, 13824}}) {
+    auto r = ReplayTrace(OneLinear(rows, k), H200(), {.oversubscription = 0.5, .iterations = 1});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const IterationReport& cold = r->iterations.front();
+    // Entries per page migrated on a fault (the density prefetcher brings the rest of a block with none).
+    const double faulted_pages = static_cast<double>(cold.moved.h2d(MigrationCause::kFault)) / (64 * 1024);
+    EXPECT_NEAR(static_cast<double>(cold.moved.gpu_faults) / faulted_pages, 17.6, 0.1) << rows << " x " << k;
+    rates.push_back(static_cast<double>(rows * k * 2) / cold.seconds / 1e9);
+  }
+  for (const double rate : rates) {
+    EXPECT_GT(rate, 5.1);  // the GPU's range over the five shapes, two runs
+    EXPECT_LT(rate, 6.6);
+  }
+}
+
 TEST(TraceReplayTest, ActivationBlocksAreReusedAfterTheirLastUse) {
   AccessTrace t;
   for (int i = 0; i < 10; ++i) {  // each op reads the previous 4 MiB activation and writes a new one
