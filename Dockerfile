@@ -17,7 +17,7 @@ FROM debian:12 AS debs
 COPY tools/debian-packages.txt /deps/
 RUN apt-get update -qq && mkdir -p /deps/debs && cd /deps/debs \
  && grep -v -E '^\s*(#|$)' /deps/debian-packages.txt \
-    | grep -v -E '^(build-essential|cmake|ninja-build|ccache|pkg-config|git|libtorch-dev|libopenblas0-pthread|clang-format|prometheus|curl)$' \
+    | grep -v -E '^(build-essential|cmake|ninja-build|ccache|pkg-config|git|libtorch-dev|libopenblas0-pthread|clang-format|clang|libclang-rt-14-dev|prometheus|curl)$' \
     | xargs apt-get download -qq \
  && apt-get download -qq $(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
       --no-breaks --no-replaces --no-enhances libgrpc++-dev librocksdb-dev libsentencepiece-dev \

@@ -123,7 +123,11 @@ absl::Status YamlFields::Finish() {
   if (!status_.ok()) return status_;
   if (node_ && node_.IsMap()) {
     for (const auto& kv : node_) {
-      const std::string key = kv.first.as<std::string>();
+      // YAML allows any node as a key ("? [a, b]"); ours are names (found by tests/fuzz/config_fuzzer).
+      if (!kv.first.IsScalar()) {
+        return absl::InvalidArgumentError(absl::StrCat(PathOf("?"), ": a key that is not a plain name"));
+      }
+      const std::string key = kv.first.Scalar();
       if (!known_.count(key)) return absl::InvalidArgumentError(absl::StrCat(PathOf(key), ": unknown key"));
     }
   }

@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lenient_parse.h"
+#include "server/grpc_status.h"
+#include "server/request_validation.h"
 
 namespace autouvm::server {
 namespace {
@@ -37,10 +40,15 @@ grpc::Status AdminService::Authorize(grpc::CallbackServerContext* context) const
 }
 
 template <typename Handler>
-grpc::ServerUnaryReactor* AdminService::Serve(grpc::CallbackServerContext* context, Handler handler) {
+grpc::ServerUnaryReactor* AdminService::Serve(grpc::CallbackServerContext* context,
+                                              const google::protobuf::Message& request, Handler handler) {
   auto* reactor = context->DefaultReactor();
   grpc::Status s = Authorize(context);
-  reactor->Finish(s.ok() ? handler() : s);
+  // Note [Requests that do not parse] (proto/lenient_parse.h): said once the caller may hear it.
+  if (std::string defect = autouvm::proto::RequestDefect(request); s.ok() && !defect.empty()) {
+    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, defect);
+  }
+  reactor->Finish(Bounded(s.ok() ? handler() : s));
   return reactor;
 }
 
@@ -114,9 +122,9 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
 }
 
 grpc::ServerUnaryReactor* AdminService::ListModels(grpc::CallbackServerContext* context,
-                                                   const autouvm::v1::ListModelsRequest* /*request*/,
+                                                   const autouvm::v1::ListModelsRequest* request,
                                                    autouvm::v1::ListModelsResponse* response) {
-  return Serve(context, [&] {
+  return Serve(context, *request, [&] {
     for (const ModelView& view : models_->List()) Fill(view, response->add_models());
     return grpc::Status::OK;
   });
@@ -125,8 +133,10 @@ grpc::ServerUnaryReactor* AdminService::ListModels(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* AdminService::GetModelStatus(grpc::CallbackServerContext* context,
                                                        const autouvm::v1::GetModelStatusRequest* request,
                                                        autouvm::v1::ModelStatus* response) {
-  return Serve(context, [&] {
-    if (request->model().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model: must be set");
+  return Serve(context, *request, [&] {
+    if (absl::Status s = CheckModelName(request->model()); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
+    }
     const ModelView view = models_->Find(request->model());
     if (view.model == nullptr) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served"));
@@ -137,9 +147,9 @@ grpc::ServerUnaryReactor* AdminService::GetModelStatus(grpc::CallbackServerConte
 }
 
 grpc::ServerUnaryReactor* AdminService::GetServerStatus(grpc::CallbackServerContext* context,
-                                                        const autouvm::v1::GetServerStatusRequest* /*request*/,
+                                                        const autouvm::v1::GetServerStatusRequest* request,
                                                         autouvm::v1::ServerStatus* response) {
-  return Serve(context, [&] {
+  return Serve(context, *request, [&] {
     response->set_version(facts_.version);
     response->set_backend(config_->backend);
     response->set_gpu(config_->gpu);
@@ -159,37 +169,37 @@ grpc::ServerUnaryReactor* AdminService::GetServerStatus(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AdminService::Reprofile(grpc::CallbackServerContext* context,
                                                   const autouvm::v1::ReprofileRequest* request,
                                                   autouvm::v1::ReprofileResponse* response) {
-  return Serve(context, [&] { return profiles_->Reprofile(*request, response); });
+  return Serve(context, *request, [&] { return profiles_->Reprofile(*request, response); });
 }
 
 grpc::ServerUnaryReactor* AdminService::ListProfiles(grpc::CallbackServerContext* context,
                                                      const autouvm::v1::ListProfilesRequest* request,
                                                      autouvm::v1::ListProfilesResponse* response) {
-  return Serve(context, [&] { return profiles_->List(*request, response); });
+  return Serve(context, *request, [&] { return profiles_->List(*request, response); });
 }
 
 grpc::ServerUnaryReactor* AdminService::GetProfile(grpc::CallbackServerContext* context,
                                                    const autouvm::v1::GetProfileRequest* request,
                                                    autouvm::v1::GetProfileResponse* response) {
-  return Serve(context, [&] { return profiles_->Get(*request, response); });
+  return Serve(context, *request, [&] { return profiles_->Get(*request, response); });
 }
 
 grpc::ServerUnaryReactor* AdminService::DeleteProfile(grpc::CallbackServerContext* context,
                                                       const autouvm::v1::DeleteProfileRequest* request,
                                                       autouvm::v1::DeleteProfileResponse* response) {
-  return Serve(context, [&] { return profiles_->Delete(*request, response); });
+  return Serve(context, *request, [&] { return profiles_->Delete(*request, response); });
 }
 
 grpc::ServerUnaryReactor* AdminService::ExportProfiles(grpc::CallbackServerContext* context,
                                                        const autouvm::v1::ExportProfilesRequest* request,
                                                        autouvm::v1::ProfileBundle* response) {
-  return Serve(context, [&] { return profiles_->Export(*request, response); });
+  return Serve(context, *request, [&] { return profiles_->Export(*request, response); });
 }
 
 grpc::ServerUnaryReactor* AdminService::ImportProfiles(grpc::CallbackServerContext* context,
                                                        const autouvm::v1::ImportProfilesRequest* request,
                                                        autouvm::v1::ImportProfilesResponse* response) {
-  return Serve(context, [&] { return profiles_->Import(*request, response); });
+  return Serve(context, *request, [&] { return profiles_->Import(*request, response); });
 }
 
 }  // namespace autouvm::server

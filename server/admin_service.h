@@ -68,7 +68,9 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   grpc::Status Authorize(grpc::CallbackServerContext* context) const;
   // Authorizes, then finishes the call with `handler`'s status.
   template <typename Handler>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, Handler handler);
+  // Authorizes the call, refuses a request that did not parse (proto/lenient_parse.h), then runs handler.
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const google::protobuf::Message& request,
+                                  Handler handler);
 
   ModelManager* models_;
   const ServerConfig* config_;

@@ -143,7 +143,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   if (auto s = ReadModelSettings(defaults, "model_defaults", &c.model_defaults); !s.ok()) return wrap(s);
   if (models) {
     for (const auto& kv : models) {
-      const std::string name = kv.first.as<std::string>();
+      if (!kv.first.IsScalar()) return wrap(absl::InvalidArgumentError("models: a key that is not a model name"));
+      const std::string name = kv.first.Scalar();
       ModelSettings settings = c.model_defaults;
       if (auto s = ReadModelSettings(kv.second, absl::StrCat("models.", name), &settings); !s.ok()) return wrap(s);
       c.models[name] = settings;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "proto/lenient_parse.h"
 #include "server/grpc_status.h"
 #include "server/request_validation.h"
 
@@ -65,7 +66,11 @@ class Call {
   absl::Status Admit(grpc::CallbackServerContext* context, const GenerateRequest& request, GenerationSink* sink) {
     if (!gate_->TryEnter()) return absl::UnavailableError("the server is draining and accepts no new requests");
     entered_ = true;
-    if (request.model().empty()) return absl::InvalidArgumentError("model: must be set");
+    // Note [Requests that do not parse] (proto/lenient_parse.h).
+    if (std::string defect = autouvm::proto::RequestDefect(request); !defect.empty()) {
+      return absl::InvalidArgumentError(defect);
+    }
+    if (absl::Status s = CheckModelName(request.model()); !s.ok()) return s;
     ModelView view = models_->Find(request.model());
     if (view.model == nullptr) return absl::NotFoundError(absl::StrCat("model '", request.model(), "' is not served"));
     if (view.state == ModelState::kLoading)

@@ -34,7 +34,13 @@ absl::Status ModelManager::LoadAll() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& entry : fs::directory_iterator(repo, ec)) {
-      if (!entry.is_directory() || !fs::exists(entry.path() / "model.yaml")) continue;
+      if (!entry.is_directory()) continue;
+      if (!fs::exists(entry.path() / "model.yaml")) {
+        // Not a model entry (a volume's lost+found, a half-copied model): said, so that a model that is
+        // not listed can be found out.
+        std::cerr << "autouvmd: skipping " << entry.path().string() << ": no model.yaml, not a model entry\n";
+        continue;
+      }
       auto m = std::make_unique<ServedModel>();
       m->name = entry.path().filename().string();
       m->dir = entry.path().string();

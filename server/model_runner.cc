@@ -128,6 +128,37 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
                                                    " logits per position, model.yaml says vocab_size ",
                                                    config.vocab_size));
   }
+  // Every layer of the cache must hold the probe token's keys and values (position 0 of slot 0).
+  {
+    auto on_device = runner->impl_->Enter();
+    for (int64_t l = 0; l < config.n_layers; ++l) {
+      const bool written = runner->impl_->k_cache[l][0].select(1, 0).abs().sum().item<double>() > 0 &&
+                           runner->impl_->v_cache[l][0].select(1, 0).abs().sum().item<double>() > 0;
+      if (!written) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": the model wrote no keys or values into layer ", l,
+                                                       " of the cache; model.yaml says n_layers ", config.n_layers));
+      }
+    }
+  }
+  // Note [A model.yaml that contradicts model.pt]: the probe step above catches a wrong vocab_size, dim
+  // or head layout (shapes that do not fit) and the cache check a model with fewer layers than model.yaml
+  // says, but a wrong ffn_dim (and more) would run. For the Llama architecture the
+  // dimensions fix the parameter count (embedding and LM head tied or not); anything else is a model.yaml
+  // that describes another model. (Architectures with biases, issue 8's Qwen2, need their own count.)
+  if (config.architecture == "llama") {
+    const int64_t q = config.n_heads * config.head_dim, kv = config.n_kv_heads * config.head_dim;
+    const int64_t layer =
+        2 * config.dim + config.dim * q + 2 * config.dim * kv + q * config.dim + 3 * config.dim * config.ffn_dim;
+    const int64_t tied = config.vocab_size * config.dim + config.n_layers * layer + config.dim;
+    const int64_t untied = tied + config.vocab_size * config.dim;
+    if (params != untied && params != tied) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": has ", params, " parameters, but a Llama of model.yaml's dimensions (vocab_size ",
+                       config.vocab_size, ", dim ", config.dim, ", n_layers ", config.n_layers, ", n_heads ",
+                       config.n_heads, ", n_kv_heads ", config.n_kv_heads, ", ffn_dim ", config.ffn_dim, ") has ",
+                       untied, " (", tied, " with a tied LM head): model.yaml does not describe this model"));
+    }
+  }
   return runner;
 }
 

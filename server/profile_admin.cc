@@ -8,6 +8,7 @@
 #include "profiler/profile_bundle.h"
 #include "profiler/profile_key.h"
 #include "server/grpc_status.h"
+#include "server/request_validation.h"
 
 namespace autouvm::server {
 namespace {
@@ -51,7 +52,7 @@ ProfileAdmin::ProfileAdmin(ModelManager* models, profiler::ProfileJobs* jobs, pr
       exported_by_(std::move(exported_by)) {}
 
 grpc::Status ProfileAdmin::ReadyModel(const std::string& name, const ServedModel** out) const {
-  if (name.empty()) return Invalid("model: must be set");
+  if (absl::Status s = CheckModelName(name); !s.ok()) return Invalid(std::string(s.message()));
   const ModelView view = models_->Find(name);
   if (view.model == nullptr) return {grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", name, "' is not served")};
   if (view.state == ModelState::kLoading) {
@@ -86,6 +87,10 @@ grpc::Status ProfileAdmin::KeyOf(const ServedModel& model, const std::string& ke
   }
   if (shape->phase() == autouvm::v1::PHASE_PREFILL && (shape->prompt_len() < 1 || shape->batch() != 1)) {
     return Invalid("shape: a prefill shape has batch 1 and prompt_len >= 1");
+  }
+  if (shape->phase() == autouvm::v1::PHASE_PREFILL && shape->prompt_len() >= model.config.max_seq) {
+    return Invalid(absl::StrCat("shape.prompt_len: ", shape->prompt_len(), " leaves no room to generate within the ",
+                                "model's max_seq of ", model.config.max_seq));
   }
   if (shape->phase() == autouvm::v1::PHASE_DECODE && shape->prompt_len() != 0) {
     return Invalid("shape.prompt_len: decode shapes have none (one decode profile serves every position)");

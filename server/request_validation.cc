@@ -42,7 +42,24 @@ absl::Status CheckSampling(const autouvm::v1::SamplingParams& s, SamplingConfig*
   return absl::OkStatus();
 }
 
+// Names the first control character (C0 or DEL) in `s`, for fields that end up in logs.
+absl::Status CheckNoControl(const std::string& field, const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f)
+      return Bad(field,
+                 absl::StrCat("control character 0x", absl::Hex(static_cast<int>(c), absl::kZeroPad2), " at byte ", i));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status CheckModelName(const std::string& model) {
+  if (model.empty()) return Bad("model", "must be set");
+  if (model.size() > 256) return Bad("model", absl::StrCat("longer than 256 bytes (", model.size(), ")"));
+  return CheckNoControl("model", model);
+}
 
 absl::StatusOr<GenerationParams> BuildGenerationParams(const autouvm::v1::GenerateRequest& request,
                                                        const ModelConfig& model, const Tokenizer& tokenizer,
@@ -50,6 +67,7 @@ absl::StatusOr<GenerationParams> BuildGenerationParams(const autouvm::v1::Genera
                                                        uint64_t random_seed) {
   GenerationParams p;
   if (request.request_id().size() > 256) return Bad("request_id", "longer than 256 bytes");
+  if (auto s = CheckNoControl("request_id", request.request_id()); !s.ok()) return s;
   p.request_id = request.request_id();
 
   switch (request.prompt_case()) {

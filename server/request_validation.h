@@ -15,6 +15,10 @@
 
 namespace autouvm::server {
 
+// The `model` field of any request: set, at most 256 bytes, printable ASCII or UTF-8 without control
+// characters (names are echoed in errors and logs). INVALID_ARGUMENT naming the field otherwise.
+absl::Status CheckModelName(const std::string& model);
+
 absl::StatusOr<GenerationParams> BuildGenerationParams(const autouvm::v1::GenerateRequest& request,
                                                        const ModelConfig& model, const Tokenizer& tokenizer,
                                                        const ModelSettings& settings, const Limits& limits,

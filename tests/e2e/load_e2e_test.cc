@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -65,27 +66,40 @@ TEST(LoadE2E, ThirtyTwoStreamsWithCancellationsForMinutesEndEveryStreamAndKeepMe
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
 
-  // A warm-up run (profiling of the shapes, allocator pools), then the measured one.
+  // A warm-up run (profiling of the shapes, allocator pools), then the measured one, whose memory is
+  // sampled after its first third: on a busy machine (CI runs two tests at once) the first minutes still
+  // profile shapes the warm-up did not reach and fill RocksDB's memtable — 4 MiB over 1019 streams once,
+  // which a bound per stream from the start of the run took for a leak.
   const nlohmann::json warm = RunBench(d, 20);
   ASSERT_FALSE(warm.is_discarded());
   const int64_t before_kib = ResidentKiB(d.pid());
-  const nlohmann::json run = RunBench(d, seconds);
+  TempDir dir;
+  pid_t bench = Spawn(Bench(d, seconds), dir.Sub("bench.out"), dir.Sub("bench.err"));
+  ASSERT_GT(bench, 0);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds / 3));
+  const int64_t third_kib = ResidentKiB(d.pid());
+  const int code = WaitExit(&bench, seconds + 180);
   const int64_t after_kib = ResidentKiB(d.pid());
-  ASSERT_FALSE(run.is_discarded());
-  std::cout << "load: " << run.dump() << "\nload: daemon resident " << before_kib << " KiB -> " << after_kib
-            << " KiB\n";
+  const std::string out = ReadFile(dir.Sub("bench.out"));
+  EXPECT_EQ(code, 0) << out << ReadFile(dir.Sub("bench.err"));
+  const nlohmann::json run = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(run.is_discarded()) << out;
+  std::cout << "load: " << run.dump() << "\nload: daemon resident " << before_kib << " KiB -> " << third_kib
+            << " KiB after a third -> " << after_kib << " KiB\n";
   EXPECT_EQ(run["failed"], 0) << run["failures"].dump();
   EXPECT_EQ(run["broken"], 0);
   EXPECT_GT(run["completed"].get<int64_t>(), 32);
   EXPECT_GT(run["cancelled"].get<int64_t>(), 0);
   EXPECT_EQ(run["started"].get<int64_t>(), run["completed"].get<int64_t>() + run["cancelled"].get<int64_t>());
-  ASSERT_GT(before_kib, 0);
-  // Bounded: under 1 KiB per stream over the warmed-up size. The simulated mirror's event list once grew
-  // by 2.7 KiB per stream without end (Note [Events in a ring]); since, 0.5 MiB in 11843 streams
+  ASSERT_GT(third_kib, 0);
+  // Bounded: over the last two thirds, under 1 KiB per stream (or 2 MiB, whichever is more: with other
+  // tests beside it, the pool of gRPC handler threads and their malloc arenas grew by 1.1 MiB over 740
+  // streams; alone, 0.15 MiB over 1400). The simulated mirror's event list once grew by 2.7 KiB per
+  // stream without end (Note [Events in a ring]); since, 0.5 MiB in 11843 streams
   // (bench/results/2026-11-30-load-cpu.md).
-  const int64_t streams = run["started"].get<int64_t>();
-  EXPECT_LT((after_kib - before_kib) * 1024, streams * 1024)
-      << before_kib << " KiB -> " << after_kib << " KiB over " << streams << " streams";
+  const int64_t streams = run["started"].get<int64_t>() * 2 / 3;
+  EXPECT_LT((after_kib - third_kib) * 1024, std::max<int64_t>(streams * 1024, int64_t{2} << 20))
+      << third_kib << " KiB -> " << after_kib << " KiB over about " << streams << " streams";
   // And it still serves.
   EXPECT_TRUE(CallGenerate(d, GreedyRequest("tiny-llama", "after the load", 4)).ok());
 }

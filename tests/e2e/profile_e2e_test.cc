@@ -7,11 +7,16 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include "profiler/profile_codec.h"
 #include "profiler/profile_key.h"
@@ -331,6 +336,26 @@ TEST(ProfileE2E, AProfileWhoseOpsDoNotMatchTheModelIsMadeStaleAndRebuilt) {
   EXPECT_NE(s.history(2).reason().find("op 2 ran"), std::string::npos) << s.history(2).reason();
 }
 
+// With the daemon dead: opens its database as the daemon would and checks every entry — each profile has
+// its plan (they are written in one batch), and every value opens (its checksum holds, it parses).
+// Returns how many profiles it holds.
+size_t ExpectConsistentStore(DaemonProcess& d, const std::string& when) {
+  auto store = profiler::OpenRocksDbProfileStore(d.state_dir() + "/profiles");
+  EXPECT_TRUE(store.ok()) << when << ": " << store.status();
+  if (!store.ok()) return 0;
+  auto profiles = (*store)->List(profiler::Family::kProfiles, "");
+  auto plans = (*store)->List(profiler::Family::kPlans, "");
+  EXPECT_TRUE(profiles.ok() && plans.ok()) << when;
+  if (!profiles.ok() || !plans.ok()) return 0;
+  EXPECT_EQ(profiles->size(), plans->size()) << when;  // written together or not at all
+  for (size_t i = 0; i < std::min(profiles->size(), plans->size()); ++i) {
+    EXPECT_EQ((*profiles)[i].key, (*plans)[i].key) << when;
+    EXPECT_TRUE(profiler::OpenValue<autouvm::v1::Profile>((*profiles)[i].value, "profile").ok()) << when;
+    EXPECT_TRUE(profiler::OpenValue<autouvm::v1::Plan>((*plans)[i].value, "plan").ok()) << when;
+  }
+  return profiles->size();
+}
+
 TEST(ProfileE2E, KillNineWhileProfilingLeavesAConsistentDatabase) {
   DaemonProcess d;
   // Several rounds, each killed at a different moment of profiling new shapes (prefill buckets).
@@ -341,20 +366,58 @@ TEST(ProfileE2E, KillNineWhileProfilingLeavesAConsistentDatabase) {
     d.Signal(SIGKILL);
     load.join();
     d.Wait();
-    // Dead: open the database as the daemon would, and check every entry.
-    auto store = profiler::OpenRocksDbProfileStore(d.state_dir() + "/profiles");
-    ASSERT_TRUE(store.ok()) << "round " << round << ": " << store.status();
-    auto profiles = (*store)->List(profiler::Family::kProfiles, "");
-    auto plans = (*store)->List(profiler::Family::kPlans, "");
-    ASSERT_TRUE(profiles.ok() && plans.ok());
-    ASSERT_EQ(profiles->size(), plans->size()) << "round " << round;  // written together or not at all
-    for (size_t i = 0; i < profiles->size(); ++i) {
-      EXPECT_EQ((*profiles)[i].key, (*plans)[i].key);
-      EXPECT_TRUE(profiler::OpenValue<autouvm::v1::Profile>((*profiles)[i].value, "profile").ok());
-      EXPECT_TRUE(profiler::OpenValue<autouvm::v1::Plan>((*plans)[i].value, "plan").ok());
-    }
+    ExpectConsistentStore(d, "round " + std::to_string(round));
   }
   StartServing(d);  // and the daemon serves on it, profiling what is missing
+  ProfileOnce(d);
+  EXPECT_TRUE(Server(d).health_details().empty());
+}
+
+// Crash safety, at random moments: each round restarts the daemon on what the last kill -9 left, checks
+// that it serves at once, sets it profiling (prompts of random lengths: new prefill buckets; several at
+// a time: new decode batches; sometimes a re-profile of everything at once), and kills it -9 after a
+// random 0-400 ms — before, during or after the store's writes. After each kill the database must be
+// consistent. AUTOUVM_CRASH_ROUNDS (default 12) and AUTOUVM_CRASH_SEED replay or extend a run.
+TEST(ProfileE2E, KillNineAtRandomMomentsOfProfilingNeverLeavesTheDatabaseInconsistent) {
+  int rounds = 12;
+  if (const char* env = std::getenv("AUTOUVM_CRASH_ROUNDS"); env != nullptr) rounds = std::atoi(env);
+  uint32_t seed = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  if (const char* env = std::getenv("AUTOUVM_CRASH_SEED"); env != nullptr) seed = static_cast<uint32_t>(std::atol(env));
+  std::cout << "crash safety: " << rounds << " rounds, AUTOUVM_CRASH_SEED=" << seed << "\n";
+  std::mt19937 rng(seed);
+  DaemonProcess d;
+  size_t most = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::string when = "round " + std::to_string(round) + " (AUTOUVM_CRASH_SEED=" + std::to_string(seed) + ")";
+    StartServing(d);
+    ASSERT_TRUE(Generate(d, "served after the kill", 2).ok()) << when << "\n" << d.Log();
+    std::vector<std::thread> load;
+    const int streams = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < streams; ++k) {
+      const size_t len = 1 + rng() % 300;
+      load.emplace_back([&d, len, k] { (void)Generate(d, std::string(len, static_cast<char>('a' + k)), 6); });
+    }
+    if (rng() % 3 == 0) {
+      load.emplace_back([&d] {
+        autouvm::v1::ReprofileRequest req;
+        req.set_model(kModel);
+        req.set_now(true);
+        autouvm::v1::ReprofileResponse resp;
+        (void)Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp);
+      });
+    }
+    const int delay_ms = static_cast<int>(rng() % 400);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    d.Signal(SIGKILL);
+    for (std::thread& t : load) t.join();
+    d.Wait();
+    const size_t profiles = ExpectConsistentStore(d, when + ", killed after " + std::to_string(delay_ms) + " ms");
+    most = std::max(most, profiles);
+    if (::testing::Test::HasFailure()) break;
+  }
+  std::cout << "crash safety: at most " << most << " profiles stored at a kill\n";
+  EXPECT_GT(most, 0u) << "no kill came after a write: the rounds did not reach the store";
+  StartServing(d);
   ProfileOnce(d);
   EXPECT_TRUE(Server(d).health_details().empty());
 }

@@ -70,6 +70,14 @@ TEST(ServerConfigTest, UnknownNestedKeyIsNamedByDottedPath) {
   ExpectInvalid("models:\n  m1:\n    max_bach: 2\n", "models.m1.max_bach");
 }
 
+// Found by tests/fuzz/config_fuzzer: a YAML key that is a sequence or mapping ("? [a]") threw out of
+// the parser and took the daemon down.
+TEST(ServerConfigTest, AKeyThatIsNotAPlainNameIsNamedNotThrown) {
+  ExpectInvalid("limits:\n  ? [a, b]\n  : 3\n", "limits.?");
+  ExpectInvalid("? {x: 1}\n: 2\n", "?");
+  ExpectInvalid("models:\n  ? [tiny]\n  : {max_batch: 2}\n", "models");
+}
+
 TEST(ServerConfigTest, BadDurationIsNamed) {
   ExpectInvalid("server:\n  drain_timeout: soon\n", "server.drain_timeout");
 }

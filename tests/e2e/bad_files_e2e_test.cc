@@ -1,0 +1,174 @@
+// Bad files in the model repository, table-driven, against the real daemon: a truncated, empty, garbage
+// or missing model.pt, a model.yaml that contradicts its model.pt or does not parse or has unknown or
+// mistyped keys, a tokenizer that does not parse. Each entry must fail alone with an error naming what is
+// wrong, and the good model beside them must serve. (Bad daemon configs stop startup naming the key:
+// config_test and LifecycleE2E.InvalidConfigStopsStartupNamingTheKey.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/daemon_process.h"
+#include "tests/testing/subprocess.h"
+
+namespace autouvm::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using grpc::health::v1::HealthCheckResponse;
+
+std::string Read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void Write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+// model.yaml with one `key: value` line replaced (the key must be there).
+void ReplaceYamlLine(const fs::path& entry, const std::string& key, const std::string& line) {
+  const std::string yaml = Read(entry / "model.yaml");
+  const size_t at = yaml.find("\n" + key + ":");
+  ASSERT_NE(at, std::string::npos) << key << " not in " << yaml;
+  const size_t end = yaml.find('\n', at + 1);
+  Write(entry / "model.yaml", yaml.substr(0, at + 1) + line + yaml.substr(end));
+}
+
+// A small model entry written by autouvm-mkmodel.
+void MakeModel(const std::string& repo, const std::string& name, const std::string& tokenizer) {
+  std::string out, err;
+  const int rc = RunCommand({AUTOUVM_MKMODEL_PATH,
+                             "--repo",
+                             repo,
+                             "--name",
+                             name,
+                             "--dim",
+                             "64",
+                             "--layers",
+                             "1",
+                             "--heads",
+                             "4",
+                             "--kv-heads",
+                             "2",
+                             "--ffn-dim",
+                             "96",
+                             "--max-seq",
+                             "64",
+                             "--tokenizer",
+                             tokenizer,
+                             "--seed",
+                             "3"},
+                            &out, &err, 120);
+  ASSERT_EQ(rc, 0) << "autouvm-mkmodel " << name << ": " << err;
+}
+
+struct BadEntry {
+  std::string name;
+  std::string tokenizer;  // what the entry is made with before it is broken
+  std::function<void(const fs::path& entry)> breaks;
+  std::vector<std::string> error_names;  // what the model's error must contain
+};
+
+TEST(BadFilesE2E, EachBadEntryFailsAloneNamingWhatIsWrongAndTheGoodOneServes) {
+  DaemonProcess d({.generate_default_model = false});
+  const std::string repo = d.repository();
+  const std::vector<BadEntry> entries = {
+      {"pt-truncated",
+       "byte",
+       [](const fs::path& e) {
+         const std::string pt = Read(e / "model.pt");
+         Write(e / "model.pt", pt.substr(0, pt.size() / 2));
+       },
+       {"model.pt"}},
+      {"pt-empty", "byte", [](const fs::path& e) { Write(e / "model.pt", ""); }, {"model.pt"}},
+      {"pt-garbage", "byte", [](const fs::path& e) { Write(e / "model.pt", std::string(4096, '\x5a')); }, {"model.pt"}},
+      {"pt-missing", "byte", [](const fs::path& e) { fs::remove(e / "model.pt"); }, {"model.pt"}},
+      {"yaml-contradicts-dim", "byte", [](const fs::path& e) { ReplaceYamlLine(e, "dim", "dim: 128"); }, {"dim"}},
+      {"yaml-contradicts-layers",
+       "byte",
+       [](const fs::path& e) { ReplaceYamlLine(e, "n_layers", "n_layers: 2"); },
+       {"layer"}},
+      {"yaml-contradicts-vocab",
+       "byte",
+       [](const fs::path& e) { ReplaceYamlLine(e, "vocab_size", "vocab_size: 300"); },
+       {"vocab"}},
+      {"yaml-contradicts-ffn",
+       "byte",
+       [](const fs::path& e) { ReplaceYamlLine(e, "ffn_dim", "ffn_dim: 128"); },
+       {"ffn"}},
+      {"yaml-not-yaml",
+       "byte",
+       [](const fs::path& e) { Write(e / "model.yaml", "name: [unclosed\n  dim: {\n"); },
+       {"model.yaml"}},
+      {"yaml-unknown-key",
+       "byte",
+       [](const fs::path& e) { Write(e / "model.yaml", Read(e / "model.yaml") + "n_layer: 2\n"); },
+       {"n_layer"}},
+      {"yaml-mistyped", "byte", [](const fs::path& e) { ReplaceYamlLine(e, "dim", "dim: sixty-four"); }, {"dim"}},
+      {"yaml-missing", "byte", [](const fs::path& e) { fs::remove(e / "model.yaml"); }, {"model.yaml"}},
+      {"tokenizer-garbage",
+       "sentencepiece",
+       [](const fs::path& e) { Write(e / "tokenizer.model", "this is not a sentencepiece model"); },
+       {"tokenizer.model"}},
+      {"tokenizer-truncated",
+       "sentencepiece",
+       [](const fs::path& e) {
+         const std::string t = Read(e / "tokenizer.model");
+         Write(e / "tokenizer.model", t.substr(0, t.size() / 3));
+       },
+       {"tokenizer.model"}},
+      {"tokenizer-missing",
+       "sentencepiece",
+       [](const fs::path& e) { fs::remove(e / "tokenizer.model"); },
+       {"tokenizer.model"}},
+  };
+  MakeModel(repo, "good", "byte");
+  for (const BadEntry& b : entries) {
+    MakeModel(repo, b.name, b.tokenizer);
+    // The entry's name is its directory's; model.yaml names it too.
+    if (fs::exists(fs::path(repo) / b.name / "model.yaml")) {
+      ASSERT_NO_FATAL_FAILURE(ReplaceYamlLine(fs::path(repo) / b.name, "name", "name: " + b.name));
+    }
+    b.breaks(fs::path(repo) / b.name);
+  }
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING, 120)) << d.Log();
+
+  grpc::ClientContext ctx;
+  autouvm::v1::ListModelsResponse list;
+  ASSERT_TRUE(d.admin()->ListModels(&ctx, {}, &list).ok());
+  std::map<std::string, autouvm::v1::ModelStatus> by_name;
+  for (const auto& m : list.models()) by_name[m.name()] = m;
+  for (const BadEntry& b : entries) {
+    SCOPED_TRACE(b.name);
+    auto it = by_name.find(b.name);
+    if (it == by_name.end()) {
+      // An entry whose model.yaml cannot be read is not a model: the log must say why it was skipped.
+      EXPECT_NE(d.Log().find(b.name), std::string::npos) << "neither listed nor logged";
+      for (const std::string& n : b.error_names) EXPECT_NE(d.Log().find(n), std::string::npos) << d.Log();
+      continue;
+    }
+    std::cout << b.name << ": " << it->second.error() << "\n";
+    EXPECT_EQ(it->second.state(), autouvm::v1::MODEL_STATE_FAILED);
+    for (const std::string& n : b.error_names) {
+      EXPECT_NE(it->second.error().find(n), std::string::npos) << "error: " << it->second.error();
+    }
+    autouvm::v1::GenerateResponse out;
+    const grpc::Status s = CallGenerate(d, GreedyRequest(b.name, "hi", 2), &out);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+    EXPECT_NE(s.error_message().find(b.name), std::string::npos) << s.error_message();
+  }
+  ASSERT_TRUE(by_name.count("good"));
+  EXPECT_EQ(by_name["good"].state(), autouvm::v1::MODEL_STATE_READY) << by_name["good"].error();
+  autouvm::v1::GenerateResponse out;
+  const grpc::Status s = CallGenerate(d, GreedyRequest("good", "hello", 3), &out);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(out.token_ids_size(), 3);
+}
+
+}  // namespace
+}  // namespace autouvm::testing

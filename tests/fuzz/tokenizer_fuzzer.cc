@@ -1,0 +1,37 @@
+// libFuzzer target: the byte tokenizer and streaming detokenization (server/tokenizer.h,
+// server/text_stream.h). Text round-trips through the tokenizer; ids of any value stream out as valid
+// UTF-8 whatever they are; the stop string never appears in what was sent.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "server/text_stream.h"
+#include "server/tokenizer.h"
+
+namespace {
+void Check(bool ok) {
+  if (!ok) std::abort();
+}
+bool ValidUtf8(const std::string& s) { return autouvm::server::SanitizeUtf8(s) == s; }
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const autouvm::server::ByteTokenizer tokenizer(320, 256, 257);
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  auto ids = tokenizer.Encode(text);
+  Check(ids.ok() && tokenizer.Decode(*ids) == text);
+  // The same bytes as a stream of ids (two bytes each, any value), with a stop string.
+  autouvm::server::TextStream stream(&tokenizer, {"\n\n"});
+  std::string sent;
+  for (size_t i = 0; i + 1 < size && !stream.stopped(); i += 2) {
+    const int32_t id = static_cast<int32_t>((data[i] << 8 | data[i + 1]) % 400) - 40;  // some outside 0..319
+    sent += stream.Push(id);
+  }
+  sent += stream.Flush();
+  Check(sent == stream.text());
+  Check(ValidUtf8(sent));
+  Check(sent.find("\n\n") == std::string::npos);
+  Check(ValidUtf8(autouvm::server::SanitizeUtf8(text)));
+  return 0;
+}
