@@ -137,7 +137,9 @@ std::string EmptyInvalidStrings(pb::Message* twin, const pb::Descriptor* origina
 }
 
 void MarkDefect(google::protobuf::Message* msg, const std::string& defect) {
-  msg->GetReflection()->MutableUnknownFields(msg)->AddLengthDelimited(kDefectField, defect);
+  pb::UnknownFieldSet* unknown = msg->GetReflection()->MutableUnknownFields(msg);
+  unknown->DeleteByNumber(kDefectField);  // a client's own field of that number
+  unknown->AddLengthDelimited(kDefectField, defect);
 }
 
 }  // namespace

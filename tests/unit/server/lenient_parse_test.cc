@@ -80,6 +80,10 @@ TEST(LenientParseTest, AClientCannotSendADefectOfItsOwn) {
   LenientParse(Wire(sent), &got);
   EXPECT_EQ(RequestDefect(got), "");
   EXPECT_EQ(got.model(), "m");
+  // Nor beside a string that is not UTF-8.
+  sent.set_text("\xff");
+  LenientParse(Wire(sent), &got);
+  EXPECT_EQ(RequestDefect(got), "text: not valid UTF-8 at byte 0");
 }
 
 }  // namespace
