@@ -134,9 +134,7 @@ grpc::ServerUnaryReactor* AdminService::GetModelStatus(grpc::CallbackServerConte
                                                        const autouvm::v1::GetModelStatusRequest* request,
                                                        autouvm::v1::ModelStatus* response) {
   return Serve(context, *request, [&] {
-    if (absl::Status s = CheckModelName(request->model()); !s.ok()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
-    }
+    if (absl::Status s = CheckModelName(request->model()); !s.ok()) return ToGrpc(s);
     const ModelView view = models_->Find(request->model());
     if (view.model == nullptr) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served"));

@@ -66,9 +66,9 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   void Fill(const ModelView& view, autouvm::v1::ModelStatus* out) const;
   // OK, or why the call may not proceed.
   grpc::Status Authorize(grpc::CallbackServerContext* context) const;
-  // Authorizes, then finishes the call with `handler`'s status.
+  // Authorizes the call, refuses a request that did not parse (proto/lenient_parse.h), then finishes the
+  // call with `handler`'s status.
   template <typename Handler>
-  // Authorizes the call, refuses a request that did not parse (proto/lenient_parse.h), then runs handler.
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const google::protobuf::Message& request,
                                   Handler handler);
 

@@ -52,7 +52,7 @@ ProfileAdmin::ProfileAdmin(ModelManager* models, profiler::ProfileJobs* jobs, pr
       exported_by_(std::move(exported_by)) {}
 
 grpc::Status ProfileAdmin::ReadyModel(const std::string& name, const ServedModel** out) const {
-  if (absl::Status s = CheckModelName(name); !s.ok()) return Invalid(std::string(s.message()));
+  if (absl::Status s = CheckModelName(name); !s.ok()) return ToGrpc(s);
   const ModelView view = models_->Find(name);
   if (view.model == nullptr) return {grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", name, "' is not served")};
   if (view.state == ModelState::kLoading) {

@@ -22,16 +22,17 @@ namespace {
 namespace fs = std::filesystem;
 using grpc::health::v1::HealthCheckResponse;
 
-std::string Read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 void Write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+// Cuts the file to the first 1/`parts` of its bytes.
+void Truncate(const fs::path& p, size_t parts) {
+  const std::string bytes = ReadFile(p);
+  Write(p, bytes.substr(0, bytes.size() / parts));
+}
 
 // model.yaml with one `key: value` line replaced (the key must be there).
 void ReplaceYamlLine(const fs::path& entry, const std::string& key, const std::string& line) {
-  const std::string yaml = Read(entry / "model.yaml");
+  const std::string yaml = ReadFile(entry / "model.yaml");
   const size_t at = yaml.find("\n" + key + ":");
   ASSERT_NE(at, std::string::npos) << key << " not in " << yaml;
   const size_t end = yaml.find('\n', at + 1);
@@ -77,13 +78,7 @@ TEST(BadFilesE2E, EachBadEntryFailsAloneNamingWhatIsWrongAndTheGoodOneServes) {
   DaemonProcess d({.generate_default_model = false});
   const std::string repo = d.repository();
   const std::vector<BadEntry> entries = {
-      {"pt-truncated",
-       "byte",
-       [](const fs::path& e) {
-         const std::string pt = Read(e / "model.pt");
-         Write(e / "model.pt", pt.substr(0, pt.size() / 2));
-       },
-       {"model.pt"}},
+      {"pt-truncated", "byte", [](const fs::path& e) { Truncate(e / "model.pt", 2); }, {"model.pt"}},
       {"pt-empty", "byte", [](const fs::path& e) { Write(e / "model.pt", ""); }, {"model.pt"}},
       {"pt-garbage", "byte", [](const fs::path& e) { Write(e / "model.pt", std::string(4096, '\x5a')); }, {"model.pt"}},
       {"pt-missing", "byte", [](const fs::path& e) { fs::remove(e / "model.pt"); }, {"model.pt"}},
@@ -106,7 +101,7 @@ TEST(BadFilesE2E, EachBadEntryFailsAloneNamingWhatIsWrongAndTheGoodOneServes) {
        {"model.yaml"}},
       {"yaml-unknown-key",
        "byte",
-       [](const fs::path& e) { Write(e / "model.yaml", Read(e / "model.yaml") + "n_layer: 2\n"); },
+       [](const fs::path& e) { Write(e / "model.yaml", ReadFile(e / "model.yaml") + "n_layer: 2\n"); },
        {"n_layer"}},
       {"yaml-mistyped", "byte", [](const fs::path& e) { ReplaceYamlLine(e, "dim", "dim: sixty-four"); }, {"dim"}},
       {"yaml-missing", "byte", [](const fs::path& e) { fs::remove(e / "model.yaml"); }, {"model.yaml"}},
@@ -116,10 +111,7 @@ TEST(BadFilesE2E, EachBadEntryFailsAloneNamingWhatIsWrongAndTheGoodOneServes) {
        {"tokenizer.model"}},
       {"tokenizer-truncated",
        "sentencepiece",
-       [](const fs::path& e) {
-         const std::string t = Read(e / "tokenizer.model");
-         Write(e / "tokenizer.model", t.substr(0, t.size() / 3));
-       },
+       [](const fs::path& e) { Truncate(e / "tokenizer.model", 3); },
        {"tokenizer.model"}},
       {"tokenizer-missing",
        "sentencepiece",

@@ -242,6 +242,13 @@ TEST_F(BadInputE2E, EveryFieldOfTheAdminRequests) {
       s->set_batch(batch);
     };
   };
+  auto prefill = [](int32_t batch, int32_t prompt_len) {
+    return [batch, prompt_len](ShapeBucket* s) {
+      s->set_phase(PHASE_PREFILL);
+      s->set_batch(batch);
+      s->set_prompt_len(prompt_len);
+    };
+  };
   const std::vector<std::pair<Case, std::function<grpc::Status()>>> cases = {
       {{"GetModelStatus model empty", kInvalid, "model: must be set"}, [&] { return status_of(""); }},
       {{"GetModelStatus model unknown", StatusCode::NOT_FOUND, "model 'nope'"}, [&] { return status_of("nope"); }},
@@ -277,37 +284,11 @@ TEST_F(BadInputE2E, EveryFieldOfTheAdminRequests) {
            s->set_prompt_len(8);
          });
        }},
-      {{"Reprofile prefill shape.prompt_len zero", kInvalid, "shape"},
-       [&] {
-         return reprofile([](ShapeBucket* s) {
-           s->set_phase(PHASE_PREFILL);
-           s->set_batch(1);
-         });
-       }},
-      {{"Reprofile prefill shape.prompt_len negative", kInvalid, "shape"},
-       [&] {
-         return reprofile([](ShapeBucket* s) {
-           s->set_phase(PHASE_PREFILL);
-           s->set_batch(1);
-           s->set_prompt_len(-1);
-         });
-       }},
+      {{"Reprofile prefill shape.prompt_len zero", kInvalid, "shape"}, [&] { return reprofile(prefill(1, 0)); }},
+      {{"Reprofile prefill shape.prompt_len negative", kInvalid, "shape"}, [&] { return reprofile(prefill(1, -1)); }},
       {{"Reprofile prefill shape.prompt_len INT32_MAX", kInvalid, "shape.prompt_len"},
-       [&] {
-         return reprofile([](ShapeBucket* s) {
-           s->set_phase(PHASE_PREFILL);
-           s->set_batch(1);
-           s->set_prompt_len(std::numeric_limits<int32_t>::max());
-         });
-       }},
-      {{"Reprofile prefill shape.batch 2", kInvalid, "shape"},
-       [&] {
-         return reprofile([](ShapeBucket* s) {
-           s->set_phase(PHASE_PREFILL);
-           s->set_batch(2);
-           s->set_prompt_len(4);
-         });
-       }},
+       [&] { return reprofile(prefill(1, std::numeric_limits<int32_t>::max())); }},
+      {{"Reprofile prefill shape.batch 2", kInvalid, "shape"}, [&] { return reprofile(prefill(2, 4)); }},
       {{"GetProfile neither key nor shape", kInvalid, "key, shape"}, [&] { return get_profile([](auto&) {}); }},
       {{"GetProfile key and shape", kInvalid, "key, shape"},
        [&] {
