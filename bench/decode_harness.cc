@@ -192,8 +192,22 @@ int64_t BudgetPolicy::peak_resident_bytes() const {
 
 double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
                         const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor,
-                        runtime::UvmCounters* moved) {
+                        runtime::UvmCounters* moved, TransferSummary* transfers) {
   runtime::sim::ReplayOptions o{.policy = "stock", .device_bytes = budget + activations, .iterations = 3};
+  std::unique_ptr<TransferLog> log;  // over the replay's simulator, summarized before it goes
+  if (transfers != nullptr) {
+    o.through = [&log](runtime::DeviceBackend* sim) {
+      log = std::make_unique<TransferLog>(sim);
+      return log.get();
+    };
+    o.before_iteration = [&log, last = o.iterations - 1](int it) {
+      if (it == last && log) log->Arm();
+    };
+    o.after_iteration = [&log, transfers, last = o.iterations - 1](int it) {
+      if (it != last || !log) return;
+      if (auto summary = log->Summarize(); summary.ok()) *transfers = *std::move(summary);
+    };
+  }
   if (plan != nullptr) {
     o.policy = policy == "autouvm" ? "autouvm" : "paper";
     o.make_plan = [plan](int64_t) { return *plan; };

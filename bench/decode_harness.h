@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "autouvm/v1/profile.pb.h"
+#include "bench/transfer_log.h"
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/driver_eviction.h"
@@ -113,10 +114,10 @@ class BudgetPolicy {
 // autouvm) on `spec` with room for `budget` named bytes and `activations` — the plan followed for paper
 // and autouvm (`plan`, null for stock), and for stock and paper under a budget (factor > 1) the
 // driver's eviction emulated as the GPU benchmark does. 0 if the replay fails. `moved`, if given, gets
-// what that iteration moved.
+// what that iteration moved; `transfers`, its policy's transfers (bench/transfer_log.h).
 double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
                         const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor,
-                        runtime::UvmCounters* moved = nullptr);
+                        runtime::UvmCounters* moved = nullptr, TransferSummary* transfers = nullptr);
 // A plan's GiB pinned / remote / streamed, "staged" or "buffered" (Plan.device_buffer) if it stages,
 // and the GiB the executor staged when it prepared the plan (`staged_bytes`, unless negative).
 std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes = -1);

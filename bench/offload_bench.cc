@@ -96,6 +96,8 @@ using Clock = std::chrono::steady_clock;
 
 using autouvm::bench::Check;
 using autouvm::bench::Die;
+using autouvm::bench::FormatStepsAtTheirRate;
+using autouvm::bench::FormatTransfers;
 using autouvm::bench::HostSpeed;
 using autouvm::bench::IdleStep;
 using autouvm::bench::kGiB;
@@ -173,7 +175,7 @@ int main(int argc, char** argv) {
   int steps = 6, prompt_len = 16, ttft_prompt = 0, resident_run_count = 3;
   int64_t seed = 1;
   bool explicit_sync = false, op_times = false, probe_only = false, copy_beside_decode = false, no_probes = false,
-       step_times = false, keep_host_mappings = false;
+       step_times = false, keep_host_mappings = false, transfer_times = false;
   std::string save_traces, probes_flag = "all";
   CLI::App app{"Decode under a device budget on the real GPU: stock UVM against the autouvm executor"};
   app.add_option("--preset", preset, "7b | 13b | small (Llama-2 dimensions; small for a quick check)")
@@ -197,13 +199,16 @@ int main(int argc, char** argv) {
   app.add_flag("--step-times", step_times,
                "print every step's time after each row (the resident runs' too), with the host's speed before "
                "each step (HostSpeed)");
+  app.add_flag("--transfer-times", transfer_times,
+               "time the last step's transfers of the driver-managed policies (stock, paper*) by stream and "
+               "direction (bench/transfer_log.h), with the simulator's beside them");
   app.add_flag("--probe-only", probe_only, "run the probes, then stop");
   app.add_flag("--keep-host-mappings", keep_host_mappings,
                "diagnostic: between runs, leave ranges that a run mapped from host memory as they are (Note "
                "[Mappings outlive their advice])");
   app.add_flag("--no-probes", no_probes, "skip the probes (they were printed by an earlier run)");
   app.add_option("--probes", probes_flag,
-                 "which probes to run: all, or some of driver, link, drop, staged, staged-ring, placement, "
+                 "which probes to run: all, or some of driver, queued, link, drop, staged, staged-ring, placement, "
                  "eviction, host-copy, host-alloc, host-copies")
       ->capture_default_str();
   app.add_option("--save-traces", save_traces,
@@ -248,6 +253,7 @@ int main(int argc, char** argv) {
   if (!no_probes) {
     using ProbeFn = absl::Status (*)(autouvm::runtime::DeviceBackend*);
     const std::vector<std::pair<std::string, ProbeFn>> all = {{"driver", autouvm::bench::ProbeDriver},
+                                                              {"queued", autouvm::bench::ProbeQueuedPrefetch},
                                                               {"link", autouvm::bench::ProbeLink},
                                                               {"drop", autouvm::bench::ProbeDrop},
                                                               {"staged", autouvm::bench::ProbeStaged},
@@ -261,7 +267,7 @@ int main(int argc, char** argv) {
     for (const std::string& w : wanted) {
       if (w != "all" && std::none_of(all.begin(), all.end(), [&](const auto& p) { return p.first == w; })) {
         Die("unknown probe " + w +
-            " (known: all, driver, link, drop, staged, staged-ring, placement, eviction, "
+            " (known: all, driver, queued, link, drop, staged, staged-ring, placement, eviction, "
             "host-copy, host-alloc, host-copies)");
       }
     }
@@ -409,6 +415,9 @@ int main(int argc, char** argv) {
       for (const std::string& policy : policies) {
         RunResult r;
         all_to_host();
+        // Before the policy that calls through it (destroyed after it).
+        const bool log_transfers = transfer_times && (policy == "stock" || policy.rfind("paper", 0) == 0);
+        autouvm::bench::TransferLog transfer_log(gpu);
         std::unique_ptr<autouvm::bench::BudgetPolicy> managed;  // stock, paper (and ablation), autouvm
         int64_t staged_bytes = -1;                              // what the executor staged once prepared (autouvm)
         std::unique_ptr<autouvm::bench::ExplicitOffload> offload;
@@ -418,6 +427,7 @@ int main(int argc, char** argv) {
         autouvm::runtime::OpSubscriber* follow = nullptr;
         std::vector<std::vector<int64_t>> tokens;
         std::vector<double> times;
+        std::vector<autouvm::bench::TransferSummary> step_transfers;  // --transfer-times: steady steps'
         std::vector<HostSpeed> speeds;
         UvmCounters before_last;
         {
@@ -426,7 +436,8 @@ int main(int argc, char** argv) {
             // Every policy gets `budget` for the named tensors; the planner sets the activations' room
             // aside from the budget it is given, so autouvm's has that room added.
             const int64_t planned_budget = policy == "autouvm" ? budget + planner_room : budget;
-            managed = Check(autouvm::bench::BudgetPolicy::Create(policy, gpu, trace, m, planned_budget, batch),
+            managed = Check(autouvm::bench::BudgetPolicy::Create(policy, log_transfers ? &transfer_log : gpu, trace, m,
+                                                                 planned_budget, batch),
                             policy.c_str());
             plan = managed->plan();
             for (const auto& [id, rg] : m.named) {
@@ -483,6 +494,7 @@ int main(int argc, char** argv) {
             if (step_times) speeds.push_back(ProbeHostSpeed(scratch, probe_stream));
             const auto t0 = Clock::now();
             if (op_times) timer.BeginIteration();
+            if (log_transfers && s > 0) transfer_log.Arm();
             if (observed) observer->BeginIteration(autouvm::runtime::IterationMode::kObserve);
             tok = autouvm::bench::DecodeStep(m, tok, prompt_len + s);
             if (observed) observer->EndIteration();
@@ -494,12 +506,14 @@ int main(int argc, char** argv) {
               if (absl::Status why = managed->EndIteration(); !why.ok()) r.note = std::string(why.message());
             }
             times.push_back(Seconds(t0, Clock::now()) + (s == 0 ? prepare_s : 0.0));
+            if (log_transfers && s > 0) step_transfers.push_back(Check(transfer_log.Summarize(), "transfer times"));
             tokens.push_back(tok);
           }
           if (follow) observer->RemoveSubscriber(follow);
           if (op_times) observer->RemoveSubscriber(&timer);
           cudaDeviceSynchronize();
         }
+        autouvm::bench::TransferSummary sim_transfers;
         r.steady_moved = Check(backend->ReadCounters(), "counters") - before_last;
         r.cold_s = times.front();
         std::vector<double> steady(times.begin() + 1, times.end());
@@ -513,10 +527,11 @@ int main(int argc, char** argv) {
         // The simulator on the same trace, capacity = the budget plus the activations' room.
         const bool planned = policy == "autouvm" || policy.rfind("paper", 0) == 0;
         UvmCounters sim_moved;
-        const double sim_s = planned || policy == "stock"
-                                 ? autouvm::bench::SimulatedSeconds(trace, spec, policy, planned ? &plan : nullptr,
-                                                                    budget, activations, factor, &sim_moved)
-                                 : 0;
+        const double sim_s =
+            planned || policy == "stock"
+                ? autouvm::bench::SimulatedSeconds(trace, spec, policy, planned ? &plan : nullptr, budget, activations,
+                                                   factor, &sim_moved, log_transfers ? &sim_transfers : nullptr)
+                : 0;
         if (factor <= 1.0 && sim_s > 0) idle_sim_s = sim_s;
         const UvmCounters& mv = r.steady_moved;
         const double other =
@@ -535,6 +550,16 @@ int main(int argc, char** argv) {
             other / kGiB, mv.d2h_total() / kGiB, (long long)mv.gpu_fault_groups, plan_cell.c_str(),
             r.note.empty() ? "" : (" " + r.note).c_str());
         if (policy == "stock" || policy.rfind("paper", 0) == 0) PrintByCause(policy, mv, sim_moved);
+        if (log_transfers && !step_transfers.empty()) {
+          std::printf(
+              "%s%s", FormatTransfers(policy + ", GPU, last step", step_transfers.back()).c_str(),
+              FormatTransfers(policy + ", simulator, last iteration", sim_transfers, /*host_times=*/false).c_str());
+          std::printf("%s\n", FormatStepsAtTheirRate(policy, times, step_transfers, [&](double rate) {
+                                return autouvm::bench::SimulatedSeconds(
+                                    trace, autouvm::runtime::WithDeviceToHostRate(spec, rate), policy,
+                                    planned ? &plan : nullptr, budget, activations, factor);
+                              }).c_str());
+        }
         if (step_times) PrintStepTimes(policy, times, speeds);
         if (!op_seconds.empty()) {
           // What the GPU spent its last step on; "remote" = tensors that stayed in (or came from) host memory.

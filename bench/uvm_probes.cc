@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "bench/event_timer.h"
 #include "runtime/status_macros.h"
@@ -81,6 +82,43 @@ absl::Status ProbeDriver(runtime::DeviceBackend* backend) {
   RETURN_IF_ERROR(backend->Advise(a, bytes, Advice::kPreferredLocation, false));
   RETURN_IF_ERROR(backend->FreeManaged(a));
   return absl::OkStatus();
+}
+
+// Note [Prefetches hold the host] (runtime/sim/sim_backend.cc) asks when a prefetch call holds the
+// calling thread: 1 GiB moved each way by one prefetch, issued to a stream with nothing pending, or
+// queued behind work (matrix products on the compute stream; for the copy stream, a wait for them).
+absl::Status ProbeQueuedPrefetch(runtime::DeviceBackend* backend) {
+  const int64_t bytes = int64_t{1} << 30;
+  ASSIGN_OR_RETURN(const uint64_t a, backend->AllocateManaged(bytes));
+  cudaMemset(reinterpret_cast<void*>(a), 1, static_cast<size_t>(bytes));
+  RETURN_IF_ERROR(backend->Synchronize());
+  const at::Tensor x = at::randn({8192, 8192}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA));
+  auto busy = [&] {  // ~50 ms of matrix products on the compute stream (torch's current stream)
+    for (int i = 0; i < 40; ++i) (void)x.matmul(x);
+  };
+  auto trip = [&](Location to, Stream stream, bool queued) -> absl::StatusOr<std::pair<double, double>> {
+    RETURN_IF_ERROR(backend->Synchronize());
+    if (queued) {
+      busy();
+      if (stream == Stream::kCopy) backend->WaitEvent(Stream::kCopy, backend->RecordEvent(Stream::kCompute));
+    }
+    const auto t0 = Clock::now();
+    RETURN_IF_ERROR(backend->Prefetch(a, bytes, to, stream));
+    const double call_s = Seconds(t0, Clock::now());
+    RETURN_IF_ERROR(backend->Synchronize());
+    return std::make_pair(call_s, Seconds(t0, Clock::now()));
+  };
+  std::string out = "queued-prefetch probe, 1 GiB, ms the call held the thread / ms until done:";
+  for (const bool queued : {false, true}) {
+    for (int rep = 0; rep < 3; ++rep) {
+      ASSIGN_OR_RETURN(const auto in, trip(Location::kDevice, Stream::kCopy, queued));
+      ASSIGN_OR_RETURN(const auto back, trip(Location::kHost, Stream::kCompute, queued));
+      absl::StrAppendFormat(&out, " %s: to device %.2f / %.2f, to host %.2f / %.2f;", queued ? "queued" : "idle",
+                            1e3 * in.first, 1e3 * in.second, 1e3 * back.first, 1e3 * back.second);
+    }
+  }
+  std::printf("%s\n", out.c_str());
+  return backend->FreeManaged(a);
 }
 
 // The link as this process meets it, before the runs: pinned host->device copies (cudaMemcpyAsync of

@@ -21,6 +21,9 @@ namespace autouvm::bench {
 // A 1 GiB read-mostly range: how long a prefetch to the device holds the calling thread, whether a
 // prefetch back to the host frees device memory, what "preferred location host + unset read-mostly" costs.
 absl::Status ProbeDriver(runtime::DeviceBackend* backend);
+// How long a 1 GiB prefetch each way holds the calling thread when its stream has nothing pending, and
+// when it is queued behind work (Note [Prefetches hold the host]).
+absl::Status ProbeQueuedPrefetch(runtime::DeviceBackend* backend);
 // Pinned copies (one call; five buffers; five beside small kernels), a managed prefetch, a remote-mapped
 // read, and prefetches of a range already on the device (per call of 2 and 64 MiB).
 absl::Status ProbeLink(runtime::DeviceBackend* backend);

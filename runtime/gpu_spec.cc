@@ -1,5 +1,7 @@
 #include "runtime/gpu_spec.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/status_macros.h"
@@ -40,7 +42,8 @@ constexpr double kUs = 1e-6;
 //     (8 of 32 rows below 0.85).
 //   drop        0.13 ms for 128 MiB read-mostly range whose GPU copy is dropped = 2.03 µs per block.
 //   host hold   a 1 GiB prefetch to the device held the calling thread for 14.3–27.9 ms of its 21.9–28.0 ms
-//               in seven runs of bench/offload_bench's driver probe (0.65–1.00 of it, mean 0.89).
+//               in seven runs of bench/offload_bench's driver probe (0.65–1.00 of it, mean 0.89), issued
+//               to an idle stream; queued behind work it returns at once (Note [Prefetches hold the host]).
 //   resident    a prefetch of a range already on the device (its link probe, 1 GiB in calls of 2 / 64 MiB):
 //               4.3 / 88.8 µs of the stream and 4.3 / 29.4 µs of the calling thread per call
 //               → 1.57 µs + 2.73 µs per block (stream); 1.57 µs + 0.81 µs per block (thread, ±1 µs).
@@ -197,6 +200,15 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
 const std::vector<GpuSpec>& BuiltinGpuSpecs() {
   static const std::vector<GpuSpec>* const kSpecs = new std::vector<GpuSpec>(MakeBuiltins());
   return *kSpecs;
+}
+
+GpuSpec WithDeviceToHostRate(GpuSpec spec, double bytes_per_s) {
+  constexpr double kPageBytes = 64 << 10;  // what UvmCosts' d2h costs are per
+  if (bytes_per_s <= 0 || spec.link_bytes_per_s <= 0) return spec;
+  const double beside_copy = std::max(0.0, kPageBytes / bytes_per_s - kPageBytes / spec.link_bytes_per_s);
+  spec.uvm.d2h_page_s = beside_copy;
+  spec.uvm.d2h_clean_page_s = beside_copy;
+  return spec;
 }
 
 absl::StatusOr<GpuSpec> FindGpuSpec(std::string_view name) {

@@ -25,8 +25,9 @@ struct UvmCosts {
   double fault_page_s = 0;     // per 64 KiB page migrated on a fault, besides the copy itself
   double fault_block_s = 0;    // per 2 MiB VA block serviced (lock, chunk, mapping, TLB)
   double prefetch_call_s = 0;  // per cudaMemPrefetchAsync call
-  // Fraction of a prefetch to the device during which the calling thread is held (the call returns only
-  // when most of the transfer is done): the host issues nothing else meanwhile.
+  // Fraction of a prefetch to the device, issued to a stream with nothing pending, during which the
+  // calling thread is held (the call returns only when most of the transfer is done): the host issues
+  // nothing else meanwhile. Queued behind work, a prefetch returns at once.
   double prefetch_host_hold = 0;
   // A prefetch whose range is already where it is sent (nothing moves): per call, per 2 MiB block it
   // checks (the stream's time), and per block of the calling thread's time.
@@ -66,6 +67,11 @@ struct GpuSpec {
 const std::vector<GpuSpec>& BuiltinGpuSpecs();
 // A built-in spec by name; NOT_FOUND listing the known names.
 absl::StatusOr<GpuSpec> FindGpuSpec(std::string_view name);
+// `spec` with pages migrated to the host (written by the GPU or not) at `bytes_per_s` whole, the rest
+// unchanged. The H200 host's device-to-host rate moved between 8.7 and 20 GB/s from one process to the
+// next (bench/results/2026-11-30-paper-transfers-h200.md); a benchmark that measured it in a step asks
+// what the simulator predicts at that rate. A rate at or above the link's leaves the copy alone.
+GpuSpec WithDeviceToHostRate(GpuSpec spec, double bytes_per_s);
 // Specs from YAML: a list under `gpus:`, each with a `name`, optionally `base: <built-in name>` whose
 // figures it starts from, and any of the fields in docs/gpu-specs.md. INVALID_ARGUMENT naming the
 // entry and key for anything malformed.

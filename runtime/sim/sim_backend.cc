@@ -146,27 +146,44 @@ absl::Status SimBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Str
   // As CUDA (cudaErrorInvalidValue): one prefetch stays within one managed allocation.
   if (bytes > 0) RETURN_IF_ERROR(WithinOneAllocation("prefetch", addr, bytes));
   // Note [Prefetches hold the host]: a prefetch starts once the host has issued it and its stream is
-  // free; one to the device holds the calling thread for most of its transfer (UvmCosts::
-  // prefetch_host_hold), so the host issues nothing else — no kernel, no other prefetch — meanwhile.
-  // One that finds its range already there costs only its checks (prefetch_resident_*).
+  // free. One issued to a stream with nothing pending is done in the call: to the device it holds the
+  // calling thread for most of its transfer (UvmCosts::prefetch_host_hold), to the host for all of it,
+  // so the host issues nothing else — no kernel, no other prefetch — meanwhile. One queued behind work
+  // on its stream (or a wait for another stream) returns at once, its migration left to the driver for
+  // when the stream gets to it, and costs the host what a resident range's checks do. On the H200
+  // (offload_bench's queued probe, 1 GiB): idle, 11-16 ms of a 22 ms prefetch to the device and all of
+  // 63-107 ms back; queued behind matrix products, 0.02-0.5 ms either way. paper's prefetches, each
+  // behind a wait for the compute stream's evictions, held the host 10 µs per call (295 calls of 44 MiB
+  // in a 7B step) and ran beside those evictions; holding the host through them had the simulator run
+  // the two directions one after the other, 1.2-1.4x paper's steps
+  // (bench/results/2026-11-30-paper-transfers-h200.md). One that finds its range already there costs
+  // only its checks (prefetch_resident_*).
   const UvmCosts& c = options_.spec.uvm;
   double& clock = clock_[Index(stream)];
+  const bool queued = clock > host_clock_;
   const double start = std::max(clock, host_clock_);
   const UvmWork before = model_.work();
   const double work = Charge([&] { model_.Prefetch(addr, bytes, to); }, to == Location::kDevice);
   const UvmWork& after = model_.work();
   const bool moved = after.prefetch_blocks != before.prefetch_blocks || after.d2h_pages != before.d2h_pages ||
                      after.d2h_clean_pages != before.d2h_clean_pages || after.dropped_pages != before.dropped_pages;
+  const double blocks =
+      bytes > 0
+          ? static_cast<double>((BlockOf(addr + static_cast<uint64_t>(bytes) - 1) - BlockOf(addr)) / kBlockBytes + 1)
+          : 0.0;
+  const double checks_on_host = c.prefetch_resident_call_s + blocks * c.prefetch_resident_host_block_s;
+  const double issued = host_clock_;
   if (moved) {
     clock = start + c.prefetch_call_s + work;
-    if (to == Location::kDevice) host_clock_ = std::max(host_clock_, start + c.prefetch_host_hold * (clock - start));
+    if (to == Location::kDevice) {
+      host_clock_ =
+          queued ? issued + checks_on_host : std::max(host_clock_, start + c.prefetch_host_hold * (clock - start));
+    } else if (!queued) {
+      host_clock_ = std::max(host_clock_, clock);
+    }
   } else {
-    const double blocks =
-        bytes > 0
-            ? static_cast<double>((BlockOf(addr + static_cast<uint64_t>(bytes) - 1) - BlockOf(addr)) / kBlockBytes + 1)
-            : 0.0;
     clock = start + c.prefetch_resident_call_s + blocks * c.prefetch_resident_block_s;
-    host_clock_ = std::max(host_clock_, start + c.prefetch_resident_call_s + blocks * c.prefetch_resident_host_block_s);
+    host_clock_ = queued ? issued + checks_on_host : std::max(host_clock_, start + checks_on_host);
   }
   if (to == Location::kDevice) {
     for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;

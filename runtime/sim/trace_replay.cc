@@ -165,7 +165,8 @@ namespace {
 // layout's segment bytes.
 absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBackend* backend, int iterations,
                             std::vector<IterationReport>* reports, std::vector<double>* op_seconds = nullptr,
-                            const autouvm::v1::Plan* follow = nullptr, int64_t emulated_eviction_budget = 0) {
+                            const autouvm::v1::Plan* follow = nullptr, int64_t emulated_eviction_budget = 0,
+                            const ReplayOptions* hooks = nullptr) {
   uint64_t fake_next = 0;
   Layout layout([&](int64_t bytes) -> absl::StatusOr<uint64_t> {
     if (backend != nullptr) return backend->AllocateManaged(bytes);
@@ -179,15 +180,16 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
   std::unique_ptr<Executor> executor;
   std::unique_ptr<DriverEviction> eviction;
   if (backend != nullptr) {
+    DeviceBackend* policy_backend = hooks != nullptr && hooks->through ? hooks->through(backend) : backend;
     std::unordered_map<std::string, TensorRange> ranges;
     for (const auto& [id, bytes] : plan.persistent) ranges[id] = {where.at(id), bytes};
     // The named tensors, as the GPU benchmark's emulator manages them; they are laid out first, in
     // the trace's order.
     if (emulated_eviction_budget > 0) {
-      eviction = std::make_unique<DriverEviction>(backend, trace, ranges, emulated_eviction_budget);
+      eviction = std::make_unique<DriverEviction>(policy_backend, trace, ranges, emulated_eviction_budget);
     }
     if (follow != nullptr) {
-      executor = std::make_unique<Executor>(backend, *follow, trace, std::move(ranges));
+      executor = std::make_unique<Executor>(policy_backend, *follow, trace, std::move(ranges));
       if (eviction != nullptr && follow->driver_evicts()) executor->set_driver_eviction(eviction.get());
     }
   }
@@ -195,6 +197,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
     const double start = backend != nullptr ? backend->Elapsed() : 0;
     const UvmCounters before = backend != nullptr ? *backend->ReadCounters() : UvmCounters();
     IterationReport report;
+    if (hooks != nullptr && hooks->before_iteration) hooks->before_iteration(it);
     // The first iteration pays for bringing the pinned tensors in (a cold start).
     if (executor && it == 0) RETURN_IF_ERROR(executor->Prepare());
     for (size_t i = 0; i < trace.ops.size(); ++i) {
@@ -221,6 +224,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
       report.seconds = backend->Elapsed() - start;
       report.moved = *backend->ReadCounters() - before;
       reports->push_back(report);
+      if (hooks != nullptr && hooks->after_iteration) hooks->after_iteration(it);
     }
   }
   return layout.segment_bytes();
@@ -279,7 +283,7 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   autouvm::v1::Plan follow;
   if (options.policy != "stock") follow = options.make_plan(report.device_bytes);
   RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds,
-                      options.policy != "stock" ? &follow : nullptr, emulated_budget)
+                      options.policy != "stock" ? &follow : nullptr, emulated_budget, &options)
                       .status());
   return report;
 }

@@ -44,6 +44,13 @@ struct ReplayOptions {
   // evicting page by page. For `stock` and `paper`, to predict what the GPU benchmark measures; ignored
   // for `autouvm`, which evicts by itself.
   int64_t emulated_eviction_budget = 0;
+  // For a benchmark that times the policy's transfers (bench/transfer_log.h): given the simulator, the
+  // backend the policy (executor, emulated driver) is to call instead — one that forwards to it; and
+  // calls before each iteration of the policy's run (0-based) and after it (its work done), while the
+  // simulator lives. Any may be empty.
+  std::function<DeviceBackend*(DeviceBackend* sim)> through;
+  std::function<void(int iteration)> before_iteration;
+  std::function<void(int iteration)> after_iteration;
 };
 
 struct IterationReport {

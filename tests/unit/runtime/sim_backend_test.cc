@@ -161,6 +161,61 @@ TEST(SimBackendTest, APrefetchToTheDeviceHoldsTheHost) {
   EXPECT_GT(sim->spec().uvm.prefetch_host_hold, 0.5);
 }
 
+// ... and one to the host all of it ...
+TEST(SimBackendTest, APrefetchToTheHostOnAnIdleStreamHoldsTheHostThroughIt) {
+  auto sim = Sim(1024 * kMiB);
+  const uint64_t a = *sim->AllocateManaged(256 * kMiB);
+  ASSERT_TRUE(sim->Prefetch(a, 256 * kMiB, Location::kDevice, Stream::kCompute).ok());
+  ASSERT_TRUE(sim->Synchronize().ok());
+  ASSERT_TRUE(sim->Prefetch(a, 256 * kMiB, Location::kHost, Stream::kCopy).ok());
+  const double back = sim->Now(Stream::kCopy);
+  const KernelTime k = sim->Launch({.name = "other", .flops = 1e6}, Stream::kCompute, /*host_s=*/1e-6);
+  EXPECT_GE(k.start_s, back);
+}
+
+// ... but one queued behind work on its stream returns at once: the host goes on issuing while the
+// stream waits and the transfer runs.
+TEST(SimBackendTest, APrefetchQueuedBehindWorkDoesNotHoldTheHost) {
+  auto sim = Sim(1024 * kMiB);
+  const uint64_t a = *sim->AllocateManaged(256 * kMiB);
+  const uint64_t b = *sim->AllocateManaged(256 * kMiB);
+  ASSERT_TRUE(sim->Prefetch(b, 256 * kMiB, Location::kDevice, Stream::kCompute).ok());
+  ASSERT_TRUE(sim->Synchronize().ok());
+  // A kernel keeps the compute stream busy (the host does not wait for kernels); the stream then sends b
+  // back (~25 ms at the host's device-to-host rate), and the copy stream waits for that.
+  const KernelTime busy = sim->Launch({.name = "busy", .flops = 1e13}, Stream::kCompute, /*host_s=*/1e-6);
+  ASSERT_GT(busy.end_s, 1e-3);
+  ASSERT_TRUE(sim->Prefetch(b, 256 * kMiB, Location::kHost, Stream::kCompute).ok());
+  const double evicted = sim->Now(Stream::kCompute);
+  sim->WaitEvent(Stream::kCopy, sim->RecordEvent(Stream::kCompute));
+  ASSERT_TRUE(sim->Prefetch(a, 256 * kMiB, Location::kDevice, Stream::kCopy).ok());
+  const double arrived = sim->Now(Stream::kCopy);
+  EXPECT_GT(arrived, evicted + 256.0 * kMiB / 55.4e9);  // after the wait, at the link's rate at most
+  const KernelTime k = sim->Launch({.name = "other", .flops = 1e6}, Stream::kCompute, /*host_s=*/1e-6);
+  // Issued while the copy stream still waited: on the compute stream right after the eviction, not
+  // after most of the copy.
+  EXPECT_LT(k.start_s, evicted + 1e-4);
+  EXPECT_LT(k.start_s, evicted + sim->spec().uvm.prefetch_host_hold * (arrived - evicted) / 2);
+}
+
+// A spec given the device-to-host rate a benchmark measured sends pages back at that rate.
+TEST(SimBackendTest, PagesGoBackToTheHostAtTheRateTheSpecIsGiven) {
+  for (const double rate : {8.7e9, 20e9}) {
+    auto sim = *SimBackend::Create(
+        {.spec = WithDeviceToHostRate(*FindGpuSpec("h200-pcie5"), rate), .device_budget_bytes = 1024 * kMiB});
+    const uint64_t a = *sim->AllocateManaged(256 * kMiB);
+    ASSERT_TRUE(sim->Prefetch(a, 256 * kMiB, Location::kDevice, Stream::kCompute).ok());
+    const double in = sim->Now(Stream::kCompute);
+    ASSERT_TRUE(sim->Prefetch(a, 256 * kMiB, Location::kHost, Stream::kCompute).ok());
+    const double back = sim->Now(Stream::kCompute) - in;
+    EXPECT_NEAR(back, 256.0 * kMiB / rate + sim->spec().uvm.prefetch_call_s, 1e-6) << rate;
+  }
+  // At or above the link's rate only the copy is left.
+  const GpuSpec fast = WithDeviceToHostRate(*FindGpuSpec("h200-pcie5"), 80e9);
+  EXPECT_EQ(fast.uvm.d2h_page_s, 0);
+  EXPECT_EQ(fast.uvm.d2h_clean_page_s, 0);
+}
+
 TEST(SimBackendTest, APrefetchOfWhatIsAlreadyThereCostsOnlyItsChecks) {
   auto sim = Sim(1024 * kMiB);
   const uint64_t a = *sim->AllocateManaged(64 * kMiB);
