@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "proto/lenient_parse.h"
 #include "server/grpc_status.h"
-#include "server/request_validation.h"
 
 namespace autouvm::server {
 namespace {
@@ -134,12 +133,9 @@ grpc::ServerUnaryReactor* AdminService::GetModelStatus(grpc::CallbackServerConte
                                                        const autouvm::v1::GetModelStatusRequest* request,
                                                        autouvm::v1::ModelStatus* response) {
   return Serve(context, *request, [&] {
-    if (absl::Status s = CheckModelName(request->model()); !s.ok()) return ToGrpc(s);
-    const ModelView view = models_->Find(request->model());
-    if (view.model == nullptr) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served"));
-    }
-    Fill(view, response);
+    const auto view = models_->Lookup(request->model());
+    if (!view.ok()) return ToGrpc(view.status());
+    Fill(*view, response);
     return grpc::Status::OK;
   });
 }

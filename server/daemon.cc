@@ -114,6 +114,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   d->metrics_ = std::make_unique<Metrics>(MetricsSources{.models = d->models_.get(),
                                                          .jobs = d->jobs_.get(),
                                                          .repository = d->repository_.get(),
+                                                         .tls = d->tls_.get(),
                                                          .version = AUTOUVM_VERSION,
                                                          .backend = config.backend,
                                                          .gpu = config.gpu});

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "proto/lenient_parse.h"
+#include "runtime/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_validation.h"
 
@@ -70,15 +71,8 @@ class Call {
     if (std::string defect = autouvm::proto::RequestDefect(request); !defect.empty()) {
       return absl::InvalidArgumentError(defect);
     }
-    if (absl::Status s = CheckModelName(request.model()); !s.ok()) return s;
-    ModelView view = models_->Find(request.model());
-    if (view.model == nullptr) return absl::NotFoundError(absl::StrCat("model '", request.model(), "' is not served"));
-    if (view.state == ModelState::kLoading)
-      return absl::UnavailableError(absl::StrCat("model '", request.model(), "' is still loading"));
-    if (view.state == ModelState::kFailed) {
-      return absl::FailedPreconditionError(absl::StrCat("model '", request.model(), "' failed to load: ", view.error));
-    }
-    const ServedModel& m = *view.model;
+    ASSIGN_OR_RETURN(const ServedModel* served, models_->Ready(request.model(), absl::StatusCode::kUnavailable));
+    const ServedModel& m = *served;
     model_ = m.name;
     thread_local std::mt19937_64 seeds(std::random_device{}());
     auto params = BuildGenerationParams(request, m.config, *m.tokenizer, m.settings, config_->limits, seeds());

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_repository.h"
+#include "server/tls.h"
 
 namespace autouvm::server {
 namespace {
@@ -222,6 +223,17 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(s.Family("autouvm_profile_store_errors_total",
                            "Stored profiles or plans that failed their checksum or did not parse", T::Counter),
                   {}, sources_.repository->corrupt_reads());
+  }
+  if (sources_.tls != nullptr) {
+    const TlsFiles::State tls = sources_.tls->state();
+    Snapshot::Add(s.Family("autouvm_tls_certificate_expiry_timestamp_seconds",
+                           "When the gRPC port's certificate in use expires (seconds since the epoch)", T::Gauge),
+                  {}, static_cast<double>(tls.not_after_unix));
+    auto* reloads =
+        s.Family("autouvm_tls_certificate_reloads_total",
+                 "Changed certificate files taken (applied) or refused, the last good set kept", T::Counter);
+    Snapshot::Add(reloads, {{"result", "applied"}}, static_cast<double>(tls.applied));
+    Snapshot::Add(reloads, {{"result", "refused"}}, static_cast<double>(tls.refused));
   }
   Snapshot::Add(s.Family("autouvm_process_resident_memory_bytes", "Resident memory of the daemon", T::Gauge), {},
                 ResidentMemoryBytes());

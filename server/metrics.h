@@ -44,10 +44,13 @@ class ProfileRepository;
 
 namespace autouvm::server {
 
+class TlsFiles;
+
 struct MetricsSources {
   const ModelManager* models = nullptr;
   const profiler::ProfileJobs* jobs = nullptr;              // null when profiling is off
   const profiler::ProfileRepository* repository = nullptr;  // null when profiling is off
+  const TlsFiles* tls = nullptr;                            // null when server.tls is off
   std::string version;
   std::string backend;  // runtime.backend
   std::string gpu;      // runtime.gpu

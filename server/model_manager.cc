@@ -8,6 +8,7 @@
 #include "runtime/status_macros.h"
 #include "runtime/yaml_fields.h"
 #include "server/llama_builder.h"
+#include "server/request_validation.h"
 
 namespace autouvm::server {
 
@@ -116,6 +117,24 @@ ModelView ModelManager::Find(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) return {nullptr, ModelState::kFailed, ""};
   return {it->second.model.get(), it->second.state, it->second.error};
+}
+
+absl::StatusOr<ModelView> ModelManager::Lookup(const std::string& name) const {
+  RETURN_IF_ERROR(CheckModelName(name));
+  ModelView view = Find(name);
+  if (view.model == nullptr) return absl::NotFoundError(absl::StrCat("model '", name, "' is not served"));
+  return view;
+}
+
+absl::StatusOr<const ServedModel*> ModelManager::Ready(const std::string& name, absl::StatusCode while_loading) const {
+  ASSIGN_OR_RETURN(const ModelView view, Lookup(name));
+  if (view.state == ModelState::kLoading) {
+    return absl::Status(while_loading, absl::StrCat("model '", name, "' is still loading"));
+  }
+  if (view.state == ModelState::kFailed) {
+    return absl::FailedPreconditionError(absl::StrCat("model '", name, "' failed to load: ", view.error));
+  }
+  return view.model;
 }
 
 std::vector<ModelView> ModelManager::List() const {

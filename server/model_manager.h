@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/clock.h"
 #include "runtime/gpu_spec.h"
@@ -69,6 +70,12 @@ class ModelManager {
   bool loaded() const;
   // The model by name; model == nullptr when no such model is served.
   ModelView Find(const std::string& name) const;
+  // ... for a client that named it: INVALID_ARGUMENT for a name no model can have (CheckModelName),
+  // NOT_FOUND saying it is not served.
+  absl::StatusOr<ModelView> Lookup(const std::string& name) const;
+  // ... and ready to serve: `while_loading` (the caller's code) while it loads, FAILED_PRECONDITION
+  // with its error if it failed to.
+  absl::StatusOr<const ServedModel*> Ready(const std::string& name, absl::StatusCode while_loading) const;
   std::vector<ModelView> List() const;
   // Stops every scheduler (see Scheduler::Shutdown).
   void Shutdown(absl::Duration grace);

@@ -8,7 +8,6 @@
 #include "profiler/profile_bundle.h"
 #include "profiler/profile_key.h"
 #include "server/grpc_status.h"
-#include "server/request_validation.h"
 
 namespace autouvm::server {
 namespace {
@@ -52,16 +51,9 @@ ProfileAdmin::ProfileAdmin(ModelManager* models, profiler::ProfileJobs* jobs, pr
       exported_by_(std::move(exported_by)) {}
 
 grpc::Status ProfileAdmin::ReadyModel(const std::string& name, const ServedModel** out) const {
-  if (absl::Status s = CheckModelName(name); !s.ok()) return ToGrpc(s);
-  const ModelView view = models_->Find(name);
-  if (view.model == nullptr) return {grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", name, "' is not served")};
-  if (view.state == ModelState::kLoading) {
-    return {grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat("model '", name, "' is still loading")};
-  }
-  if (view.state == ModelState::kFailed) {
-    return {grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat("model '", name, "' failed to load: ", view.error)};
-  }
-  *out = view.model;
+  auto served = models_->Ready(name, absl::StatusCode::kFailedPrecondition);
+  if (!served.ok()) return ToGrpc(served.status());
+  *out = *served;
   return grpc::Status::OK;
 }
 

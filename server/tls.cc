@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -67,21 +68,30 @@ X509* FirstCertificate(const std::string& pem) {
   return cert;
 }
 
-std::string NotAfter(X509* cert) {
+// When a certificate expires: as text for the log, and in seconds since the epoch for the metrics.
+struct Expiry {
+  std::string text;
+  int64_t epoch_s = 0;
+};
+
+Expiry NotAfter(X509* cert) {
+  Expiry e;
+  const ASN1_TIME* t = X509_get0_notAfter(cert);
   BIO* bio = BIO_new(BIO_s_mem());
-  std::string s;
-  if (bio != nullptr && ASN1_TIME_print(bio, X509_get0_notAfter(cert)) == 1) {
+  if (bio != nullptr && ASN1_TIME_print(bio, t) == 1) {
     char* data = nullptr;
     const long n = BIO_get_mem_data(bio, &data);
-    s.assign(data, static_cast<size_t>(n));
+    e.text.assign(data, static_cast<size_t>(n));
   }
   BIO_free(bio);
-  return s;
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(t, &tm) == 1) e.epoch_s = static_cast<int64_t>(timegm(&tm));
+  return e;
 }
 
 // The set must parse and the key must be the first certificate's: gRPC would otherwise take them and
 // fail every handshake. On success, when the certificate expires.
-absl::StatusOr<std::string> Validate(const TlsSettings& tls, const Pem& p) {
+absl::StatusOr<Expiry> Validate(const TlsSettings& tls, const Pem& p) {
   RETURN_IF_ERROR(HasPem("cert_file", tls.cert_file, p.cert, "CERTIFICATE"));
   RETURN_IF_ERROR(HasPem("key_file", tls.key_file, p.key, "PRIVATE KEY"));
   if (!tls.client_ca_file.empty()) {
@@ -94,7 +104,7 @@ absl::StatusOr<std::string> Validate(const TlsSettings& tls, const Pem& p) {
   BIO* key_bio = BIO_new_mem_buf(p.key.data(), static_cast<int>(p.key.size()));
   EVP_PKEY* key = key_bio ? PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr) : nullptr;
   BIO_free(key_bio);
-  absl::StatusOr<std::string> result;
+  absl::StatusOr<Expiry> result;
   if (cert == nullptr) {
     result = Precondition("cert_file", absl::StrCat(tls.cert_file, ": its first certificate does not parse"));
   } else if (key == nullptr) {
@@ -145,8 +155,9 @@ absl::Status Install(const fs::path& dir, int n, const Pem& p) {
 absl::StatusOr<std::unique_ptr<TlsFiles>> TlsFiles::Start(const TlsSettings& tls) {
   if (!tls.enabled()) return std::unique_ptr<TlsFiles>();
   ASSIGN_OR_RETURN(const Pem pem, ReadAll(tls));
-  ASSIGN_OR_RETURN(const std::string not_after, Validate(tls, pem));
+  ASSIGN_OR_RETURN(const Expiry not_after, Validate(tls, pem));
   std::unique_ptr<TlsFiles> t(new TlsFiles(tls));
+  t->state_.not_after_unix = not_after.epoch_s;
   std::error_code ec;
   fs::path base = fs::temp_directory_path(ec);
   if (ec) base = "/tmp";
@@ -171,7 +182,7 @@ absl::StatusOr<std::unique_ptr<TlsFiles>> TlsFiles::Start(const TlsSettings& tls
                                                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   t->credentials_ = grpc::experimental::TlsServerCredentials(options);
   if (t->credentials_ == nullptr) return absl::InternalError("server.tls: gRPC could not make TLS credentials");
-  std::cerr << "autouvmd: server.tls: certificate " << tls.cert_file << " valid until " << not_after
+  std::cerr << "autouvmd: server.tls: certificate " << tls.cert_file << " valid until " << not_after.text
             << "; the port serves checked copies in " << t->dir_ << "\n";
   t->watcher_ = std::thread([self = t.get()] { self->Watch(); });
   return t;
@@ -204,10 +215,24 @@ absl::Status TlsFiles::Reload() {
   std::string joined = pem.Joined();
   if (joined == last_contents_) return absl::OkStatus();
   last_contents_ = std::move(joined);  // a bad set is reported once, not at every interval
-  ASSIGN_OR_RETURN(const std::string not_after, Validate(tls_, pem));
-  RETURN_IF_ERROR(Install(dir_, ++generation_, pem));
-  std::cerr << "autouvmd: server.tls: new certificate from " << tls_.cert_file << ", valid until " << not_after << "\n";
+  absl::StatusOr<Expiry> not_after = Validate(tls_, pem);
+  absl::Status installed = not_after.ok() ? Install(dir_, generation_ + 1, pem) : not_after.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!installed.ok()) {
+    ++state_.refused;
+    return installed;
+  }
+  ++generation_;
+  ++state_.applied;
+  state_.not_after_unix = not_after->epoch_s;
+  std::cerr << "autouvmd: server.tls: new certificate from " << tls_.cert_file << ", valid until " << not_after->text
+            << "\n";
   return absl::OkStatus();
+}
+
+TlsFiles::State TlsFiles::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
 }
 
 std::string DescribeTls(const TlsSettings& tls) {

@@ -15,12 +15,14 @@
 //   ASSIGN_OR_RETURN(std::unique_ptr<TlsFiles> tls, TlsFiles::Start(config.tls));  // null: TLS off
 //   builder.AddListeningPort(addr, tls ? tls->credentials() : grpc::InsecureServerCredentials(), &port);
 //
-// Thread-safe: the watcher thread is its own; credentials() is set before Start returns.
+// Thread-safe: the watcher thread is its own; credentials() is set before Start returns; state() may be
+// called from any thread (the metrics read it at each scrape).
 #pragma once
 
 #include <grpcpp/security/server_credentials.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +44,14 @@ class TlsFiles {
 
   std::shared_ptr<grpc::ServerCredentials> credentials() const { return credentials_; }
 
+  // What the port serves and what became of the rotations tried (docs/metrics.md: autouvm_tls_*).
+  struct State {
+    int64_t not_after_unix = 0;  // when the certificate served now expires (seconds since the epoch)
+    int64_t applied = 0;         // new certificate sets taken since start
+    int64_t refused = 0;         // changed sets refused (not parsing, a key not the certificate's, ...)
+  };
+  State state() const;
+
  private:
   explicit TlsFiles(TlsSettings tls) : tls_(std::move(tls)) {}
   void Watch();
@@ -54,7 +64,8 @@ class TlsFiles {
   std::string last_contents_;  // the configured files' contents as last taken or refused
   int generation_ = 0;
   std::shared_ptr<grpc::ServerCredentials> credentials_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  State state_;  // guarded by mu_
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by mu_
   std::thread watcher_;

@@ -25,13 +25,23 @@ DaemonProcess::~DaemonProcess() {
 }
 
 bool DaemonProcess::Start() {
-  std::filesystem::remove(dir_.Sub("port"));  // a restart must not read the last run's port
+  const std::string port_file = options_.port_file.empty() ? dir_.Sub("port") : options_.port_file;
+  std::error_code ignored;
+  std::filesystem::remove(port_file, ignored);  // a restart must not read the last run's port
   // Two intra-op threads: ctest runs several daemons at once, and on a many-core host libtorch's default
   // (one thread per core each) oversubscribes the machine until tests time out.
-  std::vector<std::string> argv = {AUTOUVMD_PATH, "--listen", "127.0.0.1:0",
-                                   // Several daemons at once: the metrics endpoint on a free port too.
-                                   "--metrics-listen", "127.0.0.1:0", "--port-file", dir_.Sub("port"),
-                                   "--model-repository", repository(), "--state-dir", dir_.Sub("state"), "--threads",
+  std::vector<std::string> argv = {AUTOUVMD_PATH,
+                                   "--listen",
+                                   options_.listen,
+                                   "--metrics-listen",
+                                   options_.metrics_listen,
+                                   "--port-file",
+                                   port_file,
+                                   "--model-repository",
+                                   repository(),
+                                   "--state-dir",
+                                   dir_.Sub("state"),
+                                   "--threads",
                                    "2"};
   std::string yaml = options_.config_yaml;
   if (!options_.generate_default_model) yaml += "\nrepository: {generate_default_model: \"\"}\n";
@@ -45,7 +55,7 @@ bool DaemonProcess::Start() {
   if (pid_ <= 0) return false;
   const auto until = Clock::now() + std::chrono::seconds(60);
   while (Clock::now() < until) {
-    std::ifstream in(dir_.Sub("port"));
+    std::ifstream in(port_file);
     if (in >> port_ && port_ > 0) break;
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {

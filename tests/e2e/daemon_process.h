@@ -31,6 +31,11 @@ struct DaemonOptions {
   bool generate_default_model = true;  // false: the test fills repository() itself before Start
   // The channel's credentials (a daemon with server.tls); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The addresses and port file it is started with (a start-up failure's test); "" port_file: one in
+  // the test's temporary directory.
+  std::string listen = "127.0.0.1:0";
+  std::string metrics_listen = "127.0.0.1:0";  // several daemons at once: on a free port too
+  std::string port_file;
 };
 
 // Greedy decoding of `max_tokens` tokens after `text`, EOS ignored (so exactly that many come back).

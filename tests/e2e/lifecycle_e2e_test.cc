@@ -1,12 +1,19 @@
 // End-to-end: the daemon's life — health before and after loading, a full queue, a model that fails to
 // load while others serve, SIGTERM draining, and start-up errors.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "server/llama_builder.h"
 #include "tests/e2e/daemon_process.h"
@@ -178,6 +185,42 @@ TEST(LifecycleE2E, InvalidConfigStopsStartupNamingTheKey) {
   EXPECT_FALSE(d.Start());
   EXPECT_EQ(d.Wait(), 2);
   EXPECT_NE(d.Log().find("server.drain_timeout"), std::string::npos) << d.Log();
+}
+
+// Start-up failures after the daemon has begun (the models made, the device open; for the port file,
+// the server listening and the models loading): each is said, naming what failed, and the process exits
+// with 1 instead of hanging in its teardown.
+TEST(LifecycleE2E, FailuresLateInStartUpExitNamingWhatFailed) {
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(held, 1), 0);
+  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string taken = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  TempDir dir;
+  std::ofstream(dir.Sub("a-file")) << "not a directory";
+  struct Case {
+    DaemonOptions options;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{.listen = taken}, "server.listen: cannot listen on " + taken},
+      {{.metrics_listen = taken}, "server.metrics_listen: cannot listen on " + taken},
+      {{.port_file = dir.Sub("a-file") + "/port"}, "cannot write --port-file " + dir.Sub("a-file") + "/port"},
+  };
+  for (const Case& c : cases) {
+    DaemonProcess d(c.options);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(d.Start()) << c.says;
+    EXPECT_EQ(d.Wait(/*timeout_s=*/30), 1) << d.Log();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << c.says;
+    EXPECT_NE(d.Log().find(c.says), std::string::npos) << d.Log();
+  }
+  close(held);
 }
 
 }  // namespace

@@ -2,13 +2,8 @@
 // scrape passes `promtool check metrics`, /healthz and /readyz answer, every metric of docs/metrics.md is
 // a series Prometheus' HTTP API returns, the values move as requests complete, and every expression of
 // the Grafana dashboard (deploy/grafana/autouvmd.json) parses and returns series.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -18,6 +13,7 @@
 #include <thread>
 
 #include "tests/e2e/daemon_process.h"
+#include "tests/e2e/prometheus_process.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
@@ -29,76 +25,9 @@ using grpc::health::v1::HealthCheckResponse;
 
 constexpr char kModel[] = "tiny-llama";
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 grpc::Status Generate(DaemonProcess& d, const std::string& model, uint32_t max_tokens) {
   return CallGenerate(d, GreedyRequest(model, "hello metrics", max_tokens));
 }
-
-// A real Prometheus scraping `target` every second, on a free loopback port.
-class Prometheus {
- public:
-  explicit Prometheus(const std::string& target) {
-    port_ = FreePort();
-    std::ofstream(dir_.Sub("prometheus.yml")) << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                                              << "scrape_configs:\n"
-                                              << "  - job_name: autouvmd\n"
-                                              << "    static_configs: [{targets: ['" << target << "']}]\n";
-    pid_ = Spawn({"/usr/bin/prometheus", "--config.file=" + dir_.Sub("prometheus.yml"),
-                  "--storage.tsdb.path=" + dir_.Sub("data"), "--web.listen-address=127.0.0.1:" + std::to_string(port_),
-                  "--log.level=warn"},
-                 dir_.Sub("out.log"), dir_.Sub("err.log"));
-  }
-  ~Prometheus() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      WaitExit(&pid_, 30);
-    }
-  }
-  bool Ready() {
-    httplib::Client c("127.0.0.1", port_);
-    auto r = c.Get("/-/ready");
-    return r && r->status == 200;
-  }
-  // The instant vector `expr` evaluates to: each series' value; nullopt if the query failed.
-  std::optional<std::vector<double>> Query(const std::string& expr) {
-    httplib::Client c("127.0.0.1", port_);
-    auto r = c.Get("/api/v1/query", httplib::Params{{"query", expr}}, httplib::Headers{});
-    if (!r || r->status != 200) return std::nullopt;
-    auto j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || j.value("status", "") != "success") return std::nullopt;
-    std::vector<double> out;
-    for (const auto& series : j["data"]["result"]) out.push_back(std::stod(series["value"][1].get<std::string>()));
-    return out;
-  }
-  // The sum of `expr`'s series, or -1 when it has none.
-  double Sum(const std::string& expr) {
-    auto v = Query(expr);
-    if (!v || v->empty()) return -1;
-    double s = 0;
-    for (double x : *v) s += x;
-    return s;
-  }
-  std::string Log() const { return ReadFile(dir_.Sub("err.log")); }
-
- private:
-  TempDir dir_;
-  int port_ = 0;
-  pid_t pid_ = -1;
-};
 
 TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) {
   // A budget below the model's bytes, so that the executor streams on the mirror and its counters move.
@@ -140,7 +69,7 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   EXPECT_EQ(RunCommand({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + tmp.Sub("scrape.txt")}, &out, &err), 0)
       << out << err;
 
-  Prometheus prom(address);
+  PrometheusProcess prom(address);
   ASSERT_TRUE(Eventually([&] { return prom.Ready(); })) << prom.Log();
   const std::string m = "{model=\"tiny-llama\"}";
   ASSERT_TRUE(Eventually([&] { return prom.Sum("autouvm_requests_total{model=\"tiny-llama\",code=\"OK\"}") >= 3; }))

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "tests/e2e/daemon_process.h"
+#include "tests/e2e/prometheus_process.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
@@ -198,6 +200,26 @@ TEST(TlsE2E, ARotatedCertificateIsServedWithoutARestartAndABrokenOneIsRefused) {
       30))
       << d.Log();
   EXPECT_TRUE(CheckHealth(d.address(), Tls(pki.Pem("b-ca.pem"))).ok());
+
+  // What became of the rotations, as a real Prometheus sees it: two new sets taken; the garbage and the
+  // mismatched pair refused (a set read halfway through a rename or a write is refused too: at least
+  // two); and when the certificate served now, made for two days, expires.
+  autouvm::v1::ServerStatus status;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.admin()->GetServerStatus(&ctx, {}, &status).ok());
+  }
+  PrometheusProcess prom(status.metrics_address());
+  ASSERT_TRUE(Eventually([&] { return prom.Ready(); })) << prom.Log();
+  EXPECT_TRUE(
+      Eventually([&] { return prom.Sum("autouvm_tls_certificate_reloads_total{result=\"applied\"}") >= 0; }, 30))
+      << prom.Log();
+  EXPECT_EQ(prom.Sum("autouvm_tls_certificate_reloads_total{result=\"applied\"}"), 2);
+  EXPECT_GE(prom.Sum("autouvm_tls_certificate_reloads_total{result=\"refused\"}"), 2);
+  const double expiry = prom.Sum("autouvm_tls_certificate_expiry_timestamp_seconds");
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_GT(expiry, now + 1.9 * 86400);
+  EXPECT_LT(expiry, now + 2 * 86400 + 600);
 }
 
 // Each bad setting stops the daemon at start with a message naming it; nothing is served in plaintext.
