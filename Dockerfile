@@ -21,7 +21,7 @@ RUN apt-get update -qq && mkdir -p /deps/debs && cd /deps/debs \
     | xargs apt-get download -qq \
  && apt-get download -qq $(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
       --no-breaks --no-replaces --no-enhances libgrpc++-dev librocksdb-dev libsentencepiece-dev \
-      prometheus-cpp-dev libcpp-httplib-dev libyaml-cpp-dev libabsl-dev | grep '^lib' | sort -u) 2>/dev/null || true
+      prometheus-cpp-dev libcpp-httplib-dev libyaml-cpp-dev libabsl-dev libicu-dev | grep '^lib' | sort -u) 2>/dev/null || true
 
 FROM ${CUDA_IMAGE} AS build
 ARG TORCH_INDEX
@@ -34,7 +34,7 @@ COPY . /src
 RUN TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') \
  && cmake -S . -B build-image -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOUVM_BUILD_TESTS=OFF \
       -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;/opt/deps/usr" -DCMAKE_CUDA_ARCHITECTURES="80;90" \
- && cmake --build build-image -j"$(nproc)" --target autouvmd autouvm-cli autouvm-mkmodel autouvm-sim autouvm_sentencepiece \
+ && cmake --build build-image -j"$(nproc)" --target autouvmd autouvm-cli autouvm-mkmodel autouvm-convert autouvm-sim autouvm_sentencepiece \
  && cmake --install build-image --prefix /opt/autouvmd \
  && sed -i 's/^  backend: cpu .*/  backend: cuda/' /opt/autouvmd/etc/autouvmd/autouvmd.container.yaml \
  && mkdir -p /opt/autouvmd/lib/torch && cp -a "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib/." /opt/autouvmd/lib/torch/

@@ -97,6 +97,20 @@ void YamlFields::StringList(const std::string& key, std::vector<std::string>* ou
   }
 }
 
+void YamlFields::IntList(const std::string& key, std::vector<int64_t>* out, int64_t min, int64_t max) {
+  YAML::Node n = Take(key);
+  if (Absent(n)) return;
+  if (!n.IsSequence()) return Fail(key, "expected a list of integers");
+  std::vector<int64_t> values;
+  for (const auto& item : n) {
+    int64_t v = 0;
+    if (!item.IsScalar() || !absl::SimpleAtoi(item.Scalar(), &v)) return Fail(key, "expected a list of integers");
+    if (v < min || v > max) return Fail(key, absl::StrCat("value ", v, " is outside [", min, ", ", max, "]"));
+    values.push_back(v);
+  }
+  *out = std::move(values);
+}
+
 void YamlFields::DurationMs(const std::string& key, int64_t* out_ms, int64_t min_ms, int64_t max_ms) {
   YAML::Node n = Take(key);
   if (Absent(n)) return;

@@ -30,6 +30,7 @@ class YamlFields {
   void Double(const std::string& key, double* out, double min, double max);
   void Bool(const std::string& key, bool* out);
   void StringList(const std::string& key, std::vector<std::string>* out);
+  void IntList(const std::string& key, std::vector<int64_t>* out, int64_t min, int64_t max);
   // A duration written as "30s", "500ms", "2m" or a bare number of seconds.
   void DurationMs(const std::string& key, int64_t* out_ms, int64_t min_ms, int64_t max_ms);
   // Returns the sub-mapping (null if absent); marks the key as known.

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace autouvm::server {
@@ -31,7 +32,8 @@ absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const tor
         const auto draw = device.is_cpu() ? options.dtype(torch::kFloat) : options;
         torch::Tensor w = torch::randn(placeholder.sizes(), draw);
         if (placeholder.dim() == 1) {
-          w.mul_(0.1).add_(1.0);
+          w.mul_(0.1);
+          if (absl::EndsWith(name, "norm")) w.add_(1.0);  // a norm's weight; else a bias
         } else if (name != "tok_embeddings") {
           w.div_(std::sqrt(double(placeholder.size(-1))));
         }

@@ -28,20 +28,32 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (c.n_layers < 1) return FieldError("n_layers", "must be positive");
   if (c.n_heads < 1) return FieldError("n_heads", "must be positive");
   if (c.dim % c.n_heads != 0) return FieldError("n_heads", "must divide dim");
-  if (c.head_dim != c.dim / c.n_heads) return FieldError("head_dim", "must equal dim / n_heads");
-  if (c.head_dim % 2 != 0) return FieldError("head_dim", "must be even (rotary embedding)");
+  if (c.head_dim < 2 || c.head_dim % 2 != 0) return FieldError("head_dim", "must be even (rotary embedding)");
   if (c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads != 0) {
     return FieldError("n_kv_heads", "must be positive and divide n_heads");
   }
   if (c.ffn_dim < 1) return FieldError("ffn_dim", "must be positive");
+  if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3") {
+    return FieldError("rope_scaling", "must be none, linear or llama3");
+  }
+  if (c.rope_scaling != "none" && !(c.rope_scaling_factor >= 1.0)) {
+    return FieldError("rope_scaling_factor", "must be at least 1");
+  }
+  if (c.rope_scaling == "llama3" && !(c.rope_high_freq_factor > c.rope_low_freq_factor)) {
+    return FieldError("rope_high_freq_factor", "must be above rope_low_freq_factor");
+  }
   if (c.max_seq < 2) return FieldError("max_seq", "must be at least 2");
   if (c.dtype != "fp32" && c.dtype != "bf16" && c.dtype != "fp16") {
     return FieldError("dtype", "must be fp32, bf16 or fp16");
   }
   if (c.bos_id < -1 || c.bos_id >= c.vocab_size) return FieldError("bos_id", "outside the vocabulary");
   if (c.eos_id < -1 || c.eos_id >= c.vocab_size) return FieldError("eos_id", "outside the vocabulary");
-  if (c.tokenizer != "byte" && c.tokenizer != "sentencepiece") {
-    return FieldError("tokenizer", "must be byte or sentencepiece");
+  for (const int64_t id : c.extra_eos_ids) {
+    if (id < 0 || id >= c.vocab_size)
+      return FieldError("extra_eos_ids", absl::StrCat(id, " is outside the vocabulary"));
+  }
+  if (c.tokenizer != "byte" && c.tokenizer != "sentencepiece" && c.tokenizer != "bpe") {
+    return FieldError("tokenizer", "must be byte, sentencepiece or bpe");
   }
   if (c.tokenizer == "byte" && c.vocab_size < kByteVocabMin) {
     return FieldError("vocab_size", absl::StrCat("the byte tokenizer needs at least ", kByteVocabMin));
@@ -65,10 +77,17 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const
   f.Int("ffn_dim", &c.ffn_dim, 1, kBig);
   f.Int("max_seq", &c.max_seq, 2, kBig);
   f.Double("rope_theta", &c.rope_theta, 1.0, 1e12);
+  f.String("rope_scaling", &c.rope_scaling);
+  f.Double("rope_scaling_factor", &c.rope_scaling_factor, 1.0, 1e6);
+  f.Double("rope_low_freq_factor", &c.rope_low_freq_factor, 1e-6, 1e6);
+  f.Double("rope_high_freq_factor", &c.rope_high_freq_factor, 1e-6, 1e6);
+  f.Int("rope_original_max_seq", &c.rope_original_max_seq, 1, kBig);
+  f.Bool("attention_bias", &c.attention_bias);
   f.Double("norm_eps", &c.norm_eps, 0.0, 1.0);
   f.String("dtype", &c.dtype);
   f.Int("bos_id", &c.bos_id, -1, kBig);
   f.Int("eos_id", &c.eos_id, -1, kBig);
+  f.IntList("extra_eos_ids", &c.extra_eos_ids, 0, kBig);
   f.String("tokenizer", &c.tokenizer);
   f.Int("generated_weights_seed", &c.generated_weights_seed, 0, std::numeric_limits<int64_t>::max());
   if (absl::Status s = f.Finish(); !s.ok()) {
@@ -100,10 +119,21 @@ std::string ModelConfigToYaml(const ModelConfig& c) {
   out << YAML::Key << "ffn_dim" << YAML::Value << c.ffn_dim;
   out << YAML::Key << "max_seq" << YAML::Value << c.max_seq;
   out << YAML::Key << "rope_theta" << YAML::Value << c.rope_theta;
+  if (c.rope_scaling != "none") {
+    out << YAML::Key << "rope_scaling" << YAML::Value << c.rope_scaling;
+    out << YAML::Key << "rope_scaling_factor" << YAML::Value << c.rope_scaling_factor;
+    if (c.rope_scaling == "llama3") {
+      out << YAML::Key << "rope_low_freq_factor" << YAML::Value << c.rope_low_freq_factor;
+      out << YAML::Key << "rope_high_freq_factor" << YAML::Value << c.rope_high_freq_factor;
+      out << YAML::Key << "rope_original_max_seq" << YAML::Value << c.rope_original_max_seq;
+    }
+  }
+  if (c.attention_bias) out << YAML::Key << "attention_bias" << YAML::Value << true;
   out << YAML::Key << "norm_eps" << YAML::Value << c.norm_eps;
   out << YAML::Key << "dtype" << YAML::Value << c.dtype;
   out << YAML::Key << "bos_id" << YAML::Value << c.bos_id;
   out << YAML::Key << "eos_id" << YAML::Value << c.eos_id;
+  if (!c.extra_eos_ids.empty()) out << YAML::Key << "extra_eos_ids" << YAML::Value << YAML::Flow << c.extra_eos_ids;
   out << YAML::Key << "tokenizer" << YAML::Value << c.tokenizer;
   if (c.generated_weights_seed != 0) {
     out << YAML::Key << "generated_weights_seed" << YAML::Value << c.generated_weights_seed;

@@ -144,11 +144,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
   // or head layout (shapes that do not fit) and the cache check a model with fewer layers than model.yaml
   // says, but a wrong ffn_dim (and more) would run. For the Llama architecture the
   // dimensions fix the parameter count (embedding and LM head tied or not); anything else is a model.yaml
-  // that describes another model. (Architectures with biases, issue 8's Qwen2, need their own count.)
+  // that describes another model (attention_bias adds the query, key and value projections' biases).
   if (config.architecture == "llama") {
     const int64_t q = config.n_heads * config.head_dim, kv = config.n_kv_heads * config.head_dim;
-    const int64_t layer =
-        2 * config.dim + config.dim * q + 2 * config.dim * kv + q * config.dim + 3 * config.dim * config.ffn_dim;
+    const int64_t layer = 2 * config.dim + config.dim * q + 2 * config.dim * kv + q * config.dim +
+                          3 * config.dim * config.ffn_dim + (config.attention_bias ? q + 2 * kv : 0);
     const int64_t tied = config.vocab_size * config.dim + config.n_layers * layer + config.dim;
     const int64_t untied = tied + config.vocab_size * config.dim;
     if (params != untied && params != tied) {

@@ -121,6 +121,9 @@ absl::StatusOr<GenerationParams> BuildGenerationParams(const autouvm::v1::Genera
     p.stop_token_ids.push_back(id);
   }
   if (!request.ignore_eos() && model.eos_id >= 0) p.stop_token_ids.push_back(static_cast<int32_t>(model.eos_id));
+  if (!request.ignore_eos()) {
+    for (const int64_t id : model.extra_eos_ids) p.stop_token_ids.push_back(static_cast<int32_t>(id));
+  }
 
   if (request.stop_size() > limits.max_stop_strings) {
     return Bad("stop", absl::StrCat("at most ", limits.max_stop_strings, " stop strings are allowed"));

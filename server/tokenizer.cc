@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "server/bpe_tokenizer.h"
 #include "server/sentencepiece_model.h"
 
 namespace autouvm::server {
@@ -56,6 +58,18 @@ class SentencePieceTokenizer : public Tokenizer {
 absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(const ModelConfig& config, const std::string& entry_dir) {
   if (config.tokenizer == "byte") {
     return std::make_unique<ByteTokenizer>(config.vocab_size, config.bos_id, config.eos_id);
+  }
+  if (config.tokenizer == "bpe") {
+    const std::string json_path = (std::filesystem::path(entry_dir) / "tokenizer.json").string();
+    if (!std::filesystem::exists(json_path)) {
+      return absl::NotFoundError(absl::StrCat("tokenizer: model.yaml says bpe but ", json_path, " is missing"));
+    }
+    ASSIGN_OR_RETURN(auto bpe, BpeTokenizer::Load(json_path));
+    if (bpe->vocab_size() > config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", json_path, " has ids up to ", bpe->vocab_size() - 1,
+                                                     ", past the model's vocab_size ", config.vocab_size));
+    }
+    return bpe;
   }
   const std::string path = (std::filesystem::path(entry_dir) / "tokenizer.model").string();
   if (!std::filesystem::exists(path)) {

@@ -1,7 +1,8 @@
 // Tokenizers: text <-> token ids for a model repository entry.
 //
 // ByteTokenizer maps each UTF-8 byte to its own id (0..255) with bos/eos after them; it is the default.
-// SentencePieceTokenizer wraps Debian's libsentencepiece for entries that ship tokenizer.model.
+// SentencePieceTokenizer wraps Debian's libsentencepiece for entries that ship tokenizer.model;
+// BpeTokenizer (server/bpe_tokenizer.h) reads Hugging Face's byte-level BPE tokenizer.json.
 // Instances are immutable after Create and safe to use from several threads at once.
 #pragma once
 
@@ -41,7 +42,7 @@ class ByteTokenizer : public Tokenizer {
   int64_t vocab_size_;
 };
 
-// Picks the tokenizer the entry's model.yaml names; `entry_dir` holds tokenizer.model if any.
+// Picks the tokenizer the entry's model.yaml names; `entry_dir` holds tokenizer.model or tokenizer.json.
 absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(const ModelConfig& config, const std::string& entry_dir);
 
 }  // namespace autouvm::server

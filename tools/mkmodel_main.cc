@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   app.add_option("--bos-id", c.bos_id, "-1 for none")->capture_default_str();
   app.add_option("--eos-id", c.eos_id, "-1 for none")->capture_default_str();
   app.add_option("--tokenizer", c.tokenizer)->check(CLI::IsMember({"byte", "sentencepiece"}))->capture_default_str();
+  app.add_flag("--attention-bias", c.attention_bias, "biases on the query, key and value projections (as Qwen2)");
   app.add_option("--seed", seed, "weight initialisation seed")->capture_default_str();
   bool at_load = false;
   app.add_flag("--generate-weights-at-load", at_load,

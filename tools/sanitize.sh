@@ -13,7 +13,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
-  tests=(lenient_parse_test request_validation_test config_test model_config_test tokenizer_test text_stream_test
+  tests=(lenient_parse_test request_validation_test config_test model_config_test tokenizer_test bpe_tokenizer_test
+         safetensors_test text_stream_test
          sampler_test bad_input_e2e_test bad_files_e2e_test generation_e2e_test)
 fi
 cmake --build "$build" -j "${JOBS:-2}" --target autouvmd autouvm-cli autouvm-mkmodel "${tests[@]}"

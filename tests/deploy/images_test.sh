@@ -56,7 +56,7 @@ tmp=$(mktemp -d)
 trap '[ "$pid" -gt 0 ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 pid=0
 cmake --install "$build" --prefix "$tmp/opt" >/dev/null
-for f in bin/autouvmd bin/autouvm-cli bin/autouvm-mkmodel bin/autouvm-sim lib/autouvm/libautouvm_sentencepiece.so \
+for f in bin/autouvmd bin/autouvm-cli bin/autouvm-mkmodel bin/autouvm-convert bin/autouvm-sim lib/autouvm/libautouvm_sentencepiece.so \
          etc/autouvmd/autouvmd.yaml etc/autouvmd/autouvmd.container.yaml; do
   [ -e "$tmp/opt/$f" ] || fail "cmake --install did not install $f"
 done

@@ -1,13 +1,16 @@
-// libFuzzer target: the byte tokenizer and streaming detokenization (server/tokenizer.h,
-// server/text_stream.h). Text round-trips through the tokenizer; ids of any value stream out as valid
-// UTF-8 whatever they are; the stop string never appears in what was sent.
+// libFuzzer target: the byte tokenizer, the byte-level BPE tokenizer (server/bpe_tokenizer.h, on the
+// tests' small tokenizer.json) and streaming detokenization (server/tokenizer.h, server/text_stream.h).
+// Text round-trips through both tokenizers (valid UTF-8 text through the BPE one); ids of any value
+// stream out as valid UTF-8 whatever they are; the stop string never appears in what was sent.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "server/bpe_tokenizer.h"
 #include "server/text_stream.h"
 #include "server/tokenizer.h"
+#include "tests/testing/bpe_fixture.h"
 
 namespace {
 void Check(bool ok) {
@@ -33,5 +36,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(ValidUtf8(sent));
   Check(sent.find("\n\n") == std::string::npos);
   Check(ValidUtf8(autouvm::server::SanitizeUtf8(text)));
+  // The BPE tokenizer: what requests give it is valid UTF-8 (request validation), which comes back whole.
+  static const auto bpe = autouvm::server::BpeTokenizer::Parse(autouvm::testing::TokenizerJson().dump(), "fuzz");
+  Check(bpe.ok());
+  if (ValidUtf8(text)) {
+    auto bpe_ids = (*bpe)->Encode(text);
+    Check(bpe_ids.ok() && (*bpe)->Decode(*bpe_ids) == text);
+  }
   return 0;
 }

@@ -35,6 +35,12 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.bos_id, b.bos_id);
   EXPECT_EQ(a.eos_id, b.eos_id);
   EXPECT_EQ(a.tokenizer, b.tokenizer);
+  EXPECT_EQ(a.rope_scaling, b.rope_scaling);
+  EXPECT_DOUBLE_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
+  EXPECT_DOUBLE_EQ(a.rope_low_freq_factor, b.rope_low_freq_factor);
+  EXPECT_DOUBLE_EQ(a.rope_high_freq_factor, b.rope_high_freq_factor);
+  EXPECT_EQ(a.rope_original_max_seq, b.rope_original_max_seq);
+  EXPECT_EQ(a.attention_bias, b.attention_bias);
 }
 
 // Serializes `c` and expects the parse to fail with INVALID_ARGUMENT naming `field` right after the origin.
@@ -94,10 +100,47 @@ TEST(ModelConfigTest, DimNotDivisibleByHeadsIsRejected) {
   ExpectRejected(c, "n_heads");
 }
 
-TEST(ModelConfigTest, HeadDimNotMatchingIsRejected) {
+// Checkpoints may give their heads another size than dim / n_heads (the projections then map dim to
+// n_heads * head_dim and back).
+TEST(ModelConfigTest, HeadDimMayDifferFromDimOverHeads) {
   ModelConfig c = DefaultTinyModelConfig("m");
   c.head_dim = 64;  // 256 / 8 = 32
-  ExpectRejected(c, "head_dim");
+  auto parsed = ParseModelConfig(ModelConfigToYaml(c), kOrigin);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectSameConfig(*parsed, c);
+}
+
+// What imported checkpoints add (tools/autouvm-convert): rotary scaling and attention biases.
+TEST(ModelConfigTest, RopeScalingAndAttentionBiasRoundTrip) {
+  ModelConfig c = DefaultTinyModelConfig("m");
+  c.rope_scaling = "llama3";
+  c.rope_scaling_factor = 8;
+  c.rope_low_freq_factor = 1;
+  c.rope_high_freq_factor = 4;
+  c.rope_original_max_seq = 8192;
+  c.attention_bias = true;
+  auto parsed = ParseModelConfig(ModelConfigToYaml(c), kOrigin);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectSameConfig(*parsed, c);
+  c.rope_scaling = "linear";
+  c.rope_scaling_factor = 2;
+  c.attention_bias = false;
+  parsed = ParseModelConfig(ModelConfigToYaml(c), kOrigin);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->rope_scaling, "linear");
+  EXPECT_DOUBLE_EQ(parsed->rope_scaling_factor, 2);
+  EXPECT_FALSE(parsed->attention_bias);
+}
+
+TEST(ModelConfigTest, BadRopeScalingIsNamed) {
+  ModelConfig c = DefaultTinyModelConfig("m");
+  c.rope_scaling = "yarn";
+  ExpectRejected(c, "rope_scaling");
+  c.rope_scaling = "llama3";
+  c.rope_scaling_factor = 8;
+  c.rope_low_freq_factor = 4;
+  c.rope_high_freq_factor = 1;
+  ExpectRejected(c, "rope_high_freq_factor");
 }
 
 TEST(ModelConfigTest, OddHeadDimIsRejected) {

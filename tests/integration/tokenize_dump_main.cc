@@ -1,0 +1,39 @@
+// tokenize_dump TOKENIZER_JSON: reads a JSON list of strings from stdin and prints, as JSON, each
+// string's ids under server::BpeTokenizer and the text those ids decode to:
+// [{"ids": [...], "text": "..."}, ...]. tests/gpu/hf_verify.py compares them with transformers'
+// tokenizers on the GPU host, where that library is installed.
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "server/bpe_tokenizer.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: tokenize_dump TOKENIZER_JSON < strings.json\n";
+    return 2;
+  }
+  auto tokenizer = autouvm::server::BpeTokenizer::Load(argv[1]);
+  if (!tokenizer.ok()) {
+    std::cerr << tokenizer.status().message() << "\n";
+    return 1;
+  }
+  const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  const nlohmann::json strings = nlohmann::json::parse(input, nullptr, /*allow_exceptions=*/false);
+  if (!strings.is_array()) {
+    std::cerr << "stdin is not a JSON list of strings\n";
+    return 2;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : strings) {
+    auto ids = (*tokenizer)->Encode(s.get<std::string>());
+    if (!ids.ok()) {
+      out.push_back({{"error", std::string(ids.status().message())}});
+      continue;
+    }
+    out.push_back({{"ids", *ids}, {"text", (*tokenizer)->Decode(*ids)}});
+  }
+  std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+}

@@ -1,0 +1,57 @@
+// Importing Hugging Face Llama-family checkpoints (LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM) into the model contract (docs/model-contract.md): config.json (and
+// generation_config.json) become model.yaml, the safetensors weights (tools/safetensors.h) the
+// parameters of the TorchScript Llama module (server/llama_module.h), and the tokenizer (sentencepiece's
+// tokenizer.model, or a byte-level BPE tokenizer.json: server/bpe_tokenizer.h) is carried over.
+//
+//   ASSIGN_OR_RETURN(HfModel m, ReadHfConfig(hf_dir, {.name = "llama-2-7b"}));
+//   RETURN_IF_ERROR(ConvertHfModel(hf_dir, repo_dir, {.name = "llama-2-7b", .max_seq = 4096}));
+//
+// What the architecture does that the module cannot (a sliding window shorter than max_seq, rope
+// scaling other than linear and llama3, biases on other projections, an activation other than SiLU)
+// is refused naming the config key, never converted into a model that computes something else. So is a
+// checkpoint that lacks a tensor, holds one of the wrong shape, or holds one the module has no place for.
+//
+// Thread-safety: pure functions of their arguments and the files they read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/model_config.h"
+
+namespace autouvm::tools {
+
+struct HfImportOptions {
+  std::string name;     // the entry's name (its directory in the repository)
+  int64_t max_seq = 0;  // KV-cache positions; 0: max_position_embeddings, at most 4096
+  std::string dtype;    // fp32 | bf16 | fp16; "": the checkpoint's torch_dtype
+  // Without a tokenizer file the entry gets the byte tokenizer (tests, diagnostics); otherwise a
+  // checkpoint without one is refused.
+  bool byte_tokenizer = false;
+};
+
+struct HfModel {
+  server::ModelConfig config;    // model.yaml
+  std::string family;            // llama | mistral | qwen2
+  bool tied_embeddings = false;  // the LM head is the embedding (no lm_head.weight in the checkpoint)
+  // Every end-of-sequence id the checkpoint names (config.eos_id the first, extra_eos_ids the others).
+  std::vector<int64_t> eos_ids;
+  std::string tokenizer_file;  // tokenizer.model or tokenizer.json to copy, or "" (byte tokenizer)
+};
+
+// Reads <dir>/config.json (and generation_config.json, for bos and eos) into a model.yaml config.
+// INVALID_ARGUMENT naming the file and key for anything missing, malformed or unsupported.
+absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptions& options);
+
+// The checkpoint tensor that holds a module parameter ("layer3.wq" -> "model.layers.3.self_attn.q_proj.weight").
+std::string HfTensorName(const std::string& parameter);
+
+// Writes <repo_dir>/<options.name>/ (model.pt, model.yaml, tokenizer.model when there is one) from the
+// checkpoint in `dir`; nothing is left behind in the repository on failure.
+absl::Status ConvertHfModel(const std::string& dir, const std::string& repo_dir, const HfImportOptions& options);
+
+}  // namespace autouvm::tools
