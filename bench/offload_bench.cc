@@ -200,8 +200,8 @@ int main(int argc, char** argv) {
                "print every step's time after each row (the resident runs' too), with the host's speed before "
                "each step (HostSpeed)");
   app.add_flag("--transfer-times", transfer_times,
-               "time the last step's transfers of the driver-managed policies (stock, paper*) by stream and "
-               "direction (bench/transfer_log.h), with the simulator's beside them");
+               "time every steady step's transfers of the driver-managed policies (stock, paper*) by stream "
+               "and direction (bench/transfer_log.h), with the simulator's beside them");
   app.add_flag("--probe-only", probe_only, "run the probes, then stop");
   app.add_flag("--keep-host-mappings", keep_host_mappings,
                "diagnostic: between runs, leave ranges that a run mapped from host memory as they are (Note "
@@ -415,8 +415,9 @@ int main(int argc, char** argv) {
       for (const std::string& policy : policies) {
         RunResult r;
         all_to_host();
+        const bool driver_managed = policy == "stock" || policy.rfind("paper", 0) == 0;  // eviction emulated
+        const bool log_transfers = transfer_times && driver_managed;
         // Before the policy that calls through it (destroyed after it).
-        const bool log_transfers = transfer_times && (policy == "stock" || policy.rfind("paper", 0) == 0);
         autouvm::bench::TransferLog transfer_log(gpu);
         std::unique_ptr<autouvm::bench::BudgetPolicy> managed;  // stock, paper (and ablation), autouvm
         int64_t staged_bytes = -1;                              // what the executor staged once prepared (autouvm)
@@ -549,7 +550,7 @@ int main(int argc, char** argv) {
             sim_s / r.steady_s, r.tokens_match ? "yes" : "NO", r.accounted_peak / kGiB, mv.h2d_total() / kGiB,
             other / kGiB, mv.d2h_total() / kGiB, (long long)mv.gpu_fault_groups, plan_cell.c_str(),
             r.note.empty() ? "" : (" " + r.note).c_str());
-        if (policy == "stock" || policy.rfind("paper", 0) == 0) PrintByCause(policy, mv, sim_moved);
+        if (driver_managed) PrintByCause(policy, mv, sim_moved);
         if (log_transfers && !step_transfers.empty()) {
           std::printf(
               "%s%s", FormatTransfers(policy + ", GPU, last step", step_transfers.back()).c_str(),

@@ -89,7 +89,7 @@ absl::StatusOr<TransferSummary> TransferLog::Summarize() {
   TransferSummary s;
   std::map<std::pair<What, runtime::Stream>, std::vector<Interval>> by_kind;
   std::map<std::pair<What, runtime::Stream>, TransferKind> kinds;
-  std::vector<Interval> to_host, to_device;
+  std::map<Direction, std::vector<Interval>> by_direction;
   for (const Call& c : calls) {
     ASSIGN_OR_RETURN(const double from, inner_->ElapsedSeconds(start_, c.before));
     ASSIGN_OR_RETURN(const double to, inner_->ElapsedSeconds(start_, c.after));
@@ -97,7 +97,9 @@ absl::StatusOr<TransferSummary> TransferLog::Summarize() {
     by_kind[key].push_back({from, to});
     TransferKind& k = kinds[key];
     if (k.name.empty()) {
-      k.to_host = c.what == What::kToHost;
+      k.direction = c.what == What::kToHost    ? Direction::kToHost
+                    : c.what == What::kDiscard ? Direction::kNeither
+                                               : Direction::kToDevice;
       static constexpr const char* kWhat[] = {"to device", "to host", "discard", "staged copy in"};
       k.name = absl::StrCat(kWhat[static_cast<int>(c.what)], " (",
                             c.stream == runtime::Stream::kCompute ? "compute" : "copy", ")");
@@ -107,22 +109,22 @@ absl::StatusOr<TransferSummary> TransferLog::Summarize() {
     k.host_s += c.host_s;
     k.largest_s = std::max(k.largest_s, to - from);
     s.span_s = std::max(s.span_s, to);
-    if (c.what == What::kToHost) to_host.push_back({from, to});
-    if (c.what == What::kToDevice || c.what == What::kStageIn) to_device.push_back({from, to});
+    by_direction[k.direction].push_back({from, to});
   }
   for (auto& [key, k] : kinds) {
     k.busy_s = Length(Union(by_kind[key]));
     s.kinds.push_back(std::move(k));
   }
-  s.both_directions_s = Overlap(Union(std::move(to_host)), Union(std::move(to_device)));
+  s.both_directions_s =
+      Overlap(Union(std::move(by_direction[Direction::kToHost])), Union(std::move(by_direction[Direction::kToDevice])));
   return s;
 }
 
-double TransferSummary::to_host_rate() const {
+double TransferSummary::rate(Direction direction) const {
   int64_t bytes = 0;
   double busy = 0;
   for (const TransferKind& k : kinds) {
-    if (k.to_host) bytes += k.bytes, busy += k.busy_s;
+    if (k.direction == direction) bytes += k.bytes, busy += k.busy_s;
   }
   return busy > 0 ? bytes / busy : 0;
 }
@@ -143,23 +145,18 @@ std::string FormatTransfers(const std::string& what, const TransferSummary& s, b
 
 std::string FormatStepsAtTheirRate(const std::string& policy, const std::vector<double>& times,
                                    const std::vector<TransferSummary>& transfers,
-                                   const std::function<double(double to_host_rate)>& simulate) {
+                                   const std::function<double(double to_host_bytes_per_s)>& simulate) {
   std::string out = absl::StrFormat(
       "\n%s, steady steps at their own device-to-host rate\n\n| step | ms | to host GB/s | to device GB/s | both "
       "directions ms | sim ms at that rate | sim / step |\n|---|---:|---:|---:|---:|---:|---:|\n",
       policy);
   for (size_t k = 0; k < transfers.size() && k + 1 < times.size(); ++k) {
     const TransferSummary& t = transfers[k];
-    int64_t in_bytes = 0;
-    double in_busy = 0;
-    for (const TransferKind& kind : t.kinds) {
-      if (!kind.to_host) in_bytes += kind.bytes, in_busy += kind.busy_s;
-    }
-    const double rate = t.to_host_rate();
+    const double rate = t.rate(Direction::kToHost);
     const double sim = rate > 0 ? simulate(rate) : 0;
     const double step = times[k + 1];
     absl::StrAppendFormat(&out, "| %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", k + 1, 1e3 * step, rate / 1e9,
-                          in_busy > 0 ? in_bytes / in_busy / 1e9 : 0.0, 1e3 * t.both_directions_s, 1e3 * sim,
+                          t.rate(Direction::kToDevice) / 1e9, 1e3 * t.both_directions_s, 1e3 * sim,
                           step > 0 ? sim / step : 0.0);
   }
   return out;

@@ -24,10 +24,13 @@
 
 namespace autouvm::bench {
 
+// Which way a transfer's bytes went: prefetches and staged copies move them, discards drop them.
+enum class Direction { kToDevice, kToHost, kNeither };
+
 // One kind of transfer in a step.
 struct TransferKind {
   std::string name;  // "to device (copy)", "to host (compute)", ...
-  bool to_host = false;
+  Direction direction = Direction::kNeither;
   int64_t calls = 0;
   int64_t bytes = 0;
   double busy_s = 0;     // the union of its calls' intervals on their stream
@@ -41,8 +44,8 @@ struct TransferSummary {
   std::vector<TransferKind> kinds;
   // Time both a transfer to the host (either stream) and one to the device (either stream) were under way.
   double both_directions_s = 0;
-  // Bytes sent to the host per second of their streams' busy time (0 if none were).
-  double to_host_rate() const;
+  // Bytes moved in `direction` per second of their streams' busy time (0 if none were).
+  double rate(Direction direction) const;
 };
 
 class TransferLog final : public runtime::DeviceBackend {
@@ -123,6 +126,6 @@ std::string FormatTransfers(const std::string& what, const TransferSummary& s, b
 // and `simulate`(the step's device-to-host rate), the simulator's step at that rate, beside it.
 std::string FormatStepsAtTheirRate(const std::string& policy, const std::vector<double>& times,
                                    const std::vector<TransferSummary>& transfers,
-                                   const std::function<double(double to_host_rate)>& simulate);
+                                   const std::function<double(double to_host_bytes_per_s)>& simulate);
 
 }  // namespace autouvm::bench

@@ -3,20 +3,20 @@
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
+#include <unicode/utf8.h>
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
+#include "runtime/yaml_fields.h"
 
 namespace autouvm::server {
 namespace {
@@ -25,19 +25,6 @@ using json = nlohmann::json;
 
 absl::Status Bad(const std::string& origin, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(origin, ": ", what));
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // Note [Byte-level symbols]: byte-level BPE (GPT-2's) works on text where every byte is one printable
@@ -52,7 +39,10 @@ struct ByteLevelTable {
     for (uint32_t b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       const uint32_t cp = printable ? b : 256 + extra++;
-      AppendUtf8(cp, &of_byte[b]);
+      char utf8[U8_MAX_LENGTH];
+      int32_t n = 0;
+      U8_APPEND_UNSAFE(utf8, n, cp);
+      of_byte[b].assign(utf8, static_cast<size_t>(n));
       to_byte[cp] = static_cast<uint8_t>(b);
     }
   }
@@ -308,11 +298,8 @@ BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 BpeTokenizer::~BpeTokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("tokenizer: cannot read ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return Parse(text.str(), path);
+  ASSIGN_OR_RETURN(const std::string text, runtime::ReadTextFile(path, "the tokenizer"));
+  return Parse(text, path);
 }
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::string& json_text,
@@ -489,18 +476,16 @@ std::string BpeTokenizer::Decode(absl::Span<const int32_t> ids) const {
       continue;
     }
     // Byte-level characters back to their bytes (Note [Byte-level symbols]); anything else as it is.
-    for (size_t i = 0; i < s.size();) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-      uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-      for (size_t k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
-      auto it = bl.to_byte.find(cp);
+    for (int32_t i = 0, n = static_cast<int32_t>(s.size()); i < n;) {
+      const int32_t at = i;
+      UChar32 cp = 0;
+      U8_NEXT(s.data(), i, n, cp);
+      auto it = cp >= 0 ? bl.to_byte.find(static_cast<uint32_t>(cp)) : bl.to_byte.end();
       if (it != bl.to_byte.end()) {
         out.push_back(static_cast<char>(it->second));
       } else {
-        out.append(s, i, len);
+        out.append(s, static_cast<size_t>(at), static_cast<size_t>(i - at));
       }
-      i += len;
     }
   }
   return out;

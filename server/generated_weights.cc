@@ -14,6 +14,15 @@ std::mutex& SeededRngMutex() {
   return mu;
 }
 
+void ScaleRandomWeight(const std::string& name, torch::Tensor& w) {
+  if (w.dim() == 1) {
+    w.mul_(0.1);
+    if (absl::EndsWith(name, "norm")) w.add_(1.0);  // a norm's weight; else a bias
+  } else if (!absl::EndsWith(name, "tok_embeddings")) {
+    w.div_(std::sqrt(double(w.size(-1))));
+  }
+}
+
 absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const torch::Device& device) {
   if (seed == 0) return absl::InvalidArgumentError("generated weights need a seed other than 0");
   std::lock_guard<std::mutex> lock(SeededRngMutex());
@@ -31,12 +40,7 @@ absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const tor
         const auto options = torch::TensorOptions().dtype(placeholder.scalar_type()).device(device);
         const auto draw = device.is_cpu() ? options.dtype(torch::kFloat) : options;
         torch::Tensor w = torch::randn(placeholder.sizes(), draw);
-        if (placeholder.dim() == 1) {
-          w.mul_(0.1);
-          if (absl::EndsWith(name, "norm")) w.add_(1.0);  // a norm's weight; else a bias
-        } else if (name != "tok_embeddings") {
-          w.div_(std::sqrt(double(placeholder.size(-1))));
-        }
+        ScaleRandomWeight(name, w);
         m.register_parameter(name, w.to(options), /*is_buffer=*/false);
       }
     }

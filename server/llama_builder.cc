@@ -2,13 +2,10 @@
 
 #include <torch/script.h>
 
-#include <cmath>
 #include <mutex>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/status_macros.h"
 #include "server/generated_weights.h"
 #include "server/llama_module.h"
 #include "server/torch_dtype.h"
@@ -22,25 +19,22 @@ torch::Tensor Placeholder(const std::vector<int64_t>& shape, c10::ScalarType dty
   return torch::zeros({1}, dtype).expand(shape);
 }
 
-// Seeded random weights in module order: norms 1 + 0.1 N(0,1), the embedding N(0,1), every other
-// matrix N(0,1) / sqrt(fan_in), biases 0.1 N(0,1) (docs/model-contract.md).
+// Seeded random weights in module order (ScaleRandomWeight), or placeholders for generated ones.
 LlamaParameter RandomParameters(const ModelConfig& c) {
   const c10::ScalarType dtype = TorchDtype(c.dtype);
   const bool generated = c.generated_weights_seed != 0;
   return
       [dtype, generated](const std::string& name, const std::vector<int64_t>& shape) -> absl::StatusOr<torch::Tensor> {
         if (generated) return Placeholder(shape, dtype);
-        if (absl::EndsWith(name, "norm")) return (1.0 + 0.1 * torch::randn(shape)).to(dtype);
-        if (name == "tok_embeddings") return torch::randn(shape).to(dtype);
-        if (shape.size() == 1) return (0.1 * torch::randn(shape)).to(dtype);
-        return (torch::randn(shape) / std::sqrt(double(shape[1]))).to(dtype);
+        torch::Tensor w = torch::randn(shape);
+        ScaleRandomWeight(name, w);
+        return w.to(dtype);
       };
 }
 
 }  // namespace
 
 absl::Status WriteLlamaModel(const ModelConfig& config, uint64_t seed, const std::string& repo_dir) {
-  RETURN_IF_ERROR(ValidateModelConfig(config));
   absl::StatusOr<torch::jit::Module> m;
   {
     std::lock_guard<std::mutex> lock(SeededRngMutex());  // libtorch's default generator is process-wide

@@ -120,8 +120,8 @@ absl::StatusOr<GenerationParams> BuildGenerationParams(const autouvm::v1::Genera
     if (auto s = CheckTokenId(absl::StrCat("stop_token_ids[", i, "]"), id, model.vocab_size); !s.ok()) return s;
     p.stop_token_ids.push_back(id);
   }
-  if (!request.ignore_eos() && model.eos_id >= 0) p.stop_token_ids.push_back(static_cast<int32_t>(model.eos_id));
   if (!request.ignore_eos()) {
+    if (model.eos_id >= 0) p.stop_token_ids.push_back(static_cast<int32_t>(model.eos_id));
     for (const int64_t id : model.extra_eos_ids) p.stop_token_ids.push_back(static_cast<int32_t>(id));
   }
 

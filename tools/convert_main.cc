@@ -21,13 +21,9 @@ int main(int argc, char** argv) {
   app.add_flag("--byte-tokenizer", options.byte_tokenizer,
                "without a tokenizer.model, serve with the byte tokenizer (tests and diagnostics)");
   CLI11_PARSE(app, argc, argv);
-  auto model = autouvm::tools::ReadHfConfig(hf_dir, options);
+  auto model = autouvm::tools::ConvertHfModel(hf_dir, repo, options);
   if (!model.ok()) {
     std::cerr << "autouvm-convert: " << model.status().message() << "\n";
-    return 1;
-  }
-  if (auto s = autouvm::tools::ConvertHfModel(hf_dir, repo, options); !s.ok()) {
-    std::cerr << "autouvm-convert: " << s.message() << "\n";
     return 1;
   }
   const auto& c = model->config;

@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +16,7 @@
 #include "server/bpe_tokenizer.h"
 #include "server/llama_module.h"
 #include "server/torch_dtype.h"
+#include "tools/json_file.h"
 #include "tools/safetensors.h"
 
 namespace autouvm::tools {
@@ -28,16 +27,6 @@ using json = nlohmann::json;
 
 absl::Status Bad(const std::string& origin, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(origin, ": ", what));
-}
-
-absl::StatusOr<json> ReadJson(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Bad(path.string(), "not a JSON object");
-  return j;
 }
 
 // Typed reads of config.json's keys: the error names the file and the key.
@@ -168,7 +157,7 @@ std::string HfTensorName(const std::string& parameter) {
 
 absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptions& options) {
   const fs::path root(dir);
-  ASSIGN_OR_RETURN(const json config, ReadJson(root / "config.json"));
+  ASSIGN_OR_RETURN(const json config, ReadJsonObject((root / "config.json").string()));
   const Keys keys(config, (root / "config.json").string());
   HfModel m;
   server::ModelConfig& c = m.config;
@@ -253,7 +242,7 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
   ASSIGN_OR_RETURN(m.eos_ids, keys.Ids("eos_token_id"));
   std::error_code ec;
   if (fs::exists(root / "generation_config.json", ec)) {
-    ASSIGN_OR_RETURN(const json gen, ReadJson(root / "generation_config.json"));
+    ASSIGN_OR_RETURN(const json gen, ReadJsonObject((root / "generation_config.json").string()));
     const Keys gk(gen, (root / "generation_config.json").string());
     ASSIGN_OR_RETURN(std::vector<int64_t> gen_bos, gk.Ids("bos_token_id"));
     ASSIGN_OR_RETURN(std::vector<int64_t> gen_eos, gk.Ids("eos_token_id"));
@@ -288,7 +277,8 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
   return m;
 }
 
-absl::Status ConvertHfModel(const std::string& dir, const std::string& repo_dir, const HfImportOptions& options) {
+absl::StatusOr<HfModel> ConvertHfModel(const std::string& dir, const std::string& repo_dir,
+                                       const HfImportOptions& options) {
   if (options.name.empty() || options.name.find('/') != std::string::npos || options.name[0] == '.') {
     return absl::InvalidArgumentError(absl::StrCat("name: \"", options.name, "\" cannot be an entry's directory"));
   }
@@ -297,7 +287,7 @@ absl::Status ConvertHfModel(const std::string& dir, const std::string& repo_dir,
   if (fs::exists(entry, ec)) {
     return absl::AlreadyExistsError(absl::StrCat(entry.string(), " exists: remove it or choose another name"));
   }
-  ASSIGN_OR_RETURN(const HfModel m, ReadHfConfig(dir, options));
+  ASSIGN_OR_RETURN(HfModel m, ReadHfConfig(dir, options));
   ASSIGN_OR_RETURN(const std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
   const c10::ScalarType dtype = server::TorchDtype(m.config.dtype);
   std::set<std::string> used;
@@ -351,7 +341,7 @@ absl::Status ConvertHfModel(const std::string& dir, const std::string& repo_dir,
       return absl::InternalError(absl::StrCat("cannot copy ", m.tokenizer_file, " into ", entry.string()));
     }
   }
-  return absl::OkStatus();
+  return m;
 }
 
 }  // namespace autouvm::tools

@@ -5,7 +5,7 @@
 // tokenizer.model, or a byte-level BPE tokenizer.json: server/bpe_tokenizer.h) is carried over.
 //
 //   ASSIGN_OR_RETURN(HfModel m, ReadHfConfig(hf_dir, {.name = "llama-2-7b"}));
-//   RETURN_IF_ERROR(ConvertHfModel(hf_dir, repo_dir, {.name = "llama-2-7b", .max_seq = 4096}));
+//   ASSIGN_OR_RETURN(HfModel written, ConvertHfModel(hf_dir, repo_dir, {.name = "llama-2-7b", .max_seq = 4096}));
 //
 // What the architecture does that the module cannot (a sliding window shorter than max_seq, rope
 // scaling other than linear and llama3, biases on other projections, an activation other than SiLU)
@@ -51,7 +51,9 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
 std::string HfTensorName(const std::string& parameter);
 
 // Writes <repo_dir>/<options.name>/ (model.pt, model.yaml, tokenizer.model when there is one) from the
-// checkpoint in `dir`; nothing is left behind in the repository on failure.
-absl::Status ConvertHfModel(const std::string& dir, const std::string& repo_dir, const HfImportOptions& options);
+// checkpoint in `dir` and says what it wrote (ReadHfConfig's reading); nothing is left behind in the
+// repository on failure.
+absl::StatusOr<HfModel> ConvertHfModel(const std::string& dir, const std::string& repo_dir,
+                                       const HfImportOptions& options);
 
 }  // namespace autouvm::tools

@@ -9,15 +9,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/status_macros.h"
+#include "tools/json_file.h"
 
 namespace autouvm::tools {
 namespace {
@@ -206,12 +205,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     c->files_.push_back(std::move(f));
     return c;
   }
-  std::ifstream in(index);
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   const std::string origin = index.string();
-  if (j.is_discarded() || !j.is_object()) return Bad(origin, "not a JSON object");
+  ASSIGN_OR_RETURN(const json j, ReadJsonObject(origin));
   const auto map = j.find("weight_map");
   if (map == j.end() || !map->is_object()) return Bad(origin, "no weight_map object");
   std::map<std::string, std::string> shard_of;

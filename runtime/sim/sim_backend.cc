@@ -172,18 +172,17 @@ absl::Status SimBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Str
           ? static_cast<double>((BlockOf(addr + static_cast<uint64_t>(bytes) - 1) - BlockOf(addr)) / kBlockBytes + 1)
           : 0.0;
   const double checks_on_host = c.prefetch_resident_call_s + blocks * c.prefetch_resident_host_block_s;
-  const double issued = host_clock_;
   if (moved) {
     clock = start + c.prefetch_call_s + work;
     if (to == Location::kDevice) {
       host_clock_ =
-          queued ? issued + checks_on_host : std::max(host_clock_, start + c.prefetch_host_hold * (clock - start));
+          queued ? host_clock_ + checks_on_host : std::max(host_clock_, start + c.prefetch_host_hold * (clock - start));
     } else if (!queued) {
       host_clock_ = std::max(host_clock_, clock);
     }
   } else {
     clock = start + c.prefetch_resident_call_s + blocks * c.prefetch_resident_block_s;
-    host_clock_ = queued ? issued + checks_on_host : std::max(host_clock_, start + checks_on_host);
+    host_clock_ = queued ? host_clock_ + checks_on_host : std::max(host_clock_, start + checks_on_host);
   }
   if (to == Location::kDevice) {
     for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;

@@ -231,7 +231,8 @@ TEST(HfImportTest, WhatCannotBeConvertedFaithfullyIsRefusedNamed) {
     TempDir hf, repo;
     WriteCheckpoint(hf.path(), r, llama);
     c.spoil(hf.path());
-    const absl::Status s = ConvertHfModel(hf.path(), repo.path(), {.name = "m", .byte_tokenizer = c.byte_tokenizer});
+    const absl::Status s =
+        ConvertHfModel(hf.path(), repo.path(), {.name = "m", .byte_tokenizer = c.byte_tokenizer}).status();
     ASSERT_FALSE(s.ok());
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.says));
     EXPECT_FALSE(fs::exists(repo.Sub("m"))) << "a refused conversion left an entry";
@@ -240,7 +241,7 @@ TEST(HfImportTest, WhatCannotBeConvertedFaithfullyIsRefusedNamed) {
   TempDir hf, repo;
   WriteCheckpoint(hf.path(), r, llama);
   fs::create_directories(repo.Sub("m"));
-  const absl::Status s = ConvertHfModel(hf.path(), repo.path(), {.name = "m", .byte_tokenizer = true});
+  const absl::Status s = ConvertHfModel(hf.path(), repo.path(), {.name = "m", .byte_tokenizer = true}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE(fs::is_empty(repo.Sub("m")));
 }
