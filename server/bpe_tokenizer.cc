@@ -15,6 +15,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/status_macros.h"
 #include "runtime/yaml_fields.h"
 
@@ -85,13 +87,45 @@ struct AddedToken {
 struct Segment {
   std::string text;
   int32_t added = -1;
+  bool at_start = false;  // the text begins the input
 };
 
-// A pre-tokenizer step: a regex to split by (Isolated), or ByteLevel's prefix space (split null).
+// A pre-tokenizer step: a regex to split by (Isolated), ByteLevel's prefix space, or Metaspace's.
 struct PreStep {
-  std::unique_ptr<icu::RegexPattern> split;
-  bool add_prefix_space = false;
+  enum class Kind { kSplit, kByteLevel, kMetaspace } kind = Kind::kSplit;
+  std::unique_ptr<icu::RegexPattern> split;  // kSplit
+  bool add_prefix_space = false;             // kByteLevel
+  std::string replacement;                   // kMetaspace: spaces become this ("▁")
+  enum class Prepend { kNever, kAlways, kFirst } prepend = Prepend::kAlways;
+  bool split_on_replacement = false;  // kMetaspace: each piece starts at a replacement
 };
+
+// A normalizer step: NFC, Prepend (a string before the segment) or Replace (a string by another).
+struct NormStep {
+  enum class Kind { kNfc, kPrepend, kReplace } kind = Kind::kNfc;
+  std::string from, to;
+};
+
+// A decoder step, over the list of token strings as tokenizers' decode chains them.
+struct DecodeStep {
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind = Kind::kByteLevel;
+  std::string from, to;                // kReplace; kMetaspace: from = the replacement
+  std::string strip;                   // kStrip: the character
+  int start = 0, stop = 0;             // kStrip: how many at each end
+  bool metaspace_strips_first = true;  // kMetaspace: its prepend scheme is not "never"
+};
+
+void ReplaceAll(std::string* s, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = s->find(from, at)) != std::string::npos; at = hit + from.size()) {
+    out.append(*s, at, hit - at);
+    out += to;
+  }
+  out.append(*s, at, std::string::npos);
+  *s = std::move(out);
+}
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool IsWordByte(unsigned char c) { return c >= 0x80 || std::isalnum(c) || c == '_'; }
@@ -104,14 +138,27 @@ struct BpeTokenizer::Impl {
   std::vector<bool> is_added;
   std::unordered_map<std::string, int32_t> merge_rank;  // "a b" -> rank
   bool ignore_merges = false;
+  // Note [Two kinds of BPE]: byte-level (GPT-2, Llama 3, Qwen2): symbols are bytes written as characters;
+  // otherwise sentencepiece's kind as tokenizers writes it (Llama 2, Mistral): symbols are characters, a
+  // space is "▁" (a Metaspace pre-tokenizer or Prepend/Replace normalizers), and a character not in the
+  // vocabulary is its UTF-8 bytes as <0xAB> tokens (byte_fallback) or the unknown token.
+  bool byte_level = true;
+  bool byte_fallback = false;
+  int32_t unk_id = -1;
+  bool fuse_unk = false;
   std::vector<AddedToken> added;
   std::vector<std::vector<size_t>> added_by_first_byte = std::vector<std::vector<size_t>>(256);
-  bool nfc = false;
+  std::vector<NormStep> normalizer;
   std::vector<PreStep> steps;  // the pre-tokenizer, in order
+  std::vector<DecodeStep> decoder;
   int32_t template_bos = -1;
 
-  absl::StatusOr<std::vector<std::string>> PreTokenize(const std::string& text) const;
+  absl::Status Normalize(std::string* text) const;
+  // `at_start`: the segment begins the input (Metaspace's prepend scheme "first").
+  absl::StatusOr<std::vector<std::string>> PreTokenize(const std::string& text, bool at_start) const;
   absl::Status Bpe(const std::string& piece, std::vector<int32_t>* out) const;
+  // The piece's symbols before any merge (Note [Two kinds of BPE]).
+  absl::StatusOr<std::vector<std::string>> Symbols(const std::string& piece) const;
 };
 
 namespace {
@@ -157,16 +204,63 @@ absl::Status ParsePreTokenizer(const json& p, const std::string& origin, const s
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> BpeTokenizer::Impl::PreTokenize(const std::string& text) const {
+absl::Status BpeTokenizer::Impl::Normalize(std::string* text) const {
+  for (const NormStep& n : normalizer) {
+    switch (n.kind) {
+      case NormStep::Kind::kNfc: {
+        UErrorCode status = U_ZERO_ERROR;
+        const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+        if (U_FAILURE(status)) return absl::InternalError("tokenizer: ICU has no NFC normalizer");
+        const icu::UnicodeString normalized = nfc->normalize(icu::UnicodeString::fromUTF8(*text), status);
+        if (U_FAILURE(status)) return absl::InternalError(absl::StrCat("tokenizer: NFC: ", u_errorName(status)));
+        text->clear();
+        normalized.toUTF8String(*text);
+        break;
+      }
+      case NormStep::Kind::kPrepend:
+        if (!text->empty()) text->insert(0, n.to);
+        break;
+      case NormStep::Kind::kReplace:
+        ReplaceAll(text, n.from, n.to);
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> BpeTokenizer::Impl::PreTokenize(const std::string& text, bool at_start) const {
   std::vector<std::string> pieces = {text};
   for (const PreStep& step : steps) {
     std::vector<std::string> next;
     for (std::string& p : pieces) {
-      if (step.split == nullptr) {  // ByteLevel: its prefix space (its own regex, if any, came as a split)
-        if (step.add_prefix_space && (p.empty() || p[0] != ' ')) p.insert(p.begin(), ' ');
-        next.push_back(std::move(p));
-      } else {
-        RETURN_IF_ERROR(SplitIsolated(*step.split, p, &next));
+      switch (step.kind) {
+        case PreStep::Kind::kByteLevel:  // its prefix space (its own regex, if any, came as a split)
+          if (step.add_prefix_space && (p.empty() || p[0] != ' ')) p.insert(p.begin(), ' ');
+          next.push_back(std::move(p));
+          break;
+        case PreStep::Kind::kSplit:
+          RETURN_IF_ERROR(SplitIsolated(*step.split, p, &next));
+          break;
+        case PreStep::Kind::kMetaspace: {
+          // Spaces become the replacement, which starts the piece unless it does already (tokenizers'
+          // rule: "first" only where the piece begins the input).
+          ReplaceAll(&p, " ", step.replacement);
+          const bool prepend = step.prepend == PreStep::Prepend::kAlways ||
+                               (step.prepend == PreStep::Prepend::kFirst && at_start && &p == &pieces.front());
+          if (prepend && p.compare(0, step.replacement.size(), step.replacement) != 0) p.insert(0, step.replacement);
+          if (!step.split_on_replacement) {
+            next.push_back(std::move(p));
+            break;
+          }
+          size_t from = 0;  // each replacement starts a piece
+          for (size_t hit = p.find(step.replacement, 1); hit != std::string::npos;
+               hit = p.find(step.replacement, hit + step.replacement.size())) {
+            if (hit > from) next.push_back(p.substr(from, hit - from));
+            from = hit;
+          }
+          if (from < p.size()) next.push_back(p.substr(from));
+          break;
+        }
       }
     }
     pieces = std::move(next);
@@ -174,22 +268,60 @@ absl::StatusOr<std::vector<std::string>> BpeTokenizer::Impl::PreTokenize(const s
   return pieces;
 }
 
+absl::StatusOr<std::vector<std::string>> BpeTokenizer::Impl::Symbols(const std::string& piece) const {
+  std::vector<std::string> symbols;
+  if (byte_level) {
+    const ByteLevelTable& bl = ByteLevel();
+    for (unsigned char b : piece) symbols.push_back(bl.of_byte[b]);
+    return symbols;
+  }
+  bool last_unk = false;
+  for (int32_t i = 0, n = static_cast<int32_t>(piece.size()); i < n;) {
+    const int32_t at = i;
+    UChar32 cp = 0;
+    U8_NEXT(piece.data(), i, n, cp);
+    std::string ch = piece.substr(static_cast<size_t>(at), static_cast<size_t>(i - at));
+    if (vocab.count(ch)) {
+      symbols.push_back(std::move(ch));
+      last_unk = false;
+      continue;
+    }
+    if (byte_fallback) {
+      std::vector<std::string> bytes;
+      for (unsigned char b : ch) {
+        std::string t = absl::StrFormat("<0x%02X>", b);
+        if (!vocab.count(t)) break;
+        bytes.push_back(std::move(t));
+      }
+      if (bytes.size() == ch.size()) {
+        for (std::string& b : bytes) symbols.push_back(std::move(b));
+        last_unk = false;
+        continue;
+      }
+    }
+    if (unk_id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer: \"", ch, "\" is not in the vocabulary and the tokenizer has no unknown token"));
+    }
+    if (!(fuse_unk && last_unk)) symbols.push_back(token_of[unk_id]);
+    last_unk = true;
+  }
+  return symbols;
+}
+
 // Note [BPE merges]: the piece's byte-level symbols are merged pair by pair, always the adjacent pair
 // of lowest rank (the leftmost of equal ones), as tokenizers' BPE does — with a heap of candidate pairs
 // (stale ones skipped by version), so that a long piece (a prompt of one 100 kB word) costs n log n, not n^2.
 absl::Status BpeTokenizer::Impl::Bpe(const std::string& piece, std::vector<int32_t>* out) const {
-  const ByteLevelTable& bl = ByteLevel();
-  std::string mapped;
-  for (unsigned char b : piece) mapped += bl.of_byte[b];
+  ASSIGN_OR_RETURN(std::vector<std::string> text, Symbols(piece));
   if (ignore_merges) {
-    if (auto it = vocab.find(mapped); it != vocab.end()) {
+    if (auto it = vocab.find(absl::StrJoin(text, "")); it != vocab.end()) {
       out->push_back(it->second);
       return absl::OkStatus();
     }
   }
-  const size_t n = piece.size();
-  std::vector<std::string> text(n);
-  for (size_t i = 0; i < n; ++i) text[i] = bl.of_byte[static_cast<unsigned char>(piece[i])];
+  const size_t n = text.size();
+  if (n == 0) return absl::OkStatus();
   std::vector<int64_t> prev(n), next(n);
   std::vector<uint32_t> version(n, 0);
   std::vector<bool> alive(n, true);
@@ -253,21 +385,132 @@ absl::Status ParsePreTokenizer(const json& p, const std::string& origin, const s
     if (p.value("behavior", "") != "Isolated" || p.value("invert", false)) {
       return Bad(origin, absl::StrCat(key, ": only behavior Isolated, not inverted, is supported"));
     }
-    ASSIGN_OR_RETURN(auto compiled, Compile(regex, absl::StrCat(origin, ": ", key, ".pattern")));
-    steps->push_back({std::move(compiled), false});
+    PreStep step;
+    ASSIGN_OR_RETURN(step.split, Compile(regex, absl::StrCat(origin, ": ", key, ".pattern")));
+    steps->push_back(std::move(step));
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
-    steps->push_back({nullptr, p.value("add_prefix_space", false)});
+    PreStep step;
+    step.kind = PreStep::Kind::kByteLevel;
+    step.add_prefix_space = p.value("add_prefix_space", false);
+    steps->push_back(std::move(step));
     if (p.value("use_regex", true)) {
-      ASSIGN_OR_RETURN(auto compiled, Compile(kGpt2Pattern, absl::StrCat(origin, ": ", key)));
-      steps->push_back({std::move(compiled), false});
+      PreStep split;
+      ASSIGN_OR_RETURN(split.split, Compile(kGpt2Pattern, absl::StrCat(origin, ": ", key)));
+      steps->push_back(std::move(split));
     }
     return absl::OkStatus();
   }
+  if (type == "Metaspace") {
+    PreStep step;
+    step.kind = PreStep::Kind::kMetaspace;
+    step.replacement = p.value("replacement", "\u2581");
+    if (step.replacement.empty()) return Bad(origin, absl::StrCat(key, ".replacement: empty"));
+    step.split_on_replacement = p.value("split", true);
+    // tokenizers before 0.19 wrote add_prefix_space instead of prepend_scheme.
+    const std::string scheme = p.contains("prepend_scheme") && p["prepend_scheme"].is_string()
+                                   ? p["prepend_scheme"].get<std::string>()
+                                   : (p.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme == "always") {
+      step.prepend = PreStep::Prepend::kAlways;
+    } else if (scheme == "first") {
+      step.prepend = PreStep::Prepend::kFirst;
+    } else if (scheme == "never") {
+      step.prepend = PreStep::Prepend::kNever;
+    } else {
+      return Bad(origin, absl::StrCat(key, ".prepend_scheme: \"", scheme, "\" is not always, first or never"));
+    }
+    steps->push_back(std::move(step));
+    return absl::OkStatus();
+  }
   return Bad(origin, absl::StrCat(key, ": pre-tokenizer ", type,
-                                  " is not supported (byte-level BPE tokenizers: Split and ByteLevel; a Metaspace "
-                                  "tokenizer.json is sentencepiece's: use its tokenizer.model)"));
+                                  " is not supported (Split, ByteLevel and Metaspace are, and Sequences of them)"));
+}
+
+// A string pattern ({"String": " "}); tokenizers' Regex patterns are not supported in normalizers and
+// decoders (no Llama-family tokenizer has one).
+absl::StatusOr<std::string> StringPattern(const json& p, const std::string& origin, const std::string& key) {
+  const json& pattern = p.value("pattern", json());
+  if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string()) {
+    return Bad(origin, absl::StrCat(key, ".pattern: only a String pattern is supported"));
+  }
+  if (!p.contains("content") || !p["content"].is_string()) return Bad(origin, absl::StrCat(key, ".content: missing"));
+  return pattern["String"].get<std::string>();
+}
+
+absl::Status ParseNormalizer(const json& n, const std::string& origin, const std::string& key,
+                             std::vector<NormStep>* steps) {
+  const std::string type = n.is_object() ? n.value("type", "") : "";
+  if (type == "Sequence") {
+    if (!n.contains("normalizers") || !n["normalizers"].is_array()) {
+      return Bad(origin, absl::StrCat(key, ".normalizers: not a list"));
+    }
+    for (size_t i = 0; i < n["normalizers"].size(); ++i) {
+      RETURN_IF_ERROR(ParseNormalizer(n["normalizers"][i], origin, absl::StrCat(key, ".normalizers[", i, "]"), steps));
+    }
+    return absl::OkStatus();
+  }
+  if (type == "NFC") {
+    steps->push_back({NormStep::Kind::kNfc, "", ""});
+    return absl::OkStatus();
+  }
+  if (type == "Prepend") {
+    if (!n.contains("prepend") || !n["prepend"].is_string()) return Bad(origin, absl::StrCat(key, ".prepend: missing"));
+    steps->push_back({NormStep::Kind::kPrepend, "", n["prepend"].get<std::string>()});
+    return absl::OkStatus();
+  }
+  if (type == "Replace") {
+    ASSIGN_OR_RETURN(std::string from, StringPattern(n, origin, key));
+    steps->push_back({NormStep::Kind::kReplace, std::move(from), n["content"].get<std::string>()});
+    return absl::OkStatus();
+  }
+  return Bad(origin, absl::StrCat(key, ": normalizer \"", type,
+                                  "\" is not supported (NFC, Prepend, Replace and Sequences are)"));
+}
+
+absl::Status ParseDecoder(const json& d, const std::string& origin, const std::string& key,
+                          std::vector<DecodeStep>* steps) {
+  const std::string type = d.is_object() ? d.value("type", "") : "";
+  DecodeStep step;
+  if (type == "Sequence") {
+    if (!d.contains("decoders") || !d["decoders"].is_array()) {
+      return Bad(origin, absl::StrCat(key, ".decoders: not a list"));
+    }
+    for (size_t i = 0; i < d["decoders"].size(); ++i) {
+      RETURN_IF_ERROR(ParseDecoder(d["decoders"][i], origin, absl::StrCat(key, ".decoders[", i, "]"), steps));
+    }
+    return absl::OkStatus();
+  } else if (type == "ByteLevel") {
+    step.kind = DecodeStep::Kind::kByteLevel;
+  } else if (type == "Replace") {
+    step.kind = DecodeStep::Kind::kReplace;
+    ASSIGN_OR_RETURN(step.from, StringPattern(d, origin, key));
+    step.to = d["content"].get<std::string>();
+  } else if (type == "ByteFallback") {
+    step.kind = DecodeStep::Kind::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = DecodeStep::Kind::kFuse;
+  } else if (type == "Strip") {
+    step.kind = DecodeStep::Kind::kStrip;
+    step.strip = d.value("content", " ");
+    step.start = d.value("start", 0);
+    step.stop = d.value("stop", 0);
+    if (step.start < 0 || step.stop < 0) return Bad(origin, absl::StrCat(key, ": negative start or stop"));
+  } else if (type == "Metaspace") {
+    step.kind = DecodeStep::Kind::kMetaspace;
+    step.from = d.value("replacement", "\u2581");
+    const std::string scheme = d.contains("prepend_scheme") && d["prepend_scheme"].is_string()
+                                   ? d["prepend_scheme"].get<std::string>()
+                                   : (d.value("add_prefix_space", true) ? "always" : "never");
+    step.metaspace_strips_first = scheme != "never";
+  } else {
+    return Bad(origin, absl::StrCat(key, ": decoder \"", type,
+                                    "\" is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace "
+                                    "and Sequences are)"));
+  }
+  steps->push_back(std::move(step));
+  return absl::OkStatus();
 }
 
 // The first token a TemplateProcessing puts before a single sequence, or -1.
@@ -312,9 +555,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::str
   if (model.value("type", "") != "BPE") {
     return Bad(origin, absl::StrCat("model.type: \"", model.value("type", ""), "\": only BPE is supported"));
   }
-  if (model.value("byte_fallback", false)) {
-    return Bad(origin, "model.byte_fallback: a sentencepiece-style BPE (use its tokenizer.model)");
-  }
+  impl->byte_fallback = model.value("byte_fallback", false);
+  impl->fuse_unk = model.value("fuse_unk", false);
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(k) && !model[k].is_null() && model[k] != "") {
       return Bad(origin, absl::StrCat("model.", k, ": not supported"));
@@ -352,13 +594,6 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::str
     }
     impl->merge_rank.emplace(absl::StrCat(a, " ", b), static_cast<int32_t>(i));
   }
-  // Every byte must have its symbol, or some text could not be encoded.
-  for (const std::string& s : ByteLevel().of_byte) {
-    if (!impl->vocab.count(s)) {
-      return Bad(origin,
-                 absl::StrCat("model.vocab: no symbol \"", s, "\" for one of the 256 bytes (not a byte-level BPE)"));
-    }
-  }
   const json& added = j.value("added_tokens", json::array());
   if (!added.is_array()) return Bad(origin, "added_tokens: not a list");
   for (size_t i = 0; i < added.size(); ++i) {
@@ -386,22 +621,56 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(const std::str
     std::sort(list.begin(), list.end(),
               [&](size_t x, size_t y) { return impl->added[x].content.size() > impl->added[y].content.size(); });
   }
-  // Normalizer: none, or NFC (Qwen2).
-  const json& normalizer = j.value("normalizer", json());
-  if (!normalizer.is_null()) {
-    const std::string type = normalizer.is_object() ? normalizer.value("type", "") : "";
-    if (type != "NFC") return Bad(origin, absl::StrCat("normalizer: \"", type, "\": only none and NFC are supported"));
-    impl->nfc = true;
+  if (const json& unk = model.value("unk_token", json()); !unk.is_null()) {
+    if (!unk.is_string()) return Bad(origin, "model.unk_token: not a string");
+    const std::string u = unk.get<std::string>();
+    if (auto it = impl->vocab.find(u); it != impl->vocab.end()) {
+      impl->unk_id = it->second;
+    } else {
+      return Bad(origin, absl::StrCat("model.unk_token: \"", u, "\" is not in the vocabulary"));
+    }
   }
-  const json& pre = j.value("pre_tokenizer", json());
-  if (pre.is_null()) return Bad(origin, "pre_tokenizer: missing (a byte-level BPE has a ByteLevel one)");
-  RETURN_IF_ERROR(ParsePreTokenizer(pre, origin, "pre_tokenizer", &impl->steps));
-  if (std::none_of(impl->steps.begin(), impl->steps.end(), [](const PreStep& s) { return s.split == nullptr; })) {
-    return Bad(origin, "pre_tokenizer: no ByteLevel step (not a byte-level BPE)");
+  // Normalizer: none, or NFC (Qwen2), or Prepend and Replace (Llama 2's "▁" for spaces).
+  if (const json& normalizer = j.value("normalizer", json()); !normalizer.is_null()) {
+    RETURN_IF_ERROR(ParseNormalizer(normalizer, origin, "normalizer", &impl->normalizer));
   }
+  if (const json& pre = j.value("pre_tokenizer", json()); !pre.is_null()) {
+    RETURN_IF_ERROR(ParsePreTokenizer(pre, origin, "pre_tokenizer", &impl->steps));
+  }
+  const auto has_step = [&](PreStep::Kind kind) {
+    return std::any_of(impl->steps.begin(), impl->steps.end(), [&](const PreStep& s) { return s.kind == kind; });
+  };
+  impl->byte_level = has_step(PreStep::Kind::kByteLevel);
   const json& decoder = j.value("decoder", json());
-  if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel") {
-    return Bad(origin, "decoder: only ByteLevel is supported");
+  if (decoder.is_null()) return Bad(origin, "decoder: missing");
+  RETURN_IF_ERROR(ParseDecoder(decoder, origin, "decoder", &impl->decoder));
+  const bool byte_level_decoder = std::any_of(impl->decoder.begin(), impl->decoder.end(), [](const DecodeStep& d) {
+    return d.kind == DecodeStep::Kind::kByteLevel;
+  });
+  if (impl->byte_level) {
+    // Every byte must have its symbol, or some text could not be encoded.
+    for (const std::string& b : ByteLevel().of_byte) {
+      if (!impl->vocab.count(b)) {
+        return Bad(origin,
+                   absl::StrCat("model.vocab: no symbol \"", b, "\" for one of the 256 bytes (not a byte-level BPE)"));
+      }
+    }
+    if (impl->byte_fallback) return Bad(origin, "model.byte_fallback: with a ByteLevel pre-tokenizer");
+    if (impl->decoder.size() != 1 || !byte_level_decoder) {
+      return Bad(origin, "decoder: a ByteLevel pre-tokenizer needs the ByteLevel decoder, alone");
+    }
+  } else {
+    if (byte_level_decoder) return Bad(origin, "decoder: ByteLevel without a ByteLevel pre-tokenizer");
+    // Sentencepiece's kind: spaces must become a symbol (Metaspace, or a Replace normalizer).
+    const bool spaces_mapped = has_step(PreStep::Kind::kMetaspace) ||
+                               std::any_of(impl->normalizer.begin(), impl->normalizer.end(), [](const NormStep& n) {
+                                 return n.kind == NormStep::Kind::kReplace && n.from == " ";
+                               });
+    if (!spaces_mapped) {
+      return Bad(origin,
+                 "pre_tokenizer: neither ByteLevel nor Metaspace, and no normalizer replaces spaces (not a BPE "
+                 "tokenizer of the GPT-2 or the sentencepiece kind)");
+    }
   }
   impl->template_bos = TemplateBos(j.value("post_processor", json()));
   return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
@@ -432,7 +701,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
     if (hit->lstrip) {
       while (!pending.empty() && IsSpace(pending.back())) pending.pop_back();
     }
-    if (!pending.empty()) segments.push_back({std::move(pending), -1});
+    if (!pending.empty()) segments.push_back({std::move(pending), -1, segments.empty()});
     pending.clear();
     segments.push_back({"", hit->id});
     i += hit->content.size();
@@ -440,23 +709,15 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
       while (i < text.size() && IsSpace(text[i])) ++i;
     }
   }
-  if (!pending.empty()) segments.push_back({std::move(pending), -1});
+  if (!pending.empty()) segments.push_back({std::move(pending), -1, segments.empty()});
   std::vector<int32_t> ids;
   for (Segment& s : segments) {
     if (s.added >= 0) {
       ids.push_back(s.added);
       continue;
     }
-    if (t.nfc) {
-      UErrorCode status = U_ZERO_ERROR;
-      const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-      if (U_FAILURE(status)) return absl::InternalError("tokenizer: ICU has no NFC normalizer");
-      const icu::UnicodeString normalized = nfc->normalize(icu::UnicodeString::fromUTF8(s.text), status);
-      if (U_FAILURE(status)) return absl::InternalError(absl::StrCat("tokenizer: NFC: ", u_errorName(status)));
-      s.text.clear();
-      normalized.toUTF8String(s.text);
-    }
-    ASSIGN_OR_RETURN(const std::vector<std::string> pieces, t.PreTokenize(s.text));
+    RETURN_IF_ERROR(t.Normalize(&s.text));
+    ASSIGN_OR_RETURN(const std::vector<std::string> pieces, t.PreTokenize(s.text, s.at_start));
     for (const std::string& p : pieces) {
       if (!p.empty()) RETURN_IF_ERROR(t.Bpe(p, &ids));
     }
@@ -464,8 +725,106 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
   return ids;
 }
 
+namespace {
+
+// "<0xAB>" -> 0xAB, or -1.
+int ByteFallbackToken(const std::string& s) {
+  if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return -1;
+  int v = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = s[i];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// Strips up to `n` copies of `c` from one end of `s`.
+void StripEnd(std::string* s, const std::string& c, int n, bool front) {
+  for (int i = 0; i < n && !c.empty() && s->size() >= c.size(); ++i) {
+    const size_t at = front ? 0 : s->size() - c.size();
+    if (s->compare(at, c.size(), c) != 0) return;
+    s->erase(at, c.size());
+  }
+}
+
+// tokenizers' decoders other than ByteLevel, over the list of token strings in order.
+void RunDecoder(const DecodeStep& d, std::vector<std::string>* tokens) {
+  switch (d.kind) {
+    case DecodeStep::Kind::kByteLevel:
+      return;  // the byte-level kind decodes on its own path
+    case DecodeStep::Kind::kReplace:
+      for (std::string& t : *tokens) ReplaceAll(&t, d.from, d.to);
+      return;
+    case DecodeStep::Kind::kByteFallback: {
+      // Runs of <0xAB> tokens become their bytes when those are UTF-8; otherwise one U+FFFD per token.
+      std::vector<std::string> out;
+      std::string bytes;
+      size_t count = 0;
+      auto flush = [&] {
+        if (count == 0) return;
+        int32_t i = 0;
+        bool valid = true;
+        for (const int32_t n = static_cast<int32_t>(bytes.size()); i < n && valid;) {
+          UChar32 cp = 0;
+          U8_NEXT(bytes.data(), i, n, cp);
+          valid = cp >= 0;
+        }
+        if (valid) {
+          out.push_back(bytes);
+        } else {
+          for (size_t k = 0; k < count; ++k) out.push_back("\xEF\xBF\xBD");
+        }
+        bytes.clear();
+        count = 0;
+      };
+      for (std::string& t : *tokens) {
+        if (const int b = ByteFallbackToken(t); b >= 0) {
+          bytes.push_back(static_cast<char>(b));
+          ++count;
+        } else {
+          flush();
+          out.push_back(std::move(t));
+        }
+      }
+      flush();
+      *tokens = std::move(out);
+      return;
+    }
+    case DecodeStep::Kind::kFuse: {
+      std::string all = absl::StrJoin(*tokens, "");
+      tokens->assign(1, std::move(all));
+      return;
+    }
+    case DecodeStep::Kind::kStrip:
+      for (std::string& t : *tokens) {
+        StripEnd(&t, d.strip, d.start, /*front=*/true);
+        StripEnd(&t, d.strip, d.stop, /*front=*/false);
+      }
+      return;
+    case DecodeStep::Kind::kMetaspace:
+      for (size_t i = 0; i < tokens->size(); ++i) {
+        std::string& t = (*tokens)[i];
+        ReplaceAll(&t, d.from, " ");
+        if (i == 0 && d.metaspace_strips_first && !t.empty() && t[0] == ' ') t.erase(0, 1);
+      }
+      return;
+  }
+}
+
+}  // namespace
+
 std::string BpeTokenizer::Decode(absl::Span<const int32_t> ids) const {
   const Impl& t = *impl_;
+  if (!t.byte_level) {
+    std::vector<std::string> tokens;
+    for (const int32_t id : ids) {
+      if (id >= 0 && static_cast<size_t>(id) < t.token_of.size()) tokens.push_back(t.token_of[id]);
+    }
+    for (const DecodeStep& d : t.decoder) RunDecoder(d, &tokens);
+    return absl::StrJoin(tokens, "");
+  }
   const ByteLevelTable& bl = ByteLevel();
   std::string out;
   for (const int32_t id : ids) {

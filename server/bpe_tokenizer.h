@@ -1,16 +1,19 @@
-// BpeTokenizer: Hugging Face tokenizer.json files of the byte-level BPE kind (GPT-2, Llama 3, Qwen2):
-// added and special tokens matched in the text first (the chat templates' <|im_start|>, <|eot_id|>),
-// the normalizer (none or NFC), the pre-tokenizer (Split by the file's regex, ByteLevel with or without
-// GPT-2's), then BPE merges by rank over each piece's byte-level symbols; decoding maps the byte-level
-// symbols back to bytes. Unicode classes and normalization come from ICU (libicu), which tokenizers'
-// regexes need (\p{L}, \p{N}, lookahead).
+// BpeTokenizer: Hugging Face tokenizer.json files of the BPE model, as transformers' tokenizers library
+// encodes and decodes them. Added and special tokens are matched in the text first (the chat templates'
+// <|im_start|>, <|eot_id|>, Llama 2's </s>, Mistral's [INST]); then each remaining segment goes through
+// the normalizer (none, NFC, Prepend, Replace), the pre-tokenizer (Split by the file's regex, ByteLevel
+// with or without GPT-2's regex, Metaspace) and BPE merges by rank. Two kinds (Note [Two kinds of BPE]):
+// byte-level (GPT-2, Llama 3, Qwen2), whose symbols are bytes, and sentencepiece's (Llama 2, Mistral),
+// whose symbols are characters, a space being "▁", with byte fallback or the unknown token for the
+// others; decoding runs the file's decoders (ByteLevel; Replace, ByteFallback, Fuse, Strip, Metaspace).
+// Unicode classes and normalization come from ICU (libicu), which tokenizers' regexes need.
 //
 //   ASSIGN_OR_RETURN(auto t, BpeTokenizer::Load(entry_dir + "/tokenizer.json"));
 //   ASSIGN_OR_RETURN(std::vector<int32_t> ids, t->Encode("<|im_start|>user\nHello"));
 //
-// What such a file can hold that this does not implement (another model type, a sentencepiece-style
-// Metaspace pre-tokenizer or byte fallback, another normalizer or decoder) is refused at load, naming
-// the key: never a tokenizer that splits text differently from the one the model was trained with.
+// What such a file can hold that this does not implement (another model type, another normalizer,
+// pre-tokenizer or decoder, a regex where a string is expected) is refused at load, naming the key: never
+// a tokenizer that splits text differently from the one the model was trained with.
 //
 // Thread-safety: immutable after Load; Encode and Decode may be called from several threads at once.
 #pragma once

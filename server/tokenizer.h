@@ -2,7 +2,7 @@
 //
 // ByteTokenizer maps each UTF-8 byte to its own id (0..255) with bos/eos after them; it is the default.
 // SentencePieceTokenizer wraps Debian's libsentencepiece for entries that ship tokenizer.model;
-// BpeTokenizer (server/bpe_tokenizer.h) reads Hugging Face's byte-level BPE tokenizer.json.
+// BpeTokenizer (server/bpe_tokenizer.h) reads Hugging Face BPE tokenizer.json files (byte-level, sentencepiece-kind).
 // Instances are immutable after Create and safe to use from several threads at once.
 #pragma once
 

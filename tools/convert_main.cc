@@ -1,5 +1,5 @@
 // autouvm-convert: imports a Hugging Face Llama-family checkpoint (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM; config.json, safetensors weights, tokenizer.model) into a model repository entry
+// Qwen2ForCausalLM; config.json, safetensors weights, tokenizer.json or tokenizer.model) into a model repository entry
 // (docs/model-contract.md). See tools/hf_import.h.
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -11,7 +11,8 @@ int main(int argc, char** argv) {
   autouvm::tools::HfImportOptions options;
   std::string hf_dir, repo = "models";
   CLI::App app{"Import a Hugging Face Llama-family checkpoint into an autouvmd model repository"};
-  app.add_option("--hf", hf_dir, "the checkpoint's directory (config.json, *.safetensors, tokenizer.model)")
+  app.add_option("--hf", hf_dir,
+                 "the checkpoint's directory (config.json, *.safetensors, tokenizer.json or tokenizer.model)")
       ->required();
   app.add_option("--repo", repo, "model repository directory")->capture_default_str();
   app.add_option("--name", options.name, "the model's name (its directory in the repository)")->required();
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", options.dtype, "fp32, bf16 or fp16 (default: the checkpoint's torch_dtype)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--byte-tokenizer", options.byte_tokenizer,
-               "without a tokenizer.model, serve with the byte tokenizer (tests and diagnostics)");
+               "without a tokenizer.json or tokenizer.model, serve with the byte tokenizer (tests and diagnostics)");
   CLI11_PARSE(app, argc, argv);
   auto model = autouvm::tools::ConvertHfModel(hf_dir, repo, options);
   if (!model.ok()) {
@@ -32,5 +33,6 @@ int main(int argc, char** argv) {
             << ", " << c.dtype << ", max_seq " << c.max_seq << ", tokenizer " << c.tokenizer
             << (model->eos_ids.size() > 1 ? ", end-of-sequence ids " + absl::StrJoin(model->eos_ids, ", ") : "")
             << "\n";
+  if (!model->tokenizer_note.empty()) std::cerr << "autouvm-convert: note: " << model->tokenizer_note << "\n";
   return 0;
 }

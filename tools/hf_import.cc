@@ -125,8 +125,12 @@ absl::StatusOr<torch::Tensor> ToTensor(const TensorView& v, c10::ScalarType dtyp
                                                    " (weights are read in BF16, F16 or F32; quantized checkpoints "
                                                    "are not supported)"));
   }
+  // Note [Weights stay in the file]: a tensor already in the entry's dtype is a view of the checkpoint's
+  // read-only mapping, written from there into model.pt, so that converting holds in memory only what
+  // changes dtype (a 13B or 70B checkpoint converts on a machine with less memory than the model). The
+  // mapping outlives the module (ConvertHfModel), and nothing writes to a parameter before it is saved.
   const torch::Tensor in_file = torch::from_blob(const_cast<uint8_t*>(v.data), v.shape, torch::dtype(source));
-  return source == dtype ? in_file.clone() : in_file.to(dtype);
+  return source == dtype ? in_file : in_file.to(dtype);
 }
 
 }  // namespace
@@ -252,24 +256,41 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
   c.bos_id = bos.empty() ? -1 : bos.front();
   c.eos_id = m.eos_ids.empty() ? -1 : m.eos_ids.front();
   if (m.eos_ids.size() > 1) c.extra_eos_ids.assign(m.eos_ids.begin() + 1, m.eos_ids.end());
-  // The tokenizer: sentencepiece's model where there is one (Llama 2, Mistral), else tokenizer.json's
-  // byte-level BPE (Llama 3, Qwen2), whose own template says whether a prompt starts with a bos.
-  if (fs::exists(root / "tokenizer.model", ec)) {
-    c.tokenizer = "sentencepiece";
-    m.tokenizer_file = (root / "tokenizer.model").string();
-  } else if (fs::exists(root / "tokenizer.json", ec)) {
-    ASSIGN_OR_RETURN(const auto bpe, server::BpeTokenizer::Load((root / "tokenizer.json").string()));
-    if (bpe->vocab_size() > c.vocab_size) {
-      return Bad((root / "tokenizer.json").string(),
-                 absl::StrCat("ids up to ", bpe->vocab_size() - 1, ", past config.json's vocab_size ", c.vocab_size));
+  // The tokenizer: tokenizer.json where there is one, as transformers loads it (byte-level BPE: Llama 3,
+  // Qwen2; sentencepiece's kind: Llama 2, Mistral), its own template saying whether a prompt starts with
+  // a bos; else sentencepiece's tokenizer.model. A tokenizer.json we cannot serve falls back to a
+  // tokenizer.model beside it, with a note of what differs.
+  const fs::path json_file = root / "tokenizer.json", sp_file = root / "tokenizer.model";
+  absl::Status json_refused = absl::OkStatus();
+  if (fs::exists(json_file, ec)) {
+    auto bpe = server::BpeTokenizer::Load(json_file.string());
+    if (bpe.ok() && (*bpe)->vocab_size() > c.vocab_size) {
+      return Bad(json_file.string(), absl::StrCat("ids up to ", (*bpe)->vocab_size() - 1,
+                                                  ", past config.json's vocab_size ", c.vocab_size));
     }
-    c.tokenizer = "bpe";
-    c.bos_id = bpe->template_bos_id();
-    m.tokenizer_file = (root / "tokenizer.json").string();
-  } else if (options.byte_tokenizer) {
+    if (bpe.ok()) {
+      c.tokenizer = "bpe";
+      c.bos_id = (*bpe)->template_bos_id();
+      m.tokenizer_file = json_file.string();
+    } else if (!fs::exists(sp_file, ec)) {
+      return bpe.status();
+    } else {
+      json_refused = bpe.status();
+    }
+  }
+  if (m.tokenizer_file.empty() && fs::exists(sp_file, ec)) {
+    c.tokenizer = "sentencepiece";
+    m.tokenizer_file = sp_file.string();
+    if (!json_refused.ok()) {
+      m.tokenizer_note = absl::StrCat(
+          "tokenizer.json is not served (", json_refused.message(),
+          "); tokenizer.model is, which encodes text at the start and around special tokens as sentencepiece "
+          "does, not always as transformers does");
+    }
+  } else if (m.tokenizer_file.empty() && options.byte_tokenizer) {
     c.tokenizer = "byte";
-  } else {
-    return Bad(dir, "no tokenizer.model (sentencepiece) or tokenizer.json to serve the model with");
+  } else if (m.tokenizer_file.empty()) {
+    return Bad(dir, "no tokenizer.json or tokenizer.model to serve the model with");
   }
   if (absl::Status s = server::ValidateModelConfig(c); !s.ok()) {
     return Bad((root / "config.json").string(), absl::StrCat("gives a model the contract refuses: ", s.message()));

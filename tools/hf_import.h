@@ -1,8 +1,9 @@
 // Importing Hugging Face Llama-family checkpoints (LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM) into the model contract (docs/model-contract.md): config.json (and
 // generation_config.json) become model.yaml, the safetensors weights (tools/safetensors.h) the
-// parameters of the TorchScript Llama module (server/llama_module.h), and the tokenizer (sentencepiece's
-// tokenizer.model, or a byte-level BPE tokenizer.json: server/bpe_tokenizer.h) is carried over.
+// parameters of the TorchScript Llama module (server/llama_module.h), and the tokenizer is carried over:
+// tokenizer.json (server/bpe_tokenizer.h; byte-level or sentencepiece's kind) as transformers prefers it,
+// else sentencepiece's tokenizer.model.
 //
 //   ASSIGN_OR_RETURN(HfModel m, ReadHfConfig(hf_dir, {.name = "llama-2-7b"}));
 //   ASSIGN_OR_RETURN(HfModel written, ConvertHfModel(hf_dir, repo_dir, {.name = "llama-2-7b", .max_seq = 4096}));
@@ -41,6 +42,7 @@ struct HfModel {
   // Every end-of-sequence id the checkpoint names (config.eos_id the first, extra_eos_ids the others).
   std::vector<int64_t> eos_ids;
   std::string tokenizer_file;  // tokenizer.model or tokenizer.json to copy, or "" (byte tokenizer)
+  std::string tokenizer_note;  // why tokenizer.json was passed over for tokenizer.model, or ""
 };
 
 // Reads <dir>/config.json (and generation_config.json, for bos and eos) into a model.yaml config.
@@ -50,7 +52,7 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
 // The checkpoint tensor that holds a module parameter ("layer3.wq" -> "model.layers.3.self_attn.q_proj.weight").
 std::string HfTensorName(const std::string& parameter);
 
-// Writes <repo_dir>/<options.name>/ (model.pt, model.yaml, tokenizer.model when there is one) from the
+// Writes <repo_dir>/<options.name>/ (model.pt, model.yaml, the tokenizer file when there is one) from the
 // checkpoint in `dir` and says what it wrote (ReadHfConfig's reading); nothing is left behind in the
 // repository on failure.
 absl::StatusOr<HfModel> ConvertHfModel(const std::string& dir, const std::string& repo_dir,

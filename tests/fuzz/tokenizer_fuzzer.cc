@@ -1,7 +1,9 @@
-// libFuzzer target: the byte tokenizer, the byte-level BPE tokenizer (server/bpe_tokenizer.h, on the
-// tests' small tokenizer.json) and streaming detokenization (server/tokenizer.h, server/text_stream.h).
-// Text round-trips through both tokenizers (valid UTF-8 text through the BPE one); ids of any value
-// stream out as valid UTF-8 whatever they are; the stop string never appears in what was sent.
+// libFuzzer target: the byte tokenizer, the BPE tokenizer (server/bpe_tokenizer.h, on the tests' small
+// tokenizer.json files: byte-level, and sentencepiece's kind in Llama 2's layout) and streaming
+// detokenization (server/tokenizer.h, server/text_stream.h). Text round-trips through all three (valid
+// UTF-8 text through the BPE ones; for sentencepiece's kind, text without "▁" or special-token text,
+// which transformers does not give back either); ids of any value stream out as valid UTF-8 whatever
+// they are; the stop string never appears in what was sent.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -42,6 +44,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ValidUtf8(text)) {
     auto bpe_ids = (*bpe)->Encode(text);
     Check(bpe_ids.ok() && (*bpe)->Decode(*bpe_ids) == text);
+  }
+  static const auto sp = autouvm::server::BpeTokenizer::Parse(autouvm::testing::SentencePieceStyleJson("llama2").dump(),
+                                                              "fuzz-sentencepiece-kind");
+  Check(sp.ok());
+  if (ValidUtf8(text)) {
+    auto sp_ids = (*sp)->Encode(text);  // byte fallback: every character has ids
+    Check(sp_ids.ok());
+    const std::string back = (*sp)->Decode(*sp_ids);
+    Check(ValidUtf8(back));
+    const bool plain = text.find("\xE2\x96\x81") == std::string::npos && text.find("<s>") == std::string::npos &&
+                       text.find("</s>") == std::string::npos && text.find("<unk>") == std::string::npos;
+    if (plain) Check(back == text);
   }
   return 0;
 }

@@ -1,20 +1,39 @@
-// tokenize_dump TOKENIZER_JSON: reads a JSON list of strings from stdin and prints, as JSON, each
-// string's ids under server::BpeTokenizer and the text those ids decode to:
-// [{"ids": [...], "text": "..."}, ...]. tests/gpu/hf_verify.py compares them with transformers'
-// tokenizers on the GPU host, where that library is installed.
+// tokenize_dump TOKENIZER: reads a JSON list of strings from stdin and prints, as JSON, each string's
+// ids under our tokenizer and the text those ids decode to: [{"ids": [...], "text": "..."}, ...].
+// TOKENIZER is a tokenizer.json (server::BpeTokenizer) or a file named tokenizer.model (sentencepiece,
+// through CreateTokenizer as the daemon loads it). tests/gpu/hf_verify.py compares the output with
+// transformers' tokenizers on the GPU host, where that library is installed.
+#include <filesystem>
 #include <iostream>
 #include <iterator>
+#include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "server/bpe_tokenizer.h"
+#include "server/tokenizer.h"
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<autouvm::server::Tokenizer>> Load(const std::filesystem::path& path) {
+  if (path.filename() == "tokenizer.model") {
+    autouvm::server::ModelConfig config;
+    config.tokenizer = "sentencepiece";
+    config.vocab_size = std::numeric_limits<int32_t>::max();
+    return autouvm::server::CreateTokenizer(config, path.parent_path().string());
+  }
+  return autouvm::server::BpeTokenizer::Load(path.string());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::cerr << "usage: tokenize_dump TOKENIZER_JSON < strings.json\n";
+    std::cerr << "usage: tokenize_dump TOKENIZER_JSON|.../tokenizer.model < strings.json\n";
     return 2;
   }
-  auto tokenizer = autouvm::server::BpeTokenizer::Load(argv[1]);
+  auto tokenizer = Load(argv[1]);
   if (!tokenizer.ok()) {
     std::cerr << tokenizer.status().message() << "\n";
     return 1;

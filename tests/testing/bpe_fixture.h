@@ -1,10 +1,11 @@
-// A small byte-level BPE tokenizer.json for the tests of server/bpe_tokenizer.h and tools/hf_import.h:
-// Llama 3's pre-tokenizer regex, the 256 byte symbols (byte b is id b), a few merges whose results take
-// ids from 256 in order, three special tokens from 300, and a template that starts with
+// Small BPE tokenizer.json files (byte-level, and sentencepiece's kind below) for the tests of server/bpe_tokenizer.h
+// and tools/hf_import.h: Llama 3's pre-tokenizer regex, the 256 byte symbols (byte b is id b), a few merges whose
+// results take ids from 256 in order, three special tokens from 300, and a template that starts with
 // <|begin_of_text|>.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -94,6 +95,85 @@ inline nlohmann::json TokenizerJson() {
         {"ignore_merges", false},
         {"vocab", vocab},
         {"merges", merges}}}};
+}
+
+// A tokenizer.json of sentencepiece's kind (Llama 2, Mistral): symbols are characters, a space is "▁",
+// a character outside the vocabulary is its bytes as <0xAB> tokens. Ids: <unk> 0, <s> 1, </s> 2, the
+// byte tokens 3..258, then the characters and the merges' results in order.
+inline const std::string kMeta = "\u2581";  // "▁"
+inline const std::vector<std::pair<std::string, std::string>> kSpMerges = {
+    {"h", "e"}, {"l", "l"}, {kMeta, "he"}, {kMeta + "he", "ll"}, {kMeta + "hell", "o"}, {kMeta, kMeta}};
+inline constexpr int32_t kSpUnk = 0, kSpBos = 1, kSpEos = 2, kSpMeta = 259, kSpH = 260, kSpE = 261, kSpL = 262,
+                         kSpO = 263, kSpHe = 264, kSpLl = 265, kSpMetaHe = 266, kSpMetaHello = 268, kSpMetaMeta = 269;
+inline int32_t SpByte(unsigned char b) { return 3 + b; }
+
+// `layout`: "llama2" (Prepend and Replace normalizers, no pre-tokenizer, the Replace / ByteFallback /
+// Fuse / Strip decoders, as Llama 2's file) or "metaspace" (a Metaspace pre-tokenizer and decoder with
+// prepend_scheme "first", as transformers 5 writes Mistral's).
+inline nlohmann::json SentencePieceStyleJson(const std::string& layout) {
+  using json = nlohmann::json;
+  json vocab = {{"<unk>", kSpUnk}, {"<s>", kSpBos}, {"</s>", kSpEos}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = SpByte(static_cast<unsigned char>(b));
+  }
+  int32_t id = kSpMeta;
+  for (const std::string c : {kMeta, std::string("h"), std::string("e"), std::string("l"), std::string("o")}) {
+    vocab[c] = id++;
+  }
+  json merges = json::array();
+  for (const auto& [a, b] : kSpMerges) {
+    vocab[a + b] = id++;
+    merges.push_back(json::array({a, b}));
+  }
+  json added = json::array();
+  for (const auto& [content, tid] :
+       std::vector<std::pair<std::string, int>>{{"<unk>", kSpUnk}, {"<s>", kSpBos}, {"</s>", kSpEos}}) {
+    added.push_back({{"id", tid},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  json j = {{"version", "1.0"},
+            {"added_tokens", added},
+            {"post_processor",
+             {{"type", "TemplateProcessing"},
+              {"single",
+               {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+              {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {kSpBos}}, {"tokens", {"<s>"}}}}}}}},
+            {"model",
+             {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", "<unk>"},
+              {"continuing_subword_prefix", nullptr},
+              {"end_of_word_suffix", nullptr},
+              {"fuse_unk", true},
+              {"byte_fallback", true},
+              {"ignore_merges", false},
+              {"vocab", vocab},
+              {"merges", merges}}}};
+  if (layout == "llama2") {
+    j["normalizer"] = {{"type", "Sequence"},
+                       {"normalizers",
+                        {{{"type", "Prepend"}, {"prepend", kMeta}},
+                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}}}};
+    j["pre_tokenizer"] = nullptr;
+    j["decoder"] = {{"type", "Sequence"},
+                    {"decoders",
+                     {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
+                      {{"type", "ByteFallback"}},
+                      {{"type", "Fuse"}},
+                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  } else {
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", false}};
+    j["decoder"] = {{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", false}};
+  }
+  return j;
 }
 
 }  // namespace autouvm::testing

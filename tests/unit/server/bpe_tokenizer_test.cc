@@ -28,6 +28,9 @@ using testing::kGthe;
 using testing::kHe;
 using testing::kHello;
 using testing::kImStart;
+using testing::kMeta;
+using testing::SentencePieceStyleJson;
+using testing::SpByte;
 using testing::Sym;
 using testing::TokenizerJson;
 
@@ -119,17 +122,18 @@ TEST(BpeTokenizerTest, WhatItCannotDoFaithfullyIsRefusedNamingTheKey) {
   };
   const std::vector<Case> cases = {
       {"word piece", [](json& j) { j["model"]["type"] = "WordPiece"; }, "model.type: \"WordPiece\": only BPE"},
-      {"byte fallback", [](json& j) { j["model"]["byte_fallback"] = true; }, "model.byte_fallback"},
-      {"metaspace",
+      {"byte fallback", [](json& j) { j["model"]["byte_fallback"] = true; },
+       "model.byte_fallback: with a ByteLevel pre-tokenizer"},
+      {"metaspace with the byte-level decoder",
        [](json& j) {
          j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
        },
-       "pre_tokenizer: pre-tokenizer Metaspace is not supported"},
+       "decoder: ByteLevel without a ByteLevel pre-tokenizer"},
       {"nfkc",
        [](json& j) {
          j["normalizer"] = {{"type", "NFKC"}};
        },
-       "normalizer: \"NFKC\": only none and NFC"},
+       "normalizer: normalizer \"NFKC\" is not supported"},
       {"no merges", [](json& j) { j["model"].erase("merges"); }, "model.merges: missing"},
       {"a merge of unknown symbols", [](json& j) { j["model"]["merges"].push_back("zz qq"); },
        "model.merges[8]: \"zz\" + \"qq\" is not in the vocabulary"},
@@ -138,7 +142,7 @@ TEST(BpeTokenizerTest, WhatItCannotDoFaithfullyIsRefusedNamingTheKey) {
        [](json& j) {
          j["decoder"] = {{"type", "WordPiece"}};
        },
-       "decoder: only ByteLevel"},
+       "decoder: decoder \"WordPiece\" is not supported"},
       {"a bad regex", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed"; },
        "pre_tokenizer.pretokenizers[0].pattern: the regex (unclosed does not compile"},
       {"an added token without content", [](json& j) { j["added_tokens"][0].erase("content"); },
@@ -154,6 +158,92 @@ TEST(BpeTokenizerTest, WhatItCannotDoFaithfullyIsRefusedNamingTheKey) {
   }
   EXPECT_THAT(std::string(BpeTokenizer::Parse("{", "t.json").status().message()),
               HasSubstr("t.json: not a JSON object"));
+}
+
+// Sentencepiece's kind as Llama 2's tokenizer.json writes it: every segment between added tokens gets
+// the "▁" prefix (Prepend), even one that starts with a space; characters outside the vocabulary are
+// their bytes; the decoders undo both.
+TEST(BpeTokenizerTest, Llama2LayoutPrependsToEverySegmentAndFallsBackToBytes) {
+  auto t = Make(SentencePieceStyleJson("llama2"));
+  ASSERT_NE(t, nullptr);
+  using namespace testing;  // NOLINT: the fixture's ids
+  EXPECT_THAT(Encode(*t, "hello"), ElementsAre(kSpMetaHello));
+  EXPECT_THAT(Encode(*t, " hello"), ElementsAre(kSpMeta, kSpMetaHello));  // "▁▁hello": "▁ ▁" ranks last
+  EXPECT_THAT(Encode(*t, "hello</s>hello"), ElementsAre(kSpMetaHello, kSpEos, kSpMetaHello));
+  EXPECT_THAT(Encode(*t, "h\u00e9"), ElementsAre(kSpMeta, kSpH, SpByte(0xC3), SpByte(0xA9)));  // é: not in vocab
+  EXPECT_THAT(Encode(*t, "he  "), ElementsAre(kSpMetaHe, kSpMetaMeta));
+  EXPECT_EQ(t->Decode({kSpBos, kSpMetaHello, SpByte(0xC3), SpByte(0xA9)}), "<s> hello\u00e9");
+  EXPECT_EQ(t->Decode({kSpMetaHello, kSpMetaHello}), "hello hello");  // Strip: the first space only
+  EXPECT_EQ(t->Decode({kSpMetaHe, SpByte(0xC3)}), "he\uFFFD");        // half a character
+  EXPECT_EQ(t->template_bos_id(), kSpBos);
+}
+
+// transformers 5's layout (Mistral): a Metaspace pre-tokenizer that prepends "▁" only where the text
+// starts the input and does not start with one already, and its decoder.
+TEST(BpeTokenizerTest, MetaspaceFirstPrependsOnlyAtTheStartOfTheInput) {
+  using namespace testing;  // NOLINT: the fixture's ids
+  json j = SentencePieceStyleJson("metaspace");
+  auto t = Make(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(Encode(*t, "hello"), ElementsAre(kSpMetaHello));
+  EXPECT_THAT(Encode(*t, " hello"), ElementsAre(kSpMetaHello));  // already starts with a space
+  EXPECT_THAT(Encode(*t, "hello</s>hello"), ElementsAre(kSpMetaHello, kSpEos, kSpHe, kSpLl, kSpO));
+  EXPECT_THAT(Encode(*t, "</s>hello"), ElementsAre(kSpEos, kSpHe, kSpLl, kSpO));
+  EXPECT_EQ(t->Decode({kSpMetaHello, kSpMetaHello}), "hello hello");
+  EXPECT_EQ(t->Decode({kSpMeta, kSpMetaHello}), " hello");  // the first token loses one space
+  j["pre_tokenizer"]["prepend_scheme"] = "always";
+  t = Make(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(Encode(*t, "hello</s>hello"), ElementsAre(kSpMetaHello, kSpEos, kSpMetaHello));
+  j["pre_tokenizer"]["split"] = true;  // every "▁" starts a piece: "▁he", "▁hello" merge apart
+  t = Make(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(Encode(*t, "he hello"), ElementsAre(kSpMetaHe, kSpMetaHello));
+}
+
+TEST(BpeTokenizerTest, WithoutByteFallbackUnknownCharactersAreOneUnknownToken) {
+  using namespace testing;  // NOLINT: the fixture's ids
+  json j = SentencePieceStyleJson("llama2");
+  j["model"]["byte_fallback"] = false;
+  auto t = Make(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(Encode(*t, "h\u00e9\u00e9"), ElementsAre(kSpMeta, kSpH, kSpUnk));  // fuse_unk: one for both
+  j["model"]["fuse_unk"] = false;
+  t = Make(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(Encode(*t, "h\u00e9\u00e9"), ElementsAre(kSpMeta, kSpH, kSpUnk, kSpUnk));
+  j["model"]["unk_token"] = nullptr;
+  t = Make(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(std::string(t->Encode("h\u00e9").status().message()), HasSubstr("has no unknown token"));
+}
+
+TEST(BpeTokenizerTest, SentencePieceKindFilesItCannotServeAreRefusedNamingTheKey) {
+  struct Case {
+    std::string what;
+    std::function<void(json&)> spoil;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"an unknown token outside the vocabulary", [](json& j) { j["model"]["unk_token"] = "<nope>"; },
+       "model.unk_token: \"<nope>\" is not in the vocabulary"},
+      {"a prepend scheme", [](json& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
+       "pre_tokenizer.prepend_scheme: \"sometimes\""},
+      {"spaces left as they are", [](json& j) { j["pre_tokenizer"] = nullptr; },
+       "pre_tokenizer: neither ByteLevel nor Metaspace"},
+      {"a regex replace",
+       [](json& j) {
+         j["decoder"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}};
+       },
+       "decoder.pattern: only a String pattern"},
+  };
+  for (const Case& c : cases) {
+    json j = SentencePieceStyleJson("metaspace");
+    c.spoil(j);
+    auto t = BpeTokenizer::Parse(j.dump(), "m/tokenizer.json");
+    ASSERT_FALSE(t.ok()) << c.what;
+    EXPECT_THAT(std::string(t.status().message()), HasSubstr("m/tokenizer.json: " + c.says)) << c.what;
+  }
 }
 
 }  // namespace

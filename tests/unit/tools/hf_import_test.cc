@@ -218,7 +218,7 @@ TEST(HfImportTest, WhatCannotBeConvertedFaithfullyIsRefusedNamed) {
       {"a missing key", edit_config([](auto& j) { j.erase("intermediate_size"); }), "intermediate_size: missing"},
       {"dimensions the contract refuses", edit_config([](auto& j) { j["num_key_value_heads"] = 3; }),
        "gives a model the contract refuses: n_kv_heads"},
-      {"no tokenizer", [](const std::string&) {}, "no tokenizer.model (sentencepiece)", /*byte_tokenizer=*/false},
+      {"no tokenizer", [](const std::string&) {}, "no tokenizer.json or tokenizer.model", /*byte_tokenizer=*/false},
       {"a tokenizer.json that is no tokenizer",
        [](const std::string& dir) { std::ofstream(dir + "/tokenizer.json") << "{}"; }, "tokenizer.json: model: missing",
        /*byte_tokenizer=*/false},
@@ -264,6 +264,39 @@ TEST(HfImportTest, GenerationConfigAndTokenizerAreCarriedOver) {
   ASSERT_TRUE(ConvertHfModel(hf.path(), repo.path(), {.name = "m"}).ok());
   std::ifstream copied(repo.Sub("m/tokenizer.model"), std::ios::binary);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(copied), {}), std::string("sentencepiece\0bytes", 19));
+}
+
+// Llama 2 and Mistral checkpoints ship both files: tokenizer.json is served, as transformers loads it (its
+// leading spaces and special tokens are what the model saw); a tokenizer.json that cannot be served
+// leaves tokenizer.model, with a note of why.
+TEST(HfImportTest, TokenizerJsonIsPreferredToTokenizerModel) {
+  const Family llama{"LlamaForCausalLM", "llama"};
+  Reference r = MakeReference(SmallConfig("fp32", false), false, 4);
+  TempDir hf, repo;
+  WriteCheckpoint(hf.path(), r, llama);
+  std::ofstream(hf.Sub("tokenizer.model"), std::ios::binary) << std::string("sentencepiece\0bytes", 19);
+  std::ofstream(hf.Sub("tokenizer.json")) << testing::SentencePieceStyleJson("llama2").dump();
+  auto m = ConvertHfModel(hf.path(), repo.path(), {.name = "m"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->config.tokenizer, "bpe");
+  EXPECT_EQ(m->config.bos_id, testing::kSpBos);
+  EXPECT_EQ(m->tokenizer_note, "");
+  auto yaml = server::LoadModelConfig(repo.Sub("m/model.yaml"));
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  auto tokenizer = server::CreateTokenizer(*yaml, repo.Sub("m"));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(*(*tokenizer)->Encode("hello</s>"), (std::vector<int32_t>{testing::kSpMetaHello, testing::kSpEos}));
+
+  nlohmann::json unigram = testing::SentencePieceStyleJson("llama2");
+  unigram["model"]["type"] = "Unigram";
+  std::ofstream(hf.Sub("tokenizer.json")) << unigram.dump();
+  auto fallback = ReadHfConfig(hf.path(), {.name = "m2"});
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ(fallback->config.tokenizer, "sentencepiece");
+  EXPECT_THAT(fallback->tokenizer_note, HasSubstr("model.type: \"Unigram\": only BPE"));
+  std::filesystem::remove(hf.Sub("tokenizer.model"));
+  EXPECT_THAT(std::string(ReadHfConfig(hf.path(), {.name = "m3"}).status().message()),
+              HasSubstr("tokenizer.json: model.type"));
 }
 
 // The rotary embedding as transformers 5 writes it (rope_parameters) and as earlier versions did
