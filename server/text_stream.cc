@@ -45,7 +45,9 @@ size_t CompleteUtf8Prefix(const std::string& s) {
     if (len < 0) break;
     i += len == 0 ? 1 : len;  // invalid bytes are final: sanitizing replaces them
   }
-  if (i >= 3 && s.compare(i - 3, 3, kReplacement) == 0) i -= 3;
+  // A byte-fallback tokenizer (sentencepiece, or a tokenizer.json with ByteFallback) decodes each byte
+  // of a character it has not finished as U+FFFD: up to three of them can still become one character.
+  for (int k = 0; k < 3 && i >= 3 && s.compare(i - 3, 3, kReplacement) == 0; ++k) i -= 3;
   return i;
 }
 

@@ -230,7 +230,9 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
   if (!options.dtype.empty()) {
     c.dtype = options.dtype;
   } else {
-    ASSIGN_OR_RETURN(const std::string td, keys.String("torch_dtype", "float32"));
+    // transformers writes "dtype" since 4.56 (and 5), "torch_dtype" before.
+    const std::string key = keys.has("dtype") ? "dtype" : "torch_dtype";
+    ASSIGN_OR_RETURN(const std::string td, keys.String(key, "float32"));
     if (td == "bfloat16") {
       c.dtype = "bf16";
     } else if (td == "float16") {
@@ -238,7 +240,7 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
     } else if (td == "float32") {
       c.dtype = "fp32";
     } else {
-      return keys.Refuse("torch_dtype", absl::StrCat("\"", td, "\": give the dtype to convert to (fp32, bf16, fp16)"));
+      return keys.Refuse(key, absl::StrCat("\"", td, "\": give the dtype to convert to (fp32, bf16, fp16)"));
     }
   }
   // bos and eos: generation_config.json says what generation uses; config.json otherwise.

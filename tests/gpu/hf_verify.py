@@ -276,6 +276,15 @@ def ours_greedy(module, tokens, n):
     return seq[:, tokens.shape[1]:]
 
 
+def entry_dtype(entry):
+    # The dtype model.yaml gives the converted entry.
+    with open(os.path.join(entry, "model.yaml")) as f:
+        for line in f:
+            if line.startswith("dtype:"):
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
 def bf16_step(x):
     # The spacing of bf16 numbers at magnitude |x| (8 significant bits).
     return 2.0 ** (torch.floor(torch.log2(x.abs().clamp_min(1e-30))) - 7)
@@ -331,6 +340,10 @@ def main():
                                       "--byte-tokenizer", "--max-seq", "128"], capture_output=True, text=True)
                 if run.returncode != 0:
                     print(f"| {name} | {dt} | conversion failed: {run.stderr.strip()} | | | |")
+                    ok = False
+                    continue
+                if entry_dtype(os.path.join(repo, entry)) != dt:  # the checkpoint's dtype, as saved
+                    print(f"| {name} | {dt} | converted to {entry_dtype(os.path.join(repo, entry))} | | | |")
                     ok = False
                     continue
                 ours = torch.jit.load(os.path.join(repo, entry, "model.pt"), map_location=dev)

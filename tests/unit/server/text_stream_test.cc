@@ -1,10 +1,14 @@
-// TextStream over the byte tokenizer (one token per byte), and the UTF-8 helpers.
+// TextStream over the byte tokenizer (one token per byte) and a byte-fallback BPE one, and the UTF-8
+// helpers.
 #include "server/text_stream.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
+
+#include "server/bpe_tokenizer.h"
+#include "tests/testing/bpe_fixture.h"
 
 namespace autouvm::server {
 namespace {
@@ -177,9 +181,29 @@ TEST(Utf8Test, CompleteUtf8PrefixTreatsInvalidBytesAsFinal) {
             4u);  // truncated, then ASCII: cannot complete
 }
 
-TEST(Utf8Test, CompleteUtf8PrefixLeavesOutTrailingReplacementCharacter) {
+TEST(Utf8Test, CompleteUtf8PrefixLeavesOutTrailingReplacementCharacters) {
   EXPECT_EQ(CompleteUtf8Prefix("ab" + kFffd), 2u);
-  EXPECT_EQ(CompleteUtf8Prefix("ab" + kFffd + "c"), 6u);  // only a trailing one is held back
+  EXPECT_EQ(CompleteUtf8Prefix("ab" + kFffd + "c"), 6u);                    // only trailing ones are held back
+  EXPECT_EQ(CompleteUtf8Prefix("ab" + kFffd + kFffd + kFffd), 2u);          // three bytes of a four-byte character
+  EXPECT_EQ(CompleteUtf8Prefix("ab" + kFffd + kFffd + kFffd + kFffd), 5u);  // four: the first is final
+}
+
+// A four-byte character that a byte-fallback tokenizer spells as four <0xAB> tokens (Llama 2's
+// tokenizer.json: server/bpe_tokenizer.h) streams out whole, never as replacement characters.
+TEST(TextStreamBpeTest, ByteFallbackCharactersStreamOutWhole) {
+  auto bpe = BpeTokenizer::Parse(testing::SentencePieceStyleJson("llama2").dump(), "tokenizer.json");
+  ASSERT_TRUE(bpe.ok()) << bpe.status();
+  TextStream ts(bpe->get(), {});
+  std::string out;
+  for (const int32_t id : {testing::kSpMetaHe, testing::SpByte(0xF0), testing::SpByte(0x9F), testing::SpByte(0x98),
+                           testing::SpByte(0x80), testing::kSpMetaHello}) {
+    const std::string chunk = ts.Push(id);
+    EXPECT_EQ(chunk.find(kFffd), std::string::npos) << "after id " << id;
+    out += chunk;
+  }
+  out += ts.Flush();
+  EXPECT_EQ(out, "he\xF0\x9F\x98\x80 hello");
+  EXPECT_EQ(ts.text(), out);
 }
 
 TEST(Utf8Test, SanitizeKeepsValidText) {

@@ -342,6 +342,28 @@ TEST(HfImportTest, RopeParametersOfEitherVersionAreRead) {
               HasSubstr("rope_parameters: type \"yarn\" is not supported"));
 }
 
+// The entry's dtype is the checkpoint's: transformers writes it as "dtype" since 4.56 and as
+// "torch_dtype" before (the hf_verify run on the GPU host found transformers 5 checkpoints converted to
+// fp32, twice their size, when only "torch_dtype" was read).
+TEST(HfImportTest, TheCheckpointsDtypeIsReadUnderEitherName) {
+  const Family llama{"LlamaForCausalLM", "llama"};
+  const Reference r = MakeReference(SmallConfig("fp32", false), false, 5);
+  TempDir hf;
+  WriteCheckpoint(hf.path(), r, llama);
+  auto dtype_of = [&](const nlohmann::json& keys) -> std::string {
+    nlohmann::json j = HfConfig(r, llama);
+    j.update(keys);
+    std::ofstream(hf.Sub("config.json")) << j.dump();
+    auto m = ReadHfConfig(hf.path(), {.name = "m", .byte_tokenizer = true});
+    return m.ok() ? m->config.dtype : std::string(m.status().message());
+  };
+  EXPECT_EQ(dtype_of({{"dtype", "bfloat16"}}), "bf16");
+  EXPECT_EQ(dtype_of({{"torch_dtype", "float16"}}), "fp16");
+  EXPECT_EQ(dtype_of({{"dtype", "bfloat16"}, {"torch_dtype", "float32"}}), "bf16");
+  EXPECT_EQ(dtype_of(nlohmann::json::object()), "fp32");
+  EXPECT_THAT(dtype_of({{"dtype", "int8"}}), HasSubstr("dtype: \"int8\": give the dtype to convert to"));
+}
+
 // A byte-level BPE tokenizer.json (Llama 3, Qwen2) is checked, carried over and served by; its template
 // decides the bos; every end-of-sequence id of generation_config.json stops generation.
 TEST(HfImportTest, ATokenizerJsonIsCheckedAndCarriedOver) {
