@@ -358,22 +358,33 @@ absl::Status BpeTokenizer::Impl::Bpe(const std::string& piece, std::vector<int32
 
 namespace {
 
+// A Sequence's parts (`list` names them: "pretokenizers", "normalizers", "decoders"), each through
+// `parse` with its key ("pre_tokenizer.pretokenizers[1]").
+template <typename Step>
+absl::Status ParseSequence(const json& j, const char* list, const std::string& origin, const std::string& key,
+                           std::vector<Step>* steps,
+                           absl::Status (*parse)(const json&, const std::string&, const std::string&,
+                                                 std::vector<Step>*)) {
+  if (!j.contains(list) || !j[list].is_array()) return Bad(origin, absl::StrCat(key, ".", list, ": not a list"));
+  for (size_t i = 0; i < j[list].size(); ++i) {
+    RETURN_IF_ERROR(parse(j[list][i], origin, absl::StrCat(key, ".", list, "[", i, "]"), steps));
+  }
+  return absl::OkStatus();
+}
+
+// A Metaspace pre-tokenizer's or decoder's prepend scheme; tokenizers before 0.19 wrote add_prefix_space.
+std::string PrependScheme(const json& j) {
+  if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) return j["prepend_scheme"].get<std::string>();
+  return j.value("add_prefix_space", true) ? "always" : "never";
+}
+
 absl::Status ParsePreTokenizer(const json& p, const std::string& origin, const std::string& key,
                                std::vector<PreStep>* steps) {
   if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
     return Bad(origin, absl::StrCat(key, ": not a pre-tokenizer object"));
   }
   const std::string type = p["type"].get<std::string>();
-  if (type == "Sequence") {
-    if (!p.contains("pretokenizers") || !p["pretokenizers"].is_array()) {
-      return Bad(origin, absl::StrCat(key, ".pretokenizers: not a list"));
-    }
-    for (size_t i = 0; i < p["pretokenizers"].size(); ++i) {
-      RETURN_IF_ERROR(
-          ParsePreTokenizer(p["pretokenizers"][i], origin, absl::StrCat(key, ".pretokenizers[", i, "]"), steps));
-    }
-    return absl::OkStatus();
-  }
+  if (type == "Sequence") return ParseSequence(p, "pretokenizers", origin, key, steps, &ParsePreTokenizer);
   if (type == "Split") {
     const json& pattern = p.value("pattern", json());
     std::string regex;
@@ -408,10 +419,7 @@ absl::Status ParsePreTokenizer(const json& p, const std::string& origin, const s
     step.replacement = p.value("replacement", "\u2581");
     if (step.replacement.empty()) return Bad(origin, absl::StrCat(key, ".replacement: empty"));
     step.split_on_replacement = p.value("split", true);
-    // tokenizers before 0.19 wrote add_prefix_space instead of prepend_scheme.
-    const std::string scheme = p.contains("prepend_scheme") && p["prepend_scheme"].is_string()
-                                   ? p["prepend_scheme"].get<std::string>()
-                                   : (p.value("add_prefix_space", true) ? "always" : "never");
+    const std::string scheme = PrependScheme(p);
     if (scheme == "always") {
       step.prepend = PreStep::Prepend::kAlways;
     } else if (scheme == "first") {
@@ -442,15 +450,7 @@ absl::StatusOr<std::string> StringPattern(const json& p, const std::string& orig
 absl::Status ParseNormalizer(const json& n, const std::string& origin, const std::string& key,
                              std::vector<NormStep>* steps) {
   const std::string type = n.is_object() ? n.value("type", "") : "";
-  if (type == "Sequence") {
-    if (!n.contains("normalizers") || !n["normalizers"].is_array()) {
-      return Bad(origin, absl::StrCat(key, ".normalizers: not a list"));
-    }
-    for (size_t i = 0; i < n["normalizers"].size(); ++i) {
-      RETURN_IF_ERROR(ParseNormalizer(n["normalizers"][i], origin, absl::StrCat(key, ".normalizers[", i, "]"), steps));
-    }
-    return absl::OkStatus();
-  }
+  if (type == "Sequence") return ParseSequence(n, "normalizers", origin, key, steps, &ParseNormalizer);
   if (type == "NFC") {
     steps->push_back({NormStep::Kind::kNfc, "", ""});
     return absl::OkStatus();
@@ -474,13 +474,7 @@ absl::Status ParseDecoder(const json& d, const std::string& origin, const std::s
   const std::string type = d.is_object() ? d.value("type", "") : "";
   DecodeStep step;
   if (type == "Sequence") {
-    if (!d.contains("decoders") || !d["decoders"].is_array()) {
-      return Bad(origin, absl::StrCat(key, ".decoders: not a list"));
-    }
-    for (size_t i = 0; i < d["decoders"].size(); ++i) {
-      RETURN_IF_ERROR(ParseDecoder(d["decoders"][i], origin, absl::StrCat(key, ".decoders[", i, "]"), steps));
-    }
-    return absl::OkStatus();
+    return ParseSequence(d, "decoders", origin, key, steps, &ParseDecoder);
   } else if (type == "ByteLevel") {
     step.kind = DecodeStep::Kind::kByteLevel;
   } else if (type == "Replace") {
@@ -500,10 +494,7 @@ absl::Status ParseDecoder(const json& d, const std::string& origin, const std::s
   } else if (type == "Metaspace") {
     step.kind = DecodeStep::Kind::kMetaspace;
     step.from = d.value("replacement", "\u2581");
-    const std::string scheme = d.contains("prepend_scheme") && d["prepend_scheme"].is_string()
-                                   ? d["prepend_scheme"].get<std::string>()
-                                   : (d.value("add_prefix_space", true) ? "always" : "never");
-    step.metaspace_strips_first = scheme != "never";
+    step.metaspace_strips_first = PrependScheme(d) != "never";
   } else {
     return Bad(origin, absl::StrCat(key, ": decoder \"", type,
                                     "\" is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace "

@@ -45,6 +45,21 @@ inline const std::vector<std::pair<std::string, std::string>> kMerges = {
 inline constexpr int32_t kGt = 256, kHe = 257, kGthe = 258, kHello = 261, kAaaa = 263;
 inline constexpr int32_t kBegin = 300, kEot = 301, kImStart = 302;
 
+// added_tokens entries for special tokens (content, id), as tokenizers writes them.
+inline nlohmann::json SpecialTokens(const std::vector<std::pair<std::string, int32_t>>& tokens) {
+  nlohmann::json added = nlohmann::json::array();
+  for (const auto& [content, id] : tokens) {
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  return added;
+}
+
 inline nlohmann::json TokenizerJson() {
   using json = nlohmann::json;
   json vocab = json::object();
@@ -55,17 +70,7 @@ inline nlohmann::json TokenizerJson() {
     vocab[a + b] = id++;
     merges.push_back(a + " " + b);
   }
-  json added = json::array();
-  for (const auto& [content, tid] : std::vector<std::pair<std::string, int>>{
-           {"<|begin_of_text|>", kBegin}, {"<|eot_id|>", kEot}, {"<|im_start|>", kImStart}}) {
-    added.push_back({{"id", tid},
-                     {"content", content},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
+  const json added = SpecialTokens({{"<|begin_of_text|>", kBegin}, {"<|eot_id|>", kEot}, {"<|im_start|>", kImStart}});
   return {
       {"version", "1.0"},
       {"added_tokens", added},
@@ -127,17 +132,7 @@ inline nlohmann::json SentencePieceStyleJson(const std::string& layout) {
     vocab[a + b] = id++;
     merges.push_back(json::array({a, b}));
   }
-  json added = json::array();
-  for (const auto& [content, tid] :
-       std::vector<std::pair<std::string, int>>{{"<unk>", kSpUnk}, {"<s>", kSpBos}, {"</s>", kSpEos}}) {
-    added.push_back({{"id", tid},
-                     {"content", content},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
+  const json added = SpecialTokens({{"<unk>", kSpUnk}, {"<s>", kSpBos}, {"</s>", kSpEos}});
   json j = {{"version", "1.0"},
             {"added_tokens", added},
             {"post_processor",
