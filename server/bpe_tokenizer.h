@@ -6,7 +6,8 @@
 // byte-level (GPT-2, Llama 3, Qwen2), whose symbols are bytes, and sentencepiece's (Llama 2, Mistral),
 // whose symbols are characters, a space being "▁", with byte fallback or the unknown token for the
 // others; decoding runs the file's decoders (ByteLevel; Replace, ByteFallback, Fuse, Strip, Metaspace).
-// Unicode classes and normalization come from ICU (libicu), which tokenizers' regexes need.
+// The normalizers, pre-tokenizers and decoders are server/tokenizer_json.h's. Unicode classes and
+// normalization come from ICU (libicu), which tokenizers' regexes need.
 //
 //   ASSIGN_OR_RETURN(auto t, BpeTokenizer::Load(entry_dir + "/tokenizer.json"));
 //   ASSIGN_OR_RETURN(std::vector<int32_t> ids, t->Encode("<|im_start|>user\nHello"));
