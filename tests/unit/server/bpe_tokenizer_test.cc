@@ -52,6 +52,24 @@ std::vector<int32_t> Encode(const BpeTokenizer& t, const std::string& text) {
   return ids.ok() ? *ids : std::vector<int32_t>{};
 }
 
+// A tokenizer.json spoiled one way: refused as INVALID_ARGUMENT naming the file and the key.
+struct RefusalCase {
+  std::string what;
+  std::function<void(json&)> spoil;
+  std::string says;
+};
+
+void ExpectRefused(const json& good, const std::vector<RefusalCase>& cases) {
+  for (const RefusalCase& c : cases) {
+    json j = good;
+    c.spoil(j);
+    auto t = BpeTokenizer::Parse(j.dump(), "m/tokenizer.json");
+    ASSERT_FALSE(t.ok()) << c.what;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_THAT(std::string(t.status().message()), HasSubstr("m/tokenizer.json: " + c.says)) << c.what;
+  }
+}
+
 TEST(BpeTokenizerTest, MergesApplyByRankWithinEachPiece) {
   auto t = Make(TokenizerJson());
   ASSERT_NE(t, nullptr);
@@ -115,12 +133,7 @@ TEST(BpeTokenizerTest, AnNfcNormalizerComposesBeforeSplitting) {
 }
 
 TEST(BpeTokenizerTest, WhatItCannotDoFaithfullyIsRefusedNamingTheKey) {
-  struct Case {
-    std::string what;
-    std::function<void(json&)> spoil;
-    std::string says;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<RefusalCase> cases = {
       {"word piece", [](json& j) { j["model"]["type"] = "WordPiece"; }, "model.type: \"WordPiece\": only BPE"},
       {"byte fallback", [](json& j) { j["model"]["byte_fallback"] = true; },
        "model.byte_fallback: with a ByteLevel pre-tokenizer"},
@@ -148,14 +161,7 @@ TEST(BpeTokenizerTest, WhatItCannotDoFaithfullyIsRefusedNamingTheKey) {
       {"an added token without content", [](json& j) { j["added_tokens"][0].erase("content"); },
        "added_tokens[0]: needs an id and a content"},
   };
-  for (const Case& c : cases) {
-    json j = TokenizerJson();
-    c.spoil(j);
-    auto t = BpeTokenizer::Parse(j.dump(), "m/tokenizer.json");
-    ASSERT_FALSE(t.ok()) << c.what;
-    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
-    EXPECT_THAT(std::string(t.status().message()), HasSubstr("m/tokenizer.json: " + c.says)) << c.what;
-  }
+  ExpectRefused(TokenizerJson(), cases);
   EXPECT_THAT(std::string(BpeTokenizer::Parse("{", "t.json").status().message()),
               HasSubstr("t.json: not a JSON object"));
 }
@@ -219,12 +225,7 @@ TEST(BpeTokenizerTest, WithoutByteFallbackUnknownCharactersAreOneUnknownToken) {
 }
 
 TEST(BpeTokenizerTest, SentencePieceKindFilesItCannotServeAreRefusedNamingTheKey) {
-  struct Case {
-    std::string what;
-    std::function<void(json&)> spoil;
-    std::string says;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<RefusalCase> cases = {
       {"an unknown token outside the vocabulary", [](json& j) { j["model"]["unk_token"] = "<nope>"; },
        "model.unk_token: \"<nope>\" is not in the vocabulary"},
       {"a prepend scheme", [](json& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
@@ -237,13 +238,7 @@ TEST(BpeTokenizerTest, SentencePieceKindFilesItCannotServeAreRefusedNamingTheKey
        },
        "decoder.pattern: only a String pattern"},
   };
-  for (const Case& c : cases) {
-    json j = SentencePieceStyleJson("metaspace");
-    c.spoil(j);
-    auto t = BpeTokenizer::Parse(j.dump(), "m/tokenizer.json");
-    ASSERT_FALSE(t.ok()) << c.what;
-    EXPECT_THAT(std::string(t.status().message()), HasSubstr("m/tokenizer.json: " + c.says)) << c.what;
-  }
+  ExpectRefused(SentencePieceStyleJson("metaspace"), cases);
 }
 
 }  // namespace
