@@ -2,6 +2,7 @@
 #include "clients/generate_command.h"
 
 #include <grpcpp/client_context.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "clients/interrupt_watcher.h"
 #include "clients/json_output.h"
 #include "clients/status_names.h"
+#include "clients/text_output.h"
 
 namespace autouvm::cli {
 namespace {
@@ -28,16 +30,26 @@ std::string FinishReasonName(autouvm::v1::FinishReason reason) {
 
 // One line of key=value pairs, e.g.
 // finish_reason=LENGTH prompt_tokens=5 completion_tokens=16 queue_ms=0.02 ttft_ms=3.10 per_token_ms=1.20
-// total_ms=21.10 request_id=... model=tiny
+// total_ms=21.10 tokens_per_s=758.3 request_id=... model=tiny
+// tokens_per_s: the completion's tokens over the whole request's time, as the server measured it.
 void PrintSummary(const GenerateResponse& response) {
   const auto& timings = response.timings();
+  const double per_s =
+      timings.total_ms() > 0 ? 1000.0 * response.usage().completion_tokens() / timings.total_ms() : 0.0;
   std::cerr << absl::StrFormat(
                    "finish_reason=%s prompt_tokens=%u completion_tokens=%u queue_ms=%.2f ttft_ms=%.2f "
-                   "per_token_ms=%.2f total_ms=%.2f request_id=%s model=%s",
+                   "per_token_ms=%.2f total_ms=%.2f tokens_per_s=%.1f request_id=%s model=%s",
                    FinishReasonName(response.finish_reason()), response.usage().prompt_tokens(),
                    response.usage().completion_tokens(), timings.queue_ms(), timings.time_to_first_token_ms(),
-                   timings.per_token_ms(), timings.total_ms(), response.request_id(), response.model())
+                   timings.per_token_ms(), timings.total_ms(), per_s, response.request_id(), response.model())
             << std::endl;
+}
+
+// Generated text for stdout: escaped where stdout is a terminal (EscapeForTerminal), as it is where it
+// is a file or a pipe.
+std::string ForStdout(const std::string& text) {
+  static const bool terminal = isatty(STDOUT_FILENO) == 1;
+  return terminal ? EscapeForTerminal(text) : text;
 }
 
 int RunStream(autouvm::v1::Generation::Stub& stub, const GenerateRequest& request, bool json,
@@ -54,7 +66,7 @@ int RunStream(autouvm::v1::Generation::Stub& stub, const GenerateRequest& reques
     if (json) {
       PrintJsonLine(message);
     } else if (message.has_chunk() && !message.chunk().text().empty()) {
-      std::cout << message.chunk().text() << std::flush;
+      std::cout << ForStdout(message.chunk().text()) << std::flush;
       printed_text = true;
     }
     if (message.has_final()) final_response = message.final();
@@ -85,7 +97,7 @@ int RunUnary(autouvm::v1::Generation::Stub& stub, const GenerateRequest& request
   if (json) {
     PrintJsonLine(response);
   } else {
-    std::cout << response.text() << std::endl;
+    std::cout << ForStdout(response.text()) << std::endl;
     PrintSummary(response);
   }
   return kExitOk;

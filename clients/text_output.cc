@@ -53,4 +53,23 @@ std::string IsoTime(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
 }
 
+std::string EscapeForTerminal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f && c != 0xc2)) {
+      out.push_back(static_cast<char>(c));
+    } else if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(text[++i]));  // a C1 control, U+0080..U+009F
+    } else if (c == 0xc2) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += absl::StrFormat("\\x%02x", c);
+    }
+  }
+  return out;
+}
+
 }  // namespace autouvm::cli

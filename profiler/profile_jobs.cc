@@ -108,7 +108,47 @@ void ProfileJobs::Fail(const autouvm::v1::ProfileKey& key, const std::string& re
 
 void ProfileJobs::MarkStale(const autouvm::v1::ProfileKey& key, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  Set(key, ProfileState::kStale, reason);
+  ProfileStatus& s = Set(key, ProfileState::kStale, reason);
+  s.mismatches = 0;
+  s.unstable = false;
+}
+
+// Note [A shape whose ops move]: a key's profile names its ops by position and kernel id, so it serves
+// only iterations that run the same ops. When they do not (Note [Identity check]), the key is profiled
+// again once: a profile made by another libtorch, or before a model was edited in place, is replaced.
+// A shape whose ops differ from one iteration to the next (libtorch picking another kernel by size
+// within a prefill bucket, as aten::zero_ did: Note [Kernels that depend on size], runtime/observer.cc)
+// would otherwise be profiled forever, every request of it served without its plan (426 re-profiles in
+// a 5-minute soak). So a second mismatch makes the key unstable: it keeps the plan it has, which serves
+// the iterations that run its ops (the others run as far as their ops agree, then without hints), is
+// not recorded again until an operator asks (Reprofile), is logged once, and every mismatching
+// iteration is still counted (autouvm_profile_mismatches_total; unstable keys in autouvm_profiles_unstable).
+bool ProfileJobs::ReportMismatch(const autouvm::v1::ProfileKey& key, int64_t differing, const std::string& detail) {
+  identity_mismatches_.fetch_add(1);
+  mismatched_ops_.fetch_add(differing);
+  const std::string k = EncodeKey(key);
+  absl::MutexLock lock(&mu_);
+  auto it = status_.find(k);
+  if (it != status_.end() && it->second.unstable) return false;  // counted, not logged again
+  const int32_t mismatches = it == status_.end() ? 1 : it->second.mismatches + 1;
+  std::string what = absl::StrCat("ops differ from the profile (", detail, ")");
+  if (mismatches < 2) {
+    std::cerr << "autouvmd: profiler: " << k << ": " << what << "; profiling it again\n";
+    Set(key, ProfileState::kStale, std::move(what)).mismatches = mismatches;
+    return true;
+  }
+  std::cerr << "autouvmd: profiler: " << k << ": " << what
+            << " again: this shape runs other ops from one iteration to the next; it keeps its last plan and is"
+               " not profiled again (further mismatches are counted in autouvm_profile_mismatches_total, not"
+               " logged)\n";
+  std::string reason = absl::StrCat("unstable: its ops differed from its profile twice (last: ", what,
+                                    "); served by its last plan, not profiled again");
+  ProfileStatus& s = it != status_.end() && it->second.state != ProfileState::kStale
+                         ? Set(key, it->second.state, std::move(reason))
+                         : Set(key, ProfileState::kFailed, std::move(reason));
+  s.mismatches = mismatches;
+  s.unstable = true;
+  return false;
 }
 
 void ProfileJobs::Forget(const autouvm::v1::ProfileKey& key) {
@@ -269,12 +309,7 @@ void ProfileJobs::RunCheck(const autouvm::v1::ProfileKey& key, const Check& job)
     }
     return;
   }
-  identity_mismatches_.fetch_add(1);
-  mismatched_ops_.fetch_add(differ);
-  std::string reason = absl::StrCat("ops differ from the profile (", differ, " of ", n, "; first: ", first, ")");
-  std::cerr << "autouvmd: profiler: " << EncodeKey(key) << ": " << reason << "; profiling it again\n";
-  absl::MutexLock lock(&mu_);
-  Set(key, ProfileState::kStale, std::move(reason));
+  ReportMismatch(key, differ, absl::StrCat(differ, " of ", n, "; first: ", first));
 }
 
 }  // namespace autouvm::profiler

@@ -12,7 +12,8 @@
 // profile is found on first sight is ready at once (a restart does not re-profile); a damaged stored
 // profile is counted and the key profiled again; MarkStale makes a key record again. A profile this
 // process did not record itself (stored before a restart, imported) is verified once: the ops of one
-// iteration are compared with the profile's, and a mismatch makes the key stale (Note [Identity check]).
+// iteration are compared with the profile's, and a mismatch makes the key stale (Note [Identity check]);
+// a second one makes it unstable, served by its last plan and not profiled again (ReportMismatch).
 //
 // Damaged stored profiles, failures and identity mismatches are logged to stderr ("autouvmd: profiler:").
 //
@@ -54,6 +55,9 @@ struct ProfileStatus {
   std::string reason;                // why it failed, or why it is stale
   std::vector<StateChange> history;  // this process's transitions, oldest first (the last 32)
   bool verified = false;             // recorded here, or its ops checked against an iteration
+  int32_t mismatches = 0;            // iterations whose ops differed from its profile, in this process
+  // Its ops differed twice: it is profiled no more and keeps its last plan (Note [A shape whose ops move]).
+  bool unstable = false;
 };
 
 // A stored plan and the trace it was made from: what a runtime::Executor follows; and the profile's op
@@ -76,6 +80,7 @@ class ProfileJobs {
   void Submit(const autouvm::v1::ProfileKey& key, runtime::AccessTrace trace, double recording_seconds);
   void Fail(const autouvm::v1::ProfileKey& key, const std::string& reason);
   // The key records again at its next iteration; its stored profile stays until the new one replaces it.
+  // An unstable key is given its chance again (an operator's Reprofile).
   void MarkStale(const autouvm::v1::ProfileKey& key, const std::string& reason);
   // Forgets what this process knows of the key: the next ShouldRecord reads the store again (after a
   // profile was deleted or imported).
@@ -86,6 +91,13 @@ class ProfileJobs {
   // with the stored profile's on the background thread.
   bool ShouldVerify(const autouvm::v1::ProfileKey& key);
   void Verify(const autouvm::v1::ProfileKey& key, std::vector<std::string> ops);
+  // An iteration of `key` ran other ops than its profile (`differing` of them; `detail`, such as "3 of
+  // 1691; first: op 7 ran aten::zero_#0, the profile has aten::fill_#0", says which): a
+  // followed iteration stopped at an op the plan did not expect, or Verify's check failed. Counted in
+  // identity_mismatches() and mismatched_ops(). The first time the key records again; from its second
+  // it is unstable: profiled no more, served by the plan it has, logged once (Note [A shape whose ops
+  // move]). True if the key records again.
+  bool ReportMismatch(const autouvm::v1::ProfileKey& key, int64_t differing, const std::string& detail);
 
   ProfileStatus Status(const autouvm::v1::ProfileKey& key) const;
   // The stored plan of a ready key this process recorded or has checked, read from the repository:

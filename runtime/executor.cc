@@ -477,9 +477,12 @@ void PlanFollower::BeforeOp(int64_t index) {
 }
 
 void PlanFollower::OnOp(const OpEvent& op) {
-  if (stopped_) return;
   const size_t i = static_cast<size_t>(op.index);
-  if (i >= kernels_.size() || kernels_[i] != op.kernel) {
+  const bool differs = i >= kernels_.size() || kernels_[i] != op.kernel;
+  ++ops_seen_;
+  if (differs) ++differing_ops_;  // counted after stopping too: how far the iteration is from the plan
+  if (stopped_) return;
+  if (differs) {
     ++mismatches_;
     Stop(absl::FailedPreconditionError(absl::StrCat(
         "op ", op.index, " is ", std::string(op.kernel), ", the plan expected ",
@@ -495,11 +498,17 @@ void PlanFollower::OnOp(const OpEvent& op) {
 }
 
 absl::Status PlanFollower::EndIteration() {
-  if (!stopped_ && ops_followed_ != static_cast<int64_t>(kernels_.size())) {
+  const int64_t planned = static_cast<int64_t>(kernels_.size());
+  if (ops_seen_ < planned) differing_ops_ += planned - ops_seen_;  // the plan's ops that never ran
+  if (!stopped_ && ops_followed_ != planned) {
     ++mismatches_;
     Stop(absl::FailedPreconditionError(
         absl::StrCat("the iteration ran ", ops_followed_, " ops, the plan has ", kernels_.size())));
   }
+  last_differing_ops_ = differing_ops_;
+  last_ops_compared_ = std::max(ops_seen_, planned);
+  ops_seen_ = 0;
+  differing_ops_ = 0;
   if (stopped_) executor_->AbandonIteration();
   absl::Status why = std::move(status_);
   status_ = absl::OkStatus();

@@ -185,6 +185,11 @@ class PlanFollower final : public OpSubscriber {
 
   int64_t mismatches() const { return mismatches_; }
   int64_t ops_followed() const { return ops_followed_; }
+  // Of the iteration that ended last: the ops that differed from the plan's, position by position (those
+  // past the shorter of the two sequences included; 0 when the two agree or the backend stopped it), and
+  // the longer sequence's length.
+  int64_t last_differing_ops() const { return last_differing_ops_; }
+  int64_t last_ops_compared() const { return last_ops_compared_; }
 
  private:
   void Stop(absl::Status why);  // and put staged weights back (Note [Stopping with staged weights])
@@ -195,6 +200,10 @@ class PlanFollower final : public OpSubscriber {
   absl::Status status_;
   int64_t mismatches_ = 0;
   int64_t ops_followed_ = 0;
+  int64_t ops_seen_ = 0;       // in the iteration in progress
+  int64_t differing_ops_ = 0;  // in the iteration in progress
+  int64_t last_differing_ops_ = 0;
+  int64_t last_ops_compared_ = 0;
 };
 
 }  // namespace autouvm::runtime

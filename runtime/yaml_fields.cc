@@ -115,8 +115,9 @@ void YamlFields::DurationMs(const std::string& key, int64_t* out_ms, int64_t min
   YAML::Node n = Take(key);
   if (Absent(n)) return;
   int64_t ms = 0;
-  if (!n.IsScalar() || !ParseDurationMs(n.Scalar(), &ms).ok()) {
-    return Fail(key, "expected a duration such as 30s, 500ms or 2m");
+  if (!n.IsScalar()) return Fail(key, "expected a duration such as 30s, 500ms or 2m");
+  if (absl::Status s = ParseDurationMs(n.Scalar(), &ms); !s.ok()) {
+    return Fail(key, absl::StrCat(s.message(), ": expected a duration such as 30s, 500ms or 2m"));
   }
   if (ms < min_ms || ms > max_ms) {
     return Fail(key, absl::StrCat("duration ", ms, "ms is outside [", min_ms, "ms, ", max_ms, "ms]"));
@@ -148,12 +149,47 @@ absl::Status YamlFields::Finish() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Note [Duplicate keys]: YAML says a mapping's keys are unique, but yaml-cpp keeps both entries of a
+// key given twice and a lookup finds the first, so the second one (usually the edit meant to take
+// effect) was ignored without a word. Every mapping of a document is checked once, as it is parsed.
+std::string FirstDuplicateKey(const YAML::Node& node, const std::string& path, int depth) {
+  if (depth > 64) return "";  // deeper than any file of ours; yaml-cpp has parsed it already
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      std::string dup = FirstDuplicateKey(node[i], absl::StrCat(path, "[", i, "]"), depth + 1);
+      if (!dup.empty()) return dup;
+    }
+    return "";
+  }
+  if (!node.IsMap()) return "";
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) continue;  // refused by YamlFields::Finish, naming it
+    const std::string key = kv.first.Scalar();
+    const std::string at = path.empty() ? key : absl::StrCat(path, ".", key);
+    if (!seen.insert(key).second) return at;
+    std::string dup = FirstDuplicateKey(kv.second, at, depth + 1);
+    if (!dup.empty()) return dup;
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<YAML::Node> ParseYamlDocument(const std::string& text, const std::string& origin) {
+  YAML::Node root;
   try {
-    return YAML::Load(text);
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
   }
+  if (std::string dup = FirstDuplicateKey(root, "", 0); !dup.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": ", dup, ": given twice (a key may appear once in its mapping)"));
+  }
+  return root;
 }
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what) {
@@ -166,7 +202,7 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::str
 
 absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms) {
   absl::string_view s = text;
-  double scale = 1000.0;
+  double scale = 0;  // no unit: only 0 means the same in every unit
   if (absl::ConsumeSuffix(&s, "ms")) {
     scale = 1.0;
   } else if (absl::ConsumeSuffix(&s, "s")) {
@@ -179,6 +215,9 @@ absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms) {
   double v = 0;
   if (!absl::SimpleAtod(s, &v) || !std::isfinite(v) || v < 0) {
     return absl::InvalidArgumentError(absl::StrCat("not a duration: '", text, "'"));
+  }
+  if (scale == 0 && v != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has no unit (ms, s, m or h)"));
   }
   *out_ms = static_cast<int64_t>(std::llround(v * scale));
   return absl::OkStatus();

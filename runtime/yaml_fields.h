@@ -50,12 +50,14 @@ class YamlFields {
   absl::Status status_;
 };
 
-// Parses a YAML document; a syntax error is INVALID_ARGUMENT "<origin>: not valid YAML: ...".
+// Parses a YAML document; a syntax error is INVALID_ARGUMENT "<origin>: not valid YAML: ...", and a key
+// given twice in one mapping "<origin>: <path.to.key>: given twice ..." (Note [Duplicate keys]).
 absl::StatusOr<YAML::Node> ParseYamlDocument(const std::string& text, const std::string& origin);
 // The whole file as text; NOT_FOUND "<path>: cannot open <what>" when it cannot be read.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what);
 
-// Parses "30s", "250ms", "2m", "1h" or a plain number of seconds into milliseconds.
+// Parses "30s", "250ms", "2m" or "1h" into milliseconds; a number without a unit is refused (it was
+// read as seconds, which "drain_timeout: 30" did not say), but for 0.
 absl::Status ParseDurationMs(const std::string& text, int64_t* out_ms);
 
 }  // namespace autouvm::runtime

@@ -1,6 +1,7 @@
 #include "server/admin_service.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "proto/lenient_parse.h"
@@ -149,6 +150,12 @@ grpc::ServerUnaryReactor* AdminService::GetServerStatus(grpc::CallbackServerCont
     response->set_gpu(config_->gpu);
     response->set_profile_store(facts_.profile_store);
     for (const std::string& d : facts_.health_details) response->add_health_details(d);
+    if (models_->loaded() && models_->List().empty()) {
+      std::error_code ec;
+      response->add_health_details(
+          absl::StrCat("no model in the repository ", std::filesystem::absolute(config_->model_repository, ec).string(),
+                       ": health stays NOT_SERVING until one is added and the daemon restarted"));
+    }
     response->set_admin_auth(!facts_.admin_token.empty());
     response->set_metrics_address(facts_.metrics_address);
     if (facts_.repository) response->set_corrupt_profiles_total(facts_.repository->corrupt_reads());

@@ -50,7 +50,7 @@ struct TlsSettings {
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   TlsSettings tls;
-  std::string metrics_listen = "0.0.0.0:9090";
+  std::string metrics_listen = "127.0.0.1:9090";
   int64_t drain_timeout_ms = 30000;
   std::string model_repository = "models";
   // Written into the repository on start when missing ("" disables): the embedded tiny default model.

@@ -166,7 +166,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
     bool any_ready = false;
     for (const auto& view : self->models_->List()) any_ready |= view.state == ModelState::kReady;
     if (!any_ready) {
-      std::cerr << "autouvmd: no model could be loaded; health stays NOT_SERVING\n";
+      std::error_code ec;
+      const std::string repo = std::filesystem::absolute(self->config_.model_repository, ec).string();
+      std::cerr << "autouvmd: "
+                << (self->models_->List().empty() ? absl::StrCat("no model in the repository ", repo,
+                                                                 " (one directory per model: NAME/model.yaml and "
+                                                                 "model.pt; docs/model-contract.md)")
+                                                  : absl::StrCat("no model in ", repo, " could be loaded"))
+                << "; health stays NOT_SERVING\n";
       return;
     }
     if (!self->gate_->draining()) {
@@ -186,16 +193,26 @@ bool Daemon::Drain() {
   gate_->StartDraining();
   std::cerr << "autouvmd: draining (up to " << config_.drain_timeout_ms << " ms for requests in flight)\n";
   const bool clean = gate_->WaitIdle(absl::Milliseconds(config_.drain_timeout_ms));
-  if (!clean) std::cerr << "autouvmd: drain timeout passed; cancelling the requests still running\n";
+  if (!clean && !ended_now_.load()) {
+    std::cerr << "autouvmd: drain timeout passed; cancelling the requests still running\n";
+  }
   WaitLoaded();
   models_->Shutdown(absl::ZeroDuration());  // finishes whatever is left with UNAVAILABLE
   // The handlers of those requests must still send that status: gRPC's own shutdown would cancel them
   // (the client would see CANCELLED, which it did not ask for; load_e2e_test under SIGTERM saw 28).
-  if (!gate_->WaitIdle(absl::Seconds(10))) std::cerr << "autouvmd: some calls did not end within 10 s\n";
+  if (!gate_->WaitIdle(absl::Seconds(10), ServingGate::Wait::kToTheEnd)) {
+    std::cerr << "autouvmd: some calls did not end within 10 s\n";
+  }
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   std::cerr << "autouvmd: stopped\n";
   return clean;
+}
+
+void Daemon::EndDrainNow() {
+  if (ended_now_.exchange(true)) return;
+  std::cerr << "autouvmd: ending the drain now; the requests still running end with UNAVAILABLE\n";
+  gate_->EndDrainNow();
 }
 
 Daemon::~Daemon() {

@@ -5,9 +5,10 @@
 // profiling jobs and the operator observer every model's profiler shares. Drain() is the SIGTERM path: NOT_SERVING, new
 // calls get UNAVAILABLE, calls in flight get up to server.drain_timeout to finish, then the server stops.
 //
-// Thread-safety: Start and Drain are called from the main thread; port() from any thread.
+// Thread-safety: Start and Drain are called from one thread at a time; EndDrainNow and port() from any thread.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -52,6 +53,9 @@ class Daemon {
   void WaitLoaded();
   // Returns once the server has stopped; true if every in-flight call finished within the drain timeout.
   bool Drain();
+  // From another thread during Drain (a second SIGTERM or SIGINT): the drain stops waiting for the calls
+  // in flight; they end at once with UNAVAILABLE, and Drain returns once they have said so.
+  void EndDrainNow();
 
  private:
   explicit Daemon(const ServerConfig& config);
@@ -74,6 +78,7 @@ class Daemon {
   std::unique_ptr<TlsFiles> tls_;  // null when server.tls is off; outlives the server that reads its copies
   std::unique_ptr<grpc::Server> server_;
   std::thread loader_;
+  std::atomic<bool> ended_now_{false};
   int port_ = 0;
 };
 

@@ -1,16 +1,18 @@
 // autouvmd: the inference daemon. `autouvmd` alone runs the embedded default config (config/autouvmd.yaml);
-// `--config FILE` reads a file instead, and flags override either. SIGTERM or SIGINT drains and exits 0.
+// `--config FILE` reads a file instead, and flags override either. SIGTERM or SIGINT drains and exits 0; a second one
+// ends the drain at once (still exit 0).
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
 #include "runtime/yaml_fields.h"
 #include "server/config.h"
 #include "server/daemon.h"
+#include "server/shutdown_signals.h"
 
 namespace {
 
@@ -33,12 +35,12 @@ int main(int argc, char** argv) {
   // A crash prints a symbolized stack trace to stderr before the process dies.
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
-  // Block the shutdown signals before any thread starts, so that only sigwait below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM and SIGINT drain, a second one ends the drain (Note [Shutdown signals]); over abseil's.
+  auto signals = autouvm::server::ShutdownSignals::Install();
+  if (!signals.ok()) {
+    std::cerr << "autouvmd: cannot start: " << signals.status().message() << "\n";
+    return 1;
+  }
 
   CLI::App app{"autouvmd: serves LLMs larger than the GPU from CUDA unified memory"};
   std::string config_path, listen, metrics_listen, repository, state_dir, drain_timeout, port_file;
@@ -53,7 +55,14 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "overrides runtime.intra_op_threads");
   app.add_option("--port-file", port_file, "write the bound gRPC port to this file once listening");
   app.add_flag("--print-default-config", print_config, "print the embedded default config and exit");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help is a "parse error" with exit code 0; any other is a usage error: exit 2, as a bad config is.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "autouvmd: invalid command line: " << e.what() << " (autouvmd --help lists the flags)\n";
+    return 2;
+  }
   if (print_config) {
     std::cout << autouvm::server::EmbeddedDefaultConfig();
     return 0;
@@ -90,9 +99,18 @@ int main(int argc, char** argv) {
             << (config->generate_default_model.empty() ? "NAME" : config->generate_default_model)
             << " --prompt 'Hello'\n";
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  std::cerr << "autouvmd: received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "\n";
-  (*daemon)->Drain();
+  const int sig = (*signals)->Wait();
+  std::cerr << "autouvmd: received " << autouvm::server::SignalName(sig) << "; another one ends the drain at once\n";
+  autouvm::server::Daemon* d = daemon->get();
+  std::thread drain([d, &signals] {
+    d->Drain();
+    (*signals)->Wake();
+  });
+  // The drain runs on its own thread so that this one is free for a second signal.
+  while (int again = (*signals)->Wait()) {
+    std::cerr << "autouvmd: received " << autouvm::server::SignalName(again) << " during the drain\n";
+    d->EndDrainNow();
+  }
+  drain.join();
   return 0;
 }

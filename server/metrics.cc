@@ -205,19 +205,29 @@ std::string Metrics::Scrape() const {
         counts[{name, StateLabel(st)}] = 0;
       }
     }
+    std::map<std::string, int64_t> unstable;
+    for (const auto& [digest, name] : by_digest) unstable[name] = 0;
     for (const profiler::ProfileStatus& p : sources_.jobs->All()) {
       auto it = by_digest.find(p.key.model_digest());
-      if (it != by_digest.end()) ++counts[{it->second, StateLabel(p.state)}];
+      if (it == by_digest.end()) continue;
+      ++counts[{it->second, StateLabel(p.state)}];
+      if (p.unstable) ++unstable[it->second];
     }
     for (const auto& [k, n] : counts) Snapshot::Add(profiles, {{"model", k.first}, {"state", k.second}}, n);
+    auto* unstable_family = s.Family("autouvm_profiles_unstable",
+                                     "Profile keys whose ops differed from their profile twice: served by their "
+                                     "last plan and not profiled again (Note [A shape whose ops move])",
+                                     T::Gauge);
+    for (const auto& [model, n] : unstable) Snapshot::Add(unstable_family, {{"model", model}}, n);
     const auto seconds = sources_.jobs->ProfilingSeconds();
     for (const auto& [digest, name] : by_digest) {
       auto it = seconds.find(digest);
       Snapshot::Add(profiling, {{"model", name}}, it == seconds.end() ? 0 : it->second);
     }
-    Snapshot::Add(s.Family("autouvm_profile_mismatches_total",
-                           "Iterations whose ops differed from their profile (the key is profiled again)", T::Counter),
-                  {}, sources_.jobs->identity_mismatches());
+    Snapshot::Add(
+        s.Family("autouvm_profile_mismatches_total",
+                 "Iterations whose ops differed from their profile (the key is profiled again once)", T::Counter),
+        {}, sources_.jobs->identity_mismatches());
   }
   if (sources_.repository != nullptr) {
     Snapshot::Add(s.Family("autouvm_profile_store_errors_total",

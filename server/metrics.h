@@ -6,7 +6,7 @@
 //
 //   Metrics metrics({.models = &models, .jobs = jobs, ...});
 //   metrics.RecordRequest("tiny-llama", absl::StatusCode::kOk, &result);
-//   ASSIGN_OR_RETURN(auto http, MetricsServer::Start("0.0.0.0:9090", &metrics, ready));   // /metrics /healthz /readyz
+//   ASSIGN_OR_RETURN(auto http, MetricsServer::Start("127.0.0.1:9090", &metrics, ready));  // /metrics /readyz
 //
 // prometheus-cpp's core builds the registry and the text format; cpp-httplib serves it (its own
 // Exposer cannot start threads in a process linked with libtorch CUDA: ../shared/gpu/NOTES.md).

@@ -124,6 +124,8 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
 absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const std::string& key,
                                                                           const profiler::PlanToFollow& plan) {
   untrusted_ = false;
+  differing_ops_ = 0;
+  ops_compared_ = 0;
   // Note [Counters per model]: the backend's counters are the device's (on CUDA one backend serves every
   // model), so each model counts what moved during windows of its followed iterations: a window opens
   // at the start of an iteration (before a switch's preparation) and closes at the end of the
@@ -185,6 +187,8 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
 
 absl::Status ModelExecution::End() {
   absl::Status why = op_by_op_ ? follower_->EndIteration() : absl::OkStatus();
+  differing_ops_ = op_by_op_ ? follower_->last_differing_ops() : 0;
+  ops_compared_ = op_by_op_ ? follower_->last_ops_compared() : 0;
   untrusted_ = !why.ok() && executor_->stages();
   if (timer_ != nullptr) {
     auto seconds = timer_->EndIteration();

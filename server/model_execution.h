@@ -114,6 +114,10 @@ class ModelExecution {
   // stopped following a plan that stages): its result must not be used (Note [Stopping with staged
   // weights], runtime/executor.cc).
   bool last_iteration_untrusted() const { return untrusted_; }
+  // Whether it stopped because its ops differed from the plan's: how many did, of how many (0 of 0 when
+  // it followed, or stopped for another reason: the backend's).
+  int64_t last_differing_ops() const { return differing_ops_; }
+  int64_t last_ops_compared() const { return ops_compared_; }
   // Before an iteration that follows no plan: a plan that stages gives up the residency.
   absl::Status Suspend();
   // Forgets the plan of `key` if it owns the residency (its profile is being replaced).
@@ -155,6 +159,8 @@ class ModelExecution {
   std::unique_ptr<runtime::OpTimer> timer_;  // null when monitor_every is 0
   std::unique_ptr<runtime::RuntimeMonitor> monitor_;
   bool untrusted_ = false;
+  int64_t differing_ops_ = 0;
+  int64_t ops_compared_ = 0;
   bool op_by_op_ = false;  // the iteration Begin() prepared is observed op by op
   // Note [Counters per model]: the counters when the open window began, and its iterations so far.
   static constexpr int64_t kCounterWindow = 64;

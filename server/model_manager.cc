@@ -23,10 +23,14 @@ ModelManager::~ModelManager() { Shutdown(absl::ZeroDuration()); }
 absl::Status ModelManager::LoadAll() {
   const fs::path repo(config_.model_repository);
   std::error_code ec;
-  fs::create_directories(repo, ec);
+  const bool created = fs::create_directories(repo, ec);
   if (ec)
     return absl::FailedPreconditionError(
         absl::StrCat("repository.path: cannot create ", repo.string(), ": ", ec.message()));
+  if (created) {
+    std::cerr << "autouvmd: created the model repository " << fs::absolute(repo, ec).string()
+              << " (repository.path did not exist)\n";
+  }
   if (!config_.generate_default_model.empty() && !fs::exists(repo / config_.generate_default_model / "model.yaml")) {
     std::cerr << "autouvmd: generating the default model " << (repo / config_.generate_default_model).string() << "\n";
     RETURN_IF_ERROR(WriteLlamaModel(DefaultTinyModelConfig(config_.generate_default_model), 0, repo.string()));

@@ -107,12 +107,20 @@ bool ModelProfiler::AfterIteration(const absl::Status& status) {
     following_.clear();
     absl::Status followed = execution_->End();
     observer_->Release();
-    // A failed iteration says nothing about the plan; one that ran other ops than the plan's does.
+    // A failed iteration says nothing about the plan; one that ran other ops than the plan's does
+    // (Note [A shape whose ops move], profiler/profile_jobs.cc).
     if (!followed.ok() && status.ok()) {
-      std::cerr << "autouvmd: executor: " << profiler::EncodeKey(key_) << ": " << followed.message()
-                << "; profiling it again\n";
-      jobs_->MarkStale(key_, absl::StrCat("an iteration did not follow its plan: ", followed.message()));
-      Unfollow(true);
+      const int64_t differing = execution_->last_differing_ops();
+      if (differing > 0) {
+        const std::string detail =
+            absl::StrCat(differing, " of ", execution_->last_ops_compared(), "; first: ", followed.message());
+        if (jobs_->ReportMismatch(key_, differing, detail)) Unfollow(true);
+      } else {
+        std::cerr << "autouvmd: executor: " << profiler::EncodeKey(key_) << ": " << followed.message()
+                  << "; profiling it again\n";
+        jobs_->MarkStale(key_, absl::StrCat("an iteration did not follow its plan: ", followed.message()));
+        Unfollow(true);
+      }
     }
     return execution_->last_iteration_untrusted();
   }

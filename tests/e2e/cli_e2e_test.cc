@@ -1,5 +1,12 @@
 // End-to-end: autouvm-cli against the real daemon, as a user runs it.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "tests/e2e/daemon_process.h"
 
@@ -109,6 +116,75 @@ TEST(CliE2ENoServer, UnreachableServerIsUnavailable) {
   std::string out, err;
   EXPECT_EQ(RunCommand({AUTOUVM_CLI_PATH, "--addr", "127.0.0.1:1", "--timeout", "2", "health"}, &out, &err), 1);
   EXPECT_EQ(err.rfind("error: UNAVAILABLE: ", 0), 0u) << err;
+}
+
+// Runs `args` with its stdout on a pseudo-terminal in raw mode (stderr to /dev/null): what a terminal
+// would be sent. -1 in *exit_code when it did not exit by itself.
+std::string RunOnTerminal(const std::vector<std::string>& args, int* exit_code) {
+  int master = -1, slave = -1;
+  termios raw{};
+  cfmakeraw(&raw);
+  if (openpty(&master, &slave, nullptr, &raw, nullptr) != 0) return "openpty failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(slave, STDOUT_FILENO);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, STDERR_FILENO);
+    close(master);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(slave);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(master, buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;  // EIO: the child closed its end
+    }
+  }
+  close(master);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+bool HasControlCharacter(const std::string& text) {
+  for (unsigned char c : text) {
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) return true;
+  }
+  return false;
+}
+
+// The default model's random weights emit every byte, control bytes included: written to a terminal
+// as they are, ESC, BEL and backspace drove it (issue 24). On a terminal they are escaped; a pipe gets
+// the text unchanged.
+TEST_F(CliE2E, OnATerminalTheTextsControlCharactersArePrintedAsEscapes) {
+  std::vector<std::string> args;
+  std::string piped, err;
+  for (int seed = 1; seed <= 20 && !HasControlCharacter(piped); ++seed) {
+    args = {"generate",      "--model", "tiny-llama", "--prompt",           "bytes",       "--max-tokens", "200",
+            "--temperature", "1",       "--seed",     std::to_string(seed), "--ignore-eos"};
+    ASSERT_EQ(Cli(args, &piped, &err), 0) << err;
+  }
+  ASSERT_TRUE(HasControlCharacter(piped)) << "no seed made a control byte";
+  EXPECT_NE(err.find(" tokens_per_s="), std::string::npos) << err;
+
+  args.insert(args.begin(), {AUTOUVM_CLI_PATH, "--addr", daemon_->address()});
+  int code = -1;
+  const std::string shown = RunOnTerminal(args, &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_FALSE(HasControlCharacter(shown)) << shown;
+  EXPECT_NE(shown.find("\\x"), std::string::npos) << shown;
+  EXPECT_GT(shown.size(), piped.size());
 }
 
 }  // namespace

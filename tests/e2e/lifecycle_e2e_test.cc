@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +132,52 @@ TEST(LifecycleE2E, SigtermDrainsTheRequestInFlightThenExitsZero) {
   EXPECT_TRUE(final_seen);
   EXPECT_EQ(tokens, 120);
   EXPECT_EQ(d.Wait(), 0) << d.Log();
+}
+
+// Note [Shutdown signals] (server/shutdown_signals.h): a second SIGTERM or SIGINT during the drain
+// ended the daemon with abseil's failure dump (exit 143 or 130) and every stream cut with "Socket
+// closed". Now it ends the drain at once: each stream gets UNAVAILABLE from the daemon, the exit is 0.
+TEST(LifecycleE2E, ASecondSignalEndsTheDrainAtOnceAndEveryStreamGetsItsStatus) {
+  for (int second : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(second == SIGTERM ? "SIGTERM twice" : "SIGTERM, then SIGINT");
+    DaemonProcess d({.config_yaml = "server: {drain_timeout: 240s}\nmodels: {tiny-llama: {max_batch: 1}}\n"});
+    ASSERT_TRUE(d.Start()) << d.Log();
+    ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING));
+    // One stream generating in the only slot, three queued behind it: minutes of work for the drain.
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    std::vector<std::unique_ptr<grpc::ClientReader<GenerateStreamResponse>>> streams;
+    for (int i = 0; i < 4; ++i) {
+      contexts.push_back(std::make_unique<grpc::ClientContext>());
+      streams.push_back(d.generation()->GenerateStream(contexts.back().get(), LongRequest(500)));
+    }
+    GenerateStreamResponse msg;
+    ASSERT_TRUE(streams[0]->Read(&msg));  // generating
+
+    d.Signal(SIGTERM);
+    ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::NOT_SERVING)) << d.Log();
+    const auto t0 = std::chrono::steady_clock::now();
+    d.Signal(second);
+    int unavailable = 0;
+    for (auto& stream : streams) {
+      bool final_seen = false;
+      while (stream->Read(&msg)) final_seen |= msg.has_final();
+      const grpc::Status s = stream->Finish();
+      if (s.ok()) {
+        EXPECT_TRUE(final_seen);
+        continue;
+      }
+      ++unavailable;
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+      EXPECT_EQ(s.error_message(), "the server is shutting down");
+    }
+    EXPECT_GE(unavailable, 3);
+    EXPECT_EQ(d.Wait(30), 0) << d.Log();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+    const std::string log = d.Log();
+    EXPECT_NE(log.find(" during the drain"), std::string::npos) << log;
+    EXPECT_NE(log.find("ending the drain now"), std::string::npos) << log;
+    EXPECT_EQ(log.find("*** "), std::string::npos) << log;  // abseil's failure dump
+  }
 }
 
 TEST(LifecycleE2E, ABrokenModelFailsAloneAndTheOthersServe) {

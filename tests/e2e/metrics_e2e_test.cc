@@ -106,6 +106,7 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
                                  "autouvm_monitor_reclassified_ops_total",
                                  "autouvm_monitor_repinned_bytes_total",
                                  "autouvm_profiles",
+                                 "autouvm_profiles_unstable",
                                  "autouvm_profiling_seconds_total"}) {
     EXPECT_GE(prom.Sum(name + m), 0) << name << " has no series for the model";
   }
@@ -159,6 +160,43 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   EXPECT_GE(expressions, 20);
   // The model variable's query: the models Grafana offers.
   EXPECT_EQ(prom.Sum("count(autouvm_requests_running)"), 1);
+}
+
+// Note [A deadline is not a cancellation] (server/scheduler.cc): 20 calls whose deadline passes while
+// they generate, streaming and unary, are 20 DEADLINE_EXCEEDED to the client and to the metric (it
+// counted 16 of them as CANCELLED).
+TEST(MetricsE2E, DeadlinesAreCountedAsDeadlinesNotCancellations) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  const autouvm::v1::GenerateRequest slow = GreedyRequest(kModel, "slow", 500);
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    grpc::Status s;
+    if (i % 2 == 0) {
+      auto reader = d.generation()->GenerateStream(&ctx, slow);
+      autouvm::v1::GenerateStreamResponse msg;
+      while (reader->Read(&msg)) {
+      }
+      s = reader->Finish();
+    } else {
+      autouvm::v1::GenerateResponse resp;
+      s = d.generation()->Generate(&ctx, slow, &resp);
+    }
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << i << ": " << s.error_message();
+  }
+  autouvm::v1::ServerStatus status;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.admin()->GetServerStatus(&ctx, {}, &status).ok());
+  }
+  PrometheusProcess prom(status.metrics_address());
+  ASSERT_TRUE(Eventually([&] { return prom.Ready(); })) << prom.Log();
+  const std::string deadline = "autouvm_requests_total{model=\"tiny-llama\",code=\"DEADLINE_EXCEEDED\"}";
+  ASSERT_TRUE(Eventually([&] { return prom.Sum(deadline) >= 20; })) << prom.Sum(deadline);
+  EXPECT_EQ(prom.Sum(deadline), 20);
+  EXPECT_LE(prom.Sum("autouvm_requests_total{model=\"tiny-llama\",code=\"CANCELLED\"}"), 0);  // -1: no series
 }
 
 }  // namespace

@@ -239,6 +239,47 @@ TEST_F(ObserverTest, AnObservedIterationNumbersTheSameOpsAsARecordedOne) {
   EXPECT_EQ(collector.seen.size(), recorded.ops.size());
 }
 
+// Note [Kernels that depend on size] (runtime/observer.cc): a prefill bucket holds every length in
+// (bucket / 2, bucket]; one profile serves them all only if they run the same ops. A small model with
+// the default tiny model's max_seq (512: what the mask's size, T x 512, depends on), every length of
+// every bucket, recorded at the bucket's top length (as a profile is made) and observed at each of the
+// others (as a plan is followed).
+TEST_F(ObserverTest, EveryLengthOfAPrefillBucketRunsTheSameOps) {
+  server::ModelConfig c = SmallConfig("buckets", 1);
+  c.max_seq = server::DefaultTinyModelConfig("tiny").max_seq;
+  auto runner = Load(c);
+  ASSERT_NE(runner, nullptr);
+  auto kernels_of = [](const std::vector<OpRecord>& ops) {
+    std::vector<std::string> out;
+    for (const OpRecord& op : ops) out.push_back(op.kernel);
+    return out;
+  };
+  int buckets = 0;
+  for (int64_t bucket = 1; bucket <= c.max_seq; bucket *= 2) {
+    std::vector<int32_t> prompt(static_cast<size_t>(bucket), 65);
+    observer_->BeginIteration();
+    ASSERT_TRUE(runner->Prefill(0, prompt).ok());
+    const std::vector<std::string> profile = kernels_of(observer_->EndIteration().ops);
+    ASSERT_FALSE(profile.empty());
+    for (int64_t len = bucket / 2 + 1; len < bucket; ++len) {
+      Collector collector;
+      observer_->AddSubscriber(&collector);
+      observer_->BeginIteration(IterationMode::kObserve);
+      ASSERT_TRUE(runner->Prefill(0, std::vector<int32_t>(static_cast<size_t>(len), 65)).ok());
+      observer_->EndIteration();
+      observer_->RemoveSubscriber(&collector);
+      std::vector<std::string> ran;
+      for (const Collector::Seen& s : collector.seen) ran.push_back(s.kernel);
+      ASSERT_EQ(ran.size(), profile.size()) << "length " << len << " of bucket " << bucket;
+      for (size_t i = 0; i < ran.size(); ++i) {
+        ASSERT_EQ(ran[i], profile[i]) << "op " << i << " at length " << len << " of bucket " << bucket;
+      }
+    }
+    ++buckets;
+  }
+  EXPECT_EQ(buckets, 10);  // 1, 2, 4, ..., 512
+}
+
 // Runs `source`'s forward on `inputs` under the observer and returns its trace.
 AccessTrace TraceScript(Observer* observer, const std::string& source, std::vector<c10::IValue> inputs) {
   torch::jit::Module m("M");

@@ -183,6 +183,44 @@ TEST_F(ProfileJobsTest, AProfileFromTheStoreIsVerifiedOnceAndAMismatchMakesItSta
   EXPECT_TRUE(jobs->ShouldRecord(key_));  // re-profiled at the next iteration
 }
 
+// Note [A shape whose ops move]: the first mismatch re-profiles, the second makes the key unstable.
+TEST_F(ProfileJobsTest, ASecondMismatchMakesTheKeyUnstableInsteadOfProfilingItForever) {
+  auto jobs = Jobs();
+  ASSERT_TRUE(jobs->ShouldRecord(key_));
+  jobs->Submit(key_, Trace(), 0);
+  jobs->Drain();
+
+  EXPECT_TRUE(jobs->ReportMismatch(key_, 3, "3 of 4; first: op 0 ran aten::add#0, the profile has aten::mm#0"));
+  EXPECT_EQ(jobs->Status(key_).state, ProfileState::kStale);
+  EXPECT_EQ(jobs->Status(key_).reason,
+            "ops differ from the profile (3 of 4; first: op 0 ran aten::add#0, the profile has aten::mm#0)");
+  ASSERT_TRUE(jobs->ShouldRecord(key_));  // profiled again once
+  jobs->Submit(key_, Trace(), 0);
+  jobs->Drain();
+  ASSERT_TRUE(jobs->ReadPlan(key_).ok());
+
+  EXPECT_FALSE(jobs->ReportMismatch(key_, 2, "2 of 3; first: op 1 ran aten::mm#1, the profile has aten::add#0"));
+  ProfileStatus s = jobs->Status(key_);
+  EXPECT_TRUE(s.unstable);
+  EXPECT_EQ(s.mismatches, 2);
+  EXPECT_EQ(s.state, ProfileState::kReady);  // its last plan serves on
+  EXPECT_EQ(s.reason.rfind("unstable: its ops differed from its profile twice", 0), 0u) << s.reason;
+  EXPECT_FALSE(jobs->ShouldRecord(key_));
+  EXPECT_FALSE(jobs->ShouldVerify(key_));
+  EXPECT_TRUE(jobs->ReadPlan(key_).ok());
+  // Every further mismatch is counted; none records again.
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(jobs->ReportMismatch(key_, 1, "1 of 3; first: op 2"));
+  EXPECT_FALSE(jobs->ShouldRecord(key_));
+  EXPECT_EQ(jobs->identity_mismatches(), 5);
+  EXPECT_EQ(jobs->mismatched_ops(), 3 + 2 + 3);
+  EXPECT_EQ(jobs->Status(key_).mismatches, 2);
+
+  // An operator's Reprofile gives it its chance again.
+  jobs->MarkStale(key_, "re-profile requested over the admin API");
+  EXPECT_FALSE(jobs->Status(key_).unstable);
+  EXPECT_TRUE(jobs->ShouldRecord(key_));
+}
+
 TEST_F(ProfileJobsTest, AKeyMarkedStaleWhileAnalysedRecordsAgain) {
   auto jobs = Jobs();
   ASSERT_TRUE(jobs->ShouldRecord(key_));

@@ -31,7 +31,7 @@ TEST(ServerConfigTest, EmbeddedDefaultParses) {
   auto c = ParseServerConfig(EmbeddedDefaultConfig(), "embedded");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen, "127.0.0.1:50051");
-  EXPECT_EQ(c->metrics_listen, "0.0.0.0:9090");
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9090");
   EXPECT_EQ(c->drain_timeout_ms, 30000);
   EXPECT_EQ(c->backend, "cpu");
   EXPECT_EQ(c->model_defaults.max_batch, 8);
@@ -57,7 +57,7 @@ TEST(ServerConfigTest, FileValuesReplaceDefaultsKeyByKey) {
   auto c = ParseServerConfig("server:\n  listen: 0.0.0.0:0\nlimits:\n  max_stop_strings: 3\n", kOrigin);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen, "0.0.0.0:0");
-  EXPECT_EQ(c->metrics_listen, "0.0.0.0:9090");  // untouched
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9090");  // untouched
   EXPECT_EQ(c->limits.max_stop_strings, 3);
   EXPECT_EQ(c->limits.max_stop_string_bytes, 256);
 }
@@ -141,14 +141,35 @@ TEST(ServerConfigTest, PerModelSettingsOverrideAndInheritDefaults) {
   EXPECT_EQ(other.max_queue, 10);
 }
 
-TEST(ServerConfigTest, DurationsTakeSuffixesOrBareSeconds) {
-  const std::pair<const char*, int64_t> cases[] = {{"500ms", 500}, {"2m", 120000}, {"30", 30000},  {"45s", 45000},
+TEST(ServerConfigTest, DurationsTakeSuffixes) {
+  const std::pair<const char*, int64_t> cases[] = {{"500ms", 500}, {"2m", 120000}, {"45s", 45000},
                                                    {"1.5s", 1500}, {"0", 0},       {"1h", 3600000}};
   for (const auto& [text, ms] : cases) {
     auto c = ParseServerConfig(std::string("server:\n  drain_timeout: ") + text + "\n", kOrigin);
     ASSERT_TRUE(c.ok()) << text << ": " << c.status();
     EXPECT_EQ(c->drain_timeout_ms, ms) << text;
   }
+}
+
+// "drain_timeout: 30" was read as 30 s without a word; a unit is required (0 needs none).
+TEST(ServerConfigTest, ADurationWithoutAUnitIsRefused) {
+  ExpectInvalid("server:\n  drain_timeout: 30\n", "server.drain_timeout");
+  auto c = ParseServerConfig("server:\n  drain_timeout: 30\n", kOrigin);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("'30' has no unit (ms, s, m or h)"));
+  ExpectInvalid("server:\n  tls: {reload_interval: 90}\n", "server.tls.reload_interval");
+}
+
+// Note [Duplicate keys]: yaml-cpp keeps the first of two entries of one key; the second (the edit) was
+// ignored silently.
+TEST(ServerConfigTest, AKeyGivenTwiceIsRefusedNamingIt) {
+  ExpectInvalid("server:\n  listen: 127.0.0.1:1\n  listen: 127.0.0.1:2\n", "server.listen");
+  ExpectInvalid("state_dir: a\nstate_dir: b\n", "state_dir");
+  ExpectInvalid("models:\n  tiny-llama: {max_batch: 2}\n  tiny-llama: {max_batch: 4}\n", "models.tiny-llama");
+  ExpectInvalid("models: {m: {max_batch: 2, max_batch: 3}}\n", "models.m.max_batch");
+  auto c = ParseServerConfig("state_dir: a\nstate_dir: b\n", kOrigin);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "test.yaml: state_dir: given twice (a key may appear once in its mapping)");
 }
 
 TEST(ServerConfigTest, DurationOutOfRangeIsNamed) {

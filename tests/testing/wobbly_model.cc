@@ -1,0 +1,44 @@
+#include "tests/testing/wobbly_model.h"
+
+#include <torch/script.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "server/llama_builder.h"
+#include "tests/testing/temp_dir.h"
+
+namespace autouvm::testing {
+
+absl::Status WriteWobblyModel(const std::string& name, const std::string& repo_dir) {
+  TempDir scratch;
+  const server::ModelConfig config = server::DefaultTinyModelConfig(name);
+  if (absl::Status s = server::WriteLlamaModel(config, 5, scratch.path()); !s.ok()) return s;
+  const std::filesystem::path plain = std::filesystem::path(scratch.path()) / name;
+  const std::filesystem::path entry = std::filesystem::path(repo_dir) / name;
+  try {
+    torch::jit::Module inner = torch::jit::load((plain / "model.pt").string());
+    torch::jit::Module outer("Wobbly");
+    outer.register_attribute("training", c10::BoolType::get(), false);
+    outer.register_module("inner", inner);
+    outer.define(R"JIT(
+def forward(self, tokens, slots, start_pos, k_cache, v_cache):
+    if tokens.size(1) % 2 == 1:
+        start_pos = start_pos + 0
+    return self.inner.forward(tokens, slots, start_pos, k_cache, v_cache)
+
+def full(self, tokens):
+    return self.inner.full(tokens)
+)JIT");
+    std::filesystem::create_directories(entry);
+    outer.save((entry / "model.pt").string());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("writing the wobbly model: ", e.what()));
+  }
+  std::error_code ec;
+  std::filesystem::copy_file(plain / "model.yaml", entry / "model.yaml", ec);
+  if (ec) return absl::InternalError(absl::StrCat("copying model.yaml: ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace autouvm::testing
