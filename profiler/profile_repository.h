@@ -39,6 +39,8 @@ class ProfileRepository {
   absl::Status Delete(const autouvm::v1::ProfileKey& key);
 
   int64_t corrupt_reads() const { return corrupt_reads_.load(); }
+  // What the store holds in memory (ProfileStore::MemoryBytes).
+  int64_t memory_bytes() const { return store_->MemoryBytes(); }
 
  private:
   ProfileStore* store_;

@@ -67,6 +67,14 @@ class RocksDbStore final : public ProfileStore {
 
   std::string Describe() const override { return absl::StrCat("rocksdb ", dir_); }
 
+  int64_t MemoryBytes() const override {
+    uint64_t memtables = 0, readers = 0;
+    // Deliberately unchecked: both are properties every RocksDB has; a failed read counts as 0.
+    (void)db_->GetAggregatedIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables);
+    (void)db_->GetAggregatedIntProperty(rocksdb::DB::Properties::kEstimateTableReadersMem, &readers);
+    return static_cast<int64_t>(memtables + readers);
+  }
+
  private:
   // Note [Unsynced writes]: every batch goes to the write-ahead log with write(2) before Write returns,
   // so a process killed at any point (kill -9, OOM) leaves the batch whole or absent on restart; RocksDB's
@@ -117,12 +125,29 @@ class InMemoryStore final : public ProfileStore {
 
   std::string Describe() const override { return "memory"; }
 
+  int64_t MemoryBytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t bytes = 0;
+    for (const auto& [k, v] : data_) bytes += static_cast<int64_t>(k.second.size() + v.size());
+    return bytes;
+  }
+
  private:
   mutable std::mutex mu_;
   std::map<std::pair<Family, std::string>, std::string> data_;
 };
 
 }  // namespace
+
+// Note [Memtables of a small store]: RocksDB keeps every write in a memtable until it flushes it to a
+// table file, and its default memtable is 64 MiB per column family. A profile written again under its
+// key (re-profiled) leaves the old value beside the new one there, so each re-profile of the tiny model
+// kept its ~49 KiB profile and plan in memory (the daemon's resident memory grew by that much per
+// re-profile, for tens of thousands of them before the first flush, and its write-ahead log as much).
+// The store holds kilobytes to megabytes of live data, written rarely: memtables of 1 MiB (two per
+// family), flushed once 4 MiB are held in all, keep what it holds for writes bounded whatever the
+// number of re-profiles, and the log is recycled at 8 MiB. profile_store_test checks the bound.
+constexpr size_t kMemtableBytes = size_t{1} << 20;
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> OpenRocksDbProfileStore(const std::string& dir) {
   rocksdb::DBOptions options;
@@ -131,9 +156,13 @@ absl::StatusOr<std::unique_ptr<ProfileStore>> OpenRocksDbProfileStore(const std:
   options.paranoid_checks = true;
   options.max_open_files = 64;
   options.keep_log_file_num = 2;
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()}};
-  for (const char* name : kFamilyNames) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  options.db_write_buffer_size = 4 * kMemtableBytes;
+  options.max_total_wal_size = 8 * kMemtableBytes;
+  rocksdb::ColumnFamilyOptions family;
+  family.write_buffer_size = kMemtableBytes;
+  family.max_write_buffer_number = 2;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {{rocksdb::kDefaultColumnFamilyName, family}};
+  for (const char* name : kFamilyNames) families.emplace_back(name, family);
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, families, &handles, &raw);

@@ -10,6 +10,7 @@
 // describes the layout. Implementations are safe to use from several threads at once.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ class ProfileStore {
   virtual absl::StatusOr<std::vector<StoreEntry>> List(Family family, std::string_view prefix) const = 0;
   // "rocksdb <path>" or "memory", for logs and status.
   virtual std::string Describe() const = 0;
+  // Memory the store holds for what was written: RocksDB's memtables and table readers, or the map's
+  // keys and values (Note [Memtables of a small store], profile_store.cc).
+  virtual int64_t MemoryBytes() const = 0;
 };
 
 inline constexpr int kProfileStoreSchemaVersion = 1;

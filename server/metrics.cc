@@ -233,6 +233,11 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(s.Family("autouvm_profile_store_errors_total",
                            "Stored profiles or plans that failed their checksum or did not parse", T::Counter),
                   {}, sources_.repository->corrupt_reads());
+    Snapshot::Add(s.Family("autouvm_profile_store_memory_bytes",
+                           "Memory the profile store holds for what was written (RocksDB's memtables and table "
+                           "readers)",
+                           T::Gauge),
+                  {}, static_cast<double>(sources_.repository->memory_bytes()));
   }
   if (sources_.tls != nullptr) {
     const TlsFiles::State tls = sources_.tls->state();

@@ -110,8 +110,9 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
                                  "autouvm_profiling_seconds_total"}) {
     EXPECT_GE(prom.Sum(name + m), 0) << name << " has no series for the model";
   }
-  for (const std::string name : {"autouvm_profile_mismatches_total", "autouvm_profile_store_errors_total",
-                                 "autouvm_process_resident_memory_bytes", "autouvm_uptime_seconds"}) {
+  for (const std::string name :
+       {"autouvm_profile_mismatches_total", "autouvm_profile_store_errors_total", "autouvm_profile_store_memory_bytes",
+        "autouvm_process_resident_memory_bytes", "autouvm_uptime_seconds"}) {
     EXPECT_GE(prom.Sum(name), 0) << name << " has no series";
   }
   EXPECT_EQ(prom.Sum("autouvm_build_info{backend=\"cpu\",gpu=\"h200-pcie5\"}"), 1);
