@@ -18,6 +18,7 @@
 
 #include "server/llama_builder.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/testing/eventually.h"
 
 namespace autouvm::testing {
 namespace {
@@ -232,6 +233,36 @@ TEST(LifecycleE2E, InvalidConfigStopsStartupNamingTheKey) {
   EXPECT_FALSE(d.Start());
   EXPECT_EQ(d.Wait(), 2);
   EXPECT_NE(d.Log().find("server.drain_timeout"), std::string::npos) << d.Log();
+}
+
+// An unknown flag or a flag's bad value is a usage error, exit 2 as a bad config is (CLI11's own codes,
+// 109 and 104, were what the daemon returned).
+TEST(LifecycleE2E, BadFlagsExitTwoNamingTheFlag) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--no-such-flag", "1"}, {"--threads", "many"}, {"--drain-timeout", "30"}}) {
+    DaemonProcess d({.extra_args = {flag, value}});
+    EXPECT_FALSE(d.Start());
+    EXPECT_EQ(d.Wait(), 2) << flag << " " << value << ": " << d.Log();
+    EXPECT_NE(d.Log().find(flag), std::string::npos) << d.Log();
+  }
+}
+
+// A repository directory that is not there is made, and said; one with no model in it keeps the daemon
+// NOT_SERVING, and both the log and GetServerStatus say which directory it looked in.
+TEST(LifecycleE2E, AMissingRepositoryIsCreatedAndAnEmptyOneIsNamed) {
+  DaemonProcess d({.generate_default_model = false});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(Eventually([&] { return d.Log().find("health stays NOT_SERVING") != std::string::npos; })) << d.Log();
+  EXPECT_EQ(Health(d), HealthCheckResponse::NOT_SERVING);
+  const std::string log = d.Log();
+  EXPECT_NE(log.find("created the model repository " + d.repository()), std::string::npos) << log;
+  EXPECT_NE(log.find("no model in the repository " + d.repository()), std::string::npos) << log;
+  grpc::ClientContext ctx;
+  autouvm::v1::ServerStatus status;
+  ASSERT_TRUE(d.admin()->GetServerStatus(&ctx, {}, &status).ok());
+  ASSERT_EQ(status.health_details_size(), 1) << status.DebugString();
+  EXPECT_NE(status.health_details(0).find("no model in the repository " + d.repository()), std::string::npos)
+      << status.health_details(0);
 }
 
 // Start-up failures after the daemon has begun (the models made, the device open; for the port file,
