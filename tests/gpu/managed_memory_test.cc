@@ -104,6 +104,57 @@ TEST(ManagedMemoryTest, EveryTensorOfAForwardIsManagedAndOutputsEqualThePlainAll
                                        << check.unmanaged.front();
 }
 
+// The kernel ids of an iteration, as a plan follower sees them.
+struct Kernels : OpSubscriber {
+  void OnOp(const OpEvent& e) override { ids.emplace_back(e.kernel); }
+  std::vector<std::string> ids;
+};
+
+// Note [Kernels that depend on size] (runtime/observer.cc) on CUDA: every length of every prefill bucket
+// runs the ops the bucket's top length was recorded with, in fp32 and bf16, the model in managed memory.
+TEST(ManagedMemoryTest, EveryLengthOfAPrefillBucketRunsTheSameOpsOnTheGpu) {
+  auto pool = ManagedMemoryPool::Create(0, {.cap_bytes = 512 * kMiB});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto observer = Observer::Create();
+  ASSERT_TRUE(observer.ok()) << observer.status();
+  Observer::MakeExecutionRepeatable();
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    testing::TempDir dir;
+    server::ModelConfig c = testing::SmallLlamaConfig("buckets", 1, dtype);
+    c.max_seq = 2048;
+    ASSERT_TRUE(server::WriteLlamaModel(c, 7, dir.path()).ok());
+    torch::NoGradGuard no_grad;
+    ManagedMemoryPool::Scope scope(pool->get());
+    torch::jit::Module m = torch::jit::load(dir.Sub("buckets/model.pt"));
+    m.to(torch::kCUDA);
+    const auto options = torch::TensorOptions().dtype((*m.parameters().begin()).scalar_type()).device(torch::kCUDA);
+    auto k_cache = torch::zeros({c.n_layers, 1, c.n_kv_heads, c.max_seq, c.head_dim}, options);
+    auto v_cache = torch::zeros_like(k_cache);
+    auto slots = torch::tensor({int64_t{0}}, torch::kLong).to(torch::kCUDA);
+    auto start = torch::tensor({int64_t{0}}, torch::kLong).to(torch::kCUDA);
+    auto prefill = [&](int64_t len, IterationMode mode) {
+      Kernels k;
+      (*observer)->AddSubscriber(&k);
+      (*observer)->BeginIteration(mode);
+      m.forward({torch::full({1, len}, 65, torch::kLong).to(torch::kCUDA), slots, start, k_cache, v_cache});
+      (*observer)->EndIteration();
+      (*observer)->RemoveSubscriber(&k);
+      return k.ids;
+    };
+    for (int64_t bucket = 1; bucket <= c.max_seq; bucket *= 2) {
+      const std::vector<std::string> profile = prefill(bucket, IterationMode::kRecord);
+      ASSERT_FALSE(profile.empty());
+      for (int64_t len = bucket / 2 + 1; len < bucket; ++len) {
+        const std::vector<std::string> ran = prefill(len, IterationMode::kObserve);
+        ASSERT_EQ(ran.size(), profile.size()) << dtype << ": length " << len << " of bucket " << bucket;
+        for (size_t i = 0; i < ran.size(); ++i) {
+          ASSERT_EQ(ran[i], profile[i]) << dtype << ": op " << i << " at length " << len << " of bucket " << bucket;
+        }
+      }
+    }
+  }
+}
+
 TEST(ManagedMemoryTest, AnAllocationPastTheCapIsRefusedBeforeCudaIsAsked) {
   auto pool = ManagedMemoryPool::Create(0, {.cap_bytes = 4 * kMiB});
   ASSERT_TRUE(pool.ok()) << pool.status();
