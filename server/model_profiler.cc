@@ -67,8 +67,12 @@ bool ModelProfiler::BeginFollowing() {
 void ModelProfiler::BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) {
   mode_ = Mode::kNone;
   key_ = Key(phase, batch, prompt_len);
+  // The run again of an iteration whose result could not be trusted follows nothing: an unstable key
+  // keeps its plan (Note [A shape whose ops move]), which would stop at the same op again.
+  const bool rerun = rerun_unfollowed_;
+  rerun_unfollowed_ = false;
   // Another model's iteration holds the observer: this key is taken up at a later iteration.
-  if (!observer_->TryAcquire()) {
+  if (rerun || !observer_->TryAcquire()) {
     Unfollow(false);
     return;
   }
@@ -122,7 +126,8 @@ bool ModelProfiler::AfterIteration(const absl::Status& status) {
         Unfollow(true);
       }
     }
-    return execution_->last_iteration_untrusted();
+    rerun_unfollowed_ = execution_->last_iteration_untrusted();
+    return rerun_unfollowed_;
   }
   observer_->Release();
   if (mode == Mode::kVerify) {

@@ -8,8 +8,9 @@
 // With a ModelExecution, an iteration whose key has a checked plan (policies paper and autouvm) follows
 // it: the executor acts at the op boundaries the observer reports. An iteration that stops following
 // part way (its ops differ from the plan's, or the backend failed) makes the key stale, so it is
-// profiled again; if it may have read a staged weight's discarded range, AfterIteration asks the
-// scheduler to run it again (it is then recorded).
+// profiled again (once for a mismatch: a second makes the key unstable, Note [A shape whose ops move]);
+// if it may have read a staged weight's discarded range, AfterIteration asks the scheduler to run it
+// again, and that run follows no plan (it is recorded if the key records again).
 //
 //   IterationObserver observer(std::move(obs));                        // one per process (the daemon's)
 //   ModelProfiler profiler(identity, &jobs, &observer, execution);     // one per model; execution may be null
@@ -87,6 +88,7 @@ class ModelProfiler final : public IterationHooks, private runtime::OpSubscriber
   autouvm::v1::ProfileKey key_;
   std::vector<std::string> kernels_;
   double started_ = 0;
+  bool rerun_unfollowed_ = false;  // the next iteration runs again one whose result was untrusted
 };
 
 }  // namespace autouvm::server

@@ -97,9 +97,14 @@ TEST(ShapeIdentityE2E, PromptsOfOneBucketFollowItsPlanWhateverTheirLength) {
   EXPECT_EQ(Recordings(p), 1) << p.DebugString();
 }
 
-// A model whose prefill runs one more op at odd lengths: 12 and 13 tokens share the bucket of 16.
-TEST(ShapeIdentityE2E, AShapeWhoseOpsMoveIsProfiledAgainOnceThenServedByItsLastPlan) {
-  DaemonProcess d({.generate_default_model = false});
+// A model whose prefill runs one more op at odd lengths: 12 and 13 tokens share the bucket of 16. With
+// the model within its budget (the default), and under a budget that stages its weights on the mirror,
+// where an iteration that stops part way is not trusted and runs again, following nothing: each even
+// prompt is one abandoned iteration, not two.
+class ShapeIdentityBudgetE2E : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShapeIdentityBudgetE2E, AShapeWhoseOpsMoveIsProfiledAgainOnceThenServedByItsLastPlan) {
+  DaemonProcess d({.config_yaml = GetParam(), .generate_default_model = false});
   ASSERT_TRUE(WriteWobblyModel("wobbly", d.repository()).ok());
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
@@ -118,6 +123,7 @@ TEST(ShapeIdentityE2E, AShapeWhoseOpsMoveIsProfiledAgainOnceThenServedByItsLastP
   EXPECT_EQ(unstable.state(), autouvm::v1::PROFILE_STATE_READY) << unstable.DebugString();
   EXPECT_EQ(unstable.reason().rfind("unstable: ", 0), 0u) << unstable.reason();
   const uint64_t followed_before = Model(d, "wobbly").execution().followed_iterations();
+  const uint64_t abandoned_before = Model(d, "wobbly").execution().abandoned_iterations();
 
   // From here nothing is recorded again: odd prompts follow the last plan, even ones stop at the op
   // that differs, and each of those is counted, logged only once.
@@ -133,6 +139,7 @@ TEST(ShapeIdentityE2E, AShapeWhoseOpsMoveIsProfiledAgainOnceThenServedByItsLastP
   EXPECT_GE(s.mismatched_ops_total(), s.identity_mismatches_total());
   const autouvm::v1::ModelStatus m = Model(d, "wobbly");
   EXPECT_EQ(m.execution().followed_iterations() - followed_before, 5u);
+  EXPECT_EQ(m.execution().abandoned_iterations() - abandoned_before, 5u);
   const std::string log = d.Log();
   const std::string once = "this shape runs other ops from one iteration to the next";
   ASSERT_NE(log.find(once), std::string::npos) << log;
@@ -145,6 +152,10 @@ TEST(ShapeIdentityE2E, AShapeWhoseOpsMoveIsProfiledAgainOnceThenServedByItsLastP
   ASSERT_TRUE(scrape);
   EXPECT_NE(scrape->body.find("autouvm_profiles_unstable{model=\"wobbly\"} 1"), std::string::npos) << scrape->body;
 }
+
+INSTANTIATE_TEST_SUITE_P(Budgets, ShapeIdentityBudgetE2E,
+                         ::testing::Values("", "models: {wobbly: {device_budget: 8388608}}\n"),
+                         [](const auto& info) { return info.param.empty() ? "Resident" : "Staged"; });
 
 }  // namespace
 }  // namespace autouvm::testing
