@@ -17,7 +17,7 @@ py=/usr/bin/python3 # Debian's, with python3-kubernetes and python3-yaml
 export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ in the source tree
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-command -v go >/dev/null || fail "go is missing: install tools/debian-packages.txt (golang-go)"
+command -v go >/dev/null || fail "go is missing: install tools/debian-packages-test.txt (golang-go): tools/install-deps.sh --test"
 [ -d /usr/share/gocode/src/github.com/Masterminds/sprig ] || fail "sprig is missing (golang-github-masterminds-sprig-dev)"
 $py -c 'import kubernetes, yaml' || fail "python3-kubernetes or python3-yaml is missing"
 (cd "$src/tools/helm-render" \
