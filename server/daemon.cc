@@ -189,8 +189,10 @@ void Daemon::WaitLoaded() {
 }
 
 bool Daemon::Drain() {
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  // The gate first: a client that sees NOT_SERVING must be refused (LifecycleE2E's late call was served
+  // once, the drain thread preempted between the two on CI's loaded cores).
   gate_->StartDraining();
+  server_->GetHealthCheckService()->SetServingStatus(false);
   std::cerr << "autouvmd: draining (up to " << config_.drain_timeout_ms << " ms for requests in flight)\n";
   const bool clean = gate_->WaitIdle(absl::Milliseconds(config_.drain_timeout_ms));
   if (!clean && !ended_now_.load()) {
