@@ -199,6 +199,7 @@ bool Daemon::Drain() {
     std::cerr << "autouvmd: drain timeout passed; cancelling the requests still running\n";
   }
   WaitLoaded();
+  std::cerr << "autouvmd: ending the requests still running or queued\n";
   models_->Shutdown(absl::ZeroDuration());  // finishes whatever is left with UNAVAILABLE
   // The handlers of those requests must still send that status: gRPC's own shutdown would cancel them
   // (the client would see CANCELLED, which it did not ask for; load_e2e_test under SIGTERM saw 28).
