@@ -1,5 +1,6 @@
 #include "tests/e2e/daemon_process.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -18,10 +19,21 @@ using Clock = std::chrono::steady_clock;
 DaemonProcess::DaemonProcess(DaemonOptions options) : options_(std::move(options)) {}
 
 DaemonProcess::~DaemonProcess() {
-  if (pid_ > 0) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+  if (pid_ <= 0) return;
+  // A daemon that ended by itself while the test still held it crashed, or a sanitizer stopped it: its
+  // report is in its stderr, in a directory about to be removed, so the test fails with it here.
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    const std::string log = Log();
+    ADD_FAILURE() << "autouvmd (pid " << pid_ << ") ended by itself during the test ("
+                  << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                        : "signal " + std::to_string(WTERMSIG(status)))
+                  << "); the end of its log:\n"
+                  << log.substr(log.size() > 12000 ? log.size() - 12000 : 0);
+    return;
   }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
 }
 
 bool DaemonProcess::Start() {

@@ -47,7 +47,8 @@ grpc::Status CallGenerate(DaemonProcess& d, const autouvm::v1::GenerateRequest& 
 class DaemonProcess {
  public:
   explicit DaemonProcess(DaemonOptions options = {});
-  ~DaemonProcess();  // SIGKILL if still running
+  // SIGKILL if still running; a test failure if it ended by itself (crashed) and Wait never saw it.
+  ~DaemonProcess();
 
   // Spawns autouvmd and waits (up to 60 s) for it to report its port. False if it died or timed out.
   // May be called again after the process exited (a restart on the same repository and state dir).

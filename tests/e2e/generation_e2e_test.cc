@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "server/llama_builder.h"
@@ -228,6 +229,12 @@ TEST_F(GenerationE2E, ManyOneTokenRequestsAtOnceAllComplete) {
   // Requests that finish as soon as they are admitted: Note [Finish after admission].
   constexpr int kThreads = 8, kEach = 16;
   std::atomic<int> ok{0};
+  std::mutex mu;
+  std::string first_failure;
+  auto fail = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_failure.empty()) first_failure = what;
+  };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -237,16 +244,26 @@ TEST_F(GenerationE2E, ManyOneTokenRequestsAtOnceAllComplete) {
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
         GenerateResponse resp;
         if (i % 2 == 0) {
-          if (daemon_.generation()->Generate(&ctx, req, &resp).ok() && resp.token_ids_size() == 1) ++ok;
+          const grpc::Status s = daemon_.generation()->Generate(&ctx, req, &resp);
+          if (s.ok() && resp.token_ids_size() == 1) {
+            ++ok;
+          } else {
+            fail("unary: " + s.error_message() + ", " + std::to_string(resp.token_ids_size()) + " tokens");
+          }
         } else {
           StreamResult r = Stream(daemon_, req, &ctx);
-          if (r.status.ok() && r.tokens.size() == 1 && r.has_final) ++ok;
+          if (r.status.ok() && r.tokens.size() == 1 && r.has_final) {
+            ++ok;
+          } else {
+            fail("stream: " + r.status.error_message() + ", " + std::to_string(r.tokens.size()) + " tokens" +
+                 (r.has_final ? "" : ", no final message"));
+          }
         }
       }
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(ok.load(), kThreads * kEach);
+  EXPECT_EQ(ok.load(), kThreads * kEach) << "the first failure: " << first_failure;
 }
 
 TEST(SentencePieceE2E, ServesAModelWithASentencePieceTokenizer) {
