@@ -23,7 +23,7 @@ RUN apt-get update -qq && mkdir -p /deps/debs && cd /deps/debs \
     | xargs apt-get download -qq \
  && apt-get download -qq $(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
       --no-breaks --no-replaces --no-enhances libgrpc++-dev librocksdb-dev libsentencepiece-dev \
-      prometheus-cpp-dev libcpp-httplib-dev libyaml-cpp-dev libabsl-dev libicu-dev | grep '^lib' | sort -u) 2>/dev/null || true
+      prometheus-cpp-dev libcpp-httplib-dev libyaml-cpp-dev libabsl-dev libicu-dev libspdlog-dev | grep '^lib' | sort -u) 2>/dev/null || true
 
 FROM ${CUDA_IMAGE} AS build
 ARG TORCH_INDEX

@@ -11,20 +11,20 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "bench/bench_model.h"
-#include "runtime/clock.h"
-#include "server/llama_builder.h"
-#include "server/model_runner.h"
-#include "server/scheduler.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
 
 namespace autouvm::bench {
 namespace {
 
-using server::GenerationParams;
-using server::GenerationResult;
+using engine::GenerationParams;
+using engine::GenerationResult;
 
 // Counts finished requests and the tokens they generated.
-class Counter final : public server::GenerationSink {
+class Counter final : public engine::GenerationSink {
  public:
   void OnToken(int32_t, const std::string&) override {}
   void OnFinish(const std::string&, const GenerationResult& result) override {
@@ -66,7 +66,7 @@ GenerationParams Request(int i, int tokens) {
 }
 
 // Seconds to finish `n` requests, submitted one after another (each waits for the last) or all at once.
-double Run(server::Scheduler& sched, int n, int tokens, bool together, int64_t* generated) {
+double Run(engine::Scheduler& sched, int n, int tokens, bool together, int64_t* generated) {
   Counter counter;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
@@ -85,7 +85,7 @@ double Run(server::Scheduler& sched, int n, int tokens, bool together, int64_t* 
 
 int main(int argc, char** argv) {
   using namespace autouvm;
-  server::ModelConfig c = server::DefaultTinyModelConfig("bench-llama");
+  engine::ModelConfig c = engine::DefaultTinyModelConfig("bench-llama");
   int tokens = 64;
   std::string streams_csv = "1,2,4,8,16";
   int threads = 0;
@@ -107,16 +107,16 @@ int main(int argc, char** argv) {
     streams.push_back(n);
   }
   const int max_batch = *std::max_element(streams.begin(), streams.end());
-  if (threads > 0) server::SetIntraOpThreads(threads);
+  if (threads > 0) engine::SetIntraOpThreads(threads);
 
   auto runner = bench::MakeBenchRunner(c, max_batch);
   if (!runner.ok()) {
     std::fprintf(stderr, "%s\n", std::string(runner.status().message()).c_str());
     return 1;
   }
-  server::ByteTokenizer tokenizer(c.vocab_size, c.bos_id, c.eos_id);
-  runtime::RealClock clock;
-  server::Scheduler sched(runner->get(), &tokenizer, {.max_batch = max_batch, .max_queue = max_batch}, &clock);
+  tokenizer::ByteTokenizer tokenizer(c.vocab_size, c.bos_id, c.eos_id);
+  base::RealClock clock;
+  engine::Scheduler sched(runner->get(), &tokenizer, {.max_batch = max_batch, .max_queue = max_batch}, &clock);
 
   std::printf("model: dim %lld, %lld layers, %lld heads (%lld kv), ffn %lld, %s, %.1fM parameters; %d tokens/request\n",
               (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads, (long long)c.n_kv_heads,

@@ -10,13 +10,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/llama_builder.h"
-#include "server/model_runner.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
 
 namespace autouvm::bench {
 
 // --dim, --layers, --heads, --kv-heads, --ffn-dim, --dtype; call FinishModelFlags after parsing.
-inline void AddModelFlags(CLI::App& app, server::ModelConfig* c) {
+inline void AddModelFlags(CLI::App& app, engine::ModelConfig* c) {
   app.add_option("--dim", c->dim, "hidden size")->capture_default_str();
   app.add_option("--layers", c->n_layers)->capture_default_str();
   app.add_option("--heads", c->n_heads)->capture_default_str();
@@ -25,15 +25,15 @@ inline void AddModelFlags(CLI::App& app, server::ModelConfig* c) {
   app.add_option("--dtype", c->dtype)->capture_default_str();
 }
 
-inline void FinishModelFlags(server::ModelConfig* c) {
+inline void FinishModelFlags(engine::ModelConfig* c) {
   if (c->n_heads > 0) c->head_dim = c->dim / c->n_heads;
 }
 
-inline absl::StatusOr<std::unique_ptr<server::ModelRunner>> MakeBenchRunner(const server::ModelConfig& c,
+inline absl::StatusOr<std::unique_ptr<engine::ModelRunner>> MakeBenchRunner(const engine::ModelConfig& c,
                                                                             int max_batch) {
   const auto dir = std::filesystem::temp_directory_path() / ("autouvm-bench-" + std::to_string(getpid()));
-  if (absl::Status s = server::WriteLlamaModel(c, 1, dir.string()); !s.ok()) return s;
-  auto runner = server::ModelRunner::Create((dir / c.name).string(), c, max_batch);
+  if (absl::Status s = engine::WriteLlamaModel(c, 1, dir.string()); !s.ok()) return s;
+  auto runner = engine::ModelRunner::Create((dir / c.name).string(), c, max_batch);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   return runner;

@@ -36,20 +36,20 @@
 #include "autouvm/v1/generation.grpc.pb.h"
 #include "bench/bench_util.h"
 #include "bench/decode_harness.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_key.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
 #include "runtime/compute_device.h"
-#include "server/llama_builder.h"
 #include "server/model_execution.h"
 #include "server/model_profiler.h"
-#include "server/model_runner.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using autouvm::server::IterationPhase;
+using autouvm::engine::IterationPhase;
 
 using autouvm::bench::Check;
 using autouvm::bench::Die;
@@ -90,11 +90,11 @@ struct Run {
 class Bare {
  public:
   Bare(autouvm::runtime::ComputeDevice* device, const std::string& entry_dir,
-       const autouvm::server::ModelConfig& config) {
+       const autouvm::engine::ModelConfig& config) {
     observer_ =
         std::make_unique<autouvm::server::IterationObserver>(Check(autouvm::runtime::Observer::Create(), "observer"));
     autouvm::runtime::Observer::MakeExecutionRepeatable();
-    runner_ = Check(autouvm::server::ModelRunner::Create(entry_dir, config, 1, device), "loading the model");
+    runner_ = Check(autouvm::engine::ModelRunner::Create(entry_dir, config, 1, device), "loading the model");
     runner_->NameTensors(observer_->observer());
     store_ = autouvm::profiler::NewInMemoryProfileStore();
     repository_ = std::make_unique<autouvm::profiler::ProfileRepository>(store_.get());
@@ -141,7 +141,7 @@ class Bare {
     std::vector<float> out;
     const auto t0 = Clock::now();
     for (int i = 1; i < tokens; ++i) {
-      const autouvm::server::ModelRunner::DecodeRow row{0, r.tokens.back(),
+      const autouvm::engine::ModelRunner::DecodeRow row{0, r.tokens.back(),
                                                         static_cast<int64_t>(prompt.size()) + i - 1};
       profiler_->BeforeIteration(IterationPhase::kDecode, 1, 0);
       absl::Status s = runner_->Decode({&row, 1}, &out);
@@ -158,10 +158,10 @@ class Bare {
   autouvm::server::ExecutionStats stats() const { return execution_->stats(); }
 
  private:
-  autouvm::runtime::RealClock clock_;
+  autouvm::base::RealClock clock_;
   autouvm::runtime::DeviceBackend* backend_ = nullptr;
   std::unique_ptr<autouvm::server::IterationObserver> observer_;
-  std::unique_ptr<autouvm::server::ModelRunner> runner_;
+  std::unique_ptr<autouvm::engine::ModelRunner> runner_;
   std::unique_ptr<autouvm::profiler::ProfileStore> store_;
   std::unique_ptr<autouvm::profiler::ProfileRepository> repository_;
   std::unique_ptr<autouvm::profiler::ProfileJobs> jobs_;
@@ -234,9 +234,9 @@ int main(int argc, char** argv) {
   // The model entry both sides load: weights generated on the GPU from the entry's seed.
   const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/daemon-overhead-", getpid());
   const std::string repo = root + "/models";
-  autouvm::server::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
+  autouvm::engine::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
   c.name = "bench-" + preset;
-  Check(autouvm::server::WriteLlamaModel(c, 7, repo), "writing the model entry");
+  Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
   const std::string entry = repo + "/" + c.name;
   const std::string digest = Check(autouvm::profiler::ModelDigest(entry), "digest");
   std::vector<int32_t> prompt;

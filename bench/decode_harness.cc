@@ -8,16 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "bench/bench_util.h"
+#include "engine/generated_weights.h"
+#include "engine/llama_builder.h"
+#include "engine/torch_dtype.h"
 #include "profiler/analysis.h"
 #include "profiler/planner.h"
 #include "profiler/profile_key.h"
 #include "profiler/reuse.h"
 #include "runtime/sim/trace_replay.h"
-#include "runtime/status_macros.h"
-#include "server/generated_weights.h"
-#include "server/llama_builder.h"
-#include "server/torch_dtype.h"
 
 namespace autouvm::bench {
 namespace {
@@ -31,8 +31,8 @@ std::vector<int64_t> Greedy(const torch::Tensor& logits, int64_t position) {
 
 }  // namespace
 
-absl::StatusOr<server::ModelConfig> LlamaConfig(const std::string& preset, int64_t seed, int64_t max_seq) {
-  server::ModelConfig c = server::DefaultTinyModelConfig("decode-bench");
+absl::StatusOr<engine::ModelConfig> LlamaConfig(const std::string& preset, int64_t seed, int64_t max_seq) {
+  engine::ModelConfig c = engine::DefaultTinyModelConfig("decode-bench");
   c.vocab_size = 32000;
   c.dtype = "bf16";
   c.max_seq = max_seq;
@@ -49,16 +49,16 @@ absl::StatusOr<server::ModelConfig> LlamaConfig(const std::string& preset, int64
   }
   c.head_dim = c.dim / c.n_heads;
   c.generated_weights_seed = seed;
-  RETURN_IF_ERROR(server::ValidateModelConfig(c));
+  RETURN_IF_ERROR(engine::ValidateModelConfig(c));
   return c;
 }
 
-absl::StatusOr<DecodeModel> LoadDecodeModel(const server::ModelConfig& c, int64_t max_batch,
+absl::StatusOr<DecodeModel> LoadDecodeModel(const engine::ModelConfig& c, int64_t max_batch,
                                             runtime::Observer* observer) {
   DecodeModel m;
   m.config = c;
   const auto dir = std::filesystem::temp_directory_path() / ("decode-harness-" + std::to_string(getpid()));
-  RETURN_IF_ERROR(server::WriteLlamaModel(c, static_cast<uint64_t>(c.generated_weights_seed), dir.string()));
+  RETURN_IF_ERROR(engine::WriteLlamaModel(c, static_cast<uint64_t>(c.generated_weights_seed), dir.string()));
   try {
     m.module = torch::jit::load((dir / c.name / "model.pt").string());
   } catch (const c10::Error& e) {
@@ -66,10 +66,10 @@ absl::StatusOr<DecodeModel> LoadDecodeModel(const server::ModelConfig& c, int64_
     return absl::InternalError(absl::StrCat("loading the built model: ", e.what_without_backtrace()));
   }
   std::filesystem::remove_all(dir);
-  RETURN_IF_ERROR(server::GenerateWeights(m.module, c.generated_weights_seed, torch::kCUDA));
+  RETURN_IF_ERROR(engine::GenerateWeights(m.module, c.generated_weights_seed, torch::kCUDA));
   m.module.to(torch::kCUDA);
   m.k_cache = torch::zeros({c.n_layers, max_batch, c.n_kv_heads, c.max_seq, c.head_dim},
-                           torch::TensorOptions().dtype(server::TorchDtype(c.dtype)).device(torch::kCUDA));
+                           torch::TensorOptions().dtype(engine::TorchDtype(c.dtype)).device(torch::kCUDA));
   m.v_cache = torch::zeros_like(m.k_cache);
   auto name = [&](const at::Tensor& t, const std::string& n) {
     const auto bytes = static_cast<int64_t>(t.storage().nbytes());

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "autouvm/v1/profile.pb.h"
 #include "bench/transfer_log.h"
+#include "engine/model_config.h"
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/driver_eviction.h"
@@ -32,16 +33,15 @@
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
 #include "runtime/storage_binding.h"
-#include "server/model_config.h"
 
 namespace autouvm::bench {
 
 // Llama-2 dimensions in bf16: "7b", "13b"; "small" (dim 1024, 8 layers) and "tiny" (dim 256, 4 layers,
 // vocab 512) for quick checks. Weights generated at load from `seed`.
-absl::StatusOr<server::ModelConfig> LlamaConfig(const std::string& preset, int64_t seed, int64_t max_seq);
+absl::StatusOr<engine::ModelConfig> LlamaConfig(const std::string& preset, int64_t seed, int64_t max_seq);
 
 struct DecodeModel {
-  server::ModelConfig config;
+  engine::ModelConfig config;
   torch::jit::Module module;
   torch::Tensor k_cache, v_cache;                                   // [layers, max_batch, kv heads, max_seq, head dim]
   std::vector<std::pair<std::string, runtime::TensorRange>> named;  // in allocation order
@@ -53,7 +53,7 @@ struct DecodeModel {
 // Builds the model (server/llama_builder), loads it onto the GPU with its weights generated there and a
 // KV cache for `max_batch` slots, and names every parameter, buffer and cache to `observer` ("param:"
 // ids). Call inside a ManagedMemoryPool scope to place it in managed memory.
-absl::StatusOr<DecodeModel> LoadDecodeModel(const server::ModelConfig& config, int64_t max_batch,
+absl::StatusOr<DecodeModel> LoadDecodeModel(const engine::ModelConfig& config, int64_t max_batch,
                                             runtime::Observer* observer);
 
 // Prefills slots 0..batch-1 with a fixed prompt of `prompt_len` tokens; returns each slot's next token.

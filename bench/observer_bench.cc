@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "bench/bench_model.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
 #include "runtime/observer.h"
-#include "server/llama_builder.h"
-#include "server/model_runner.h"
 
 namespace {
 
-using autouvm::server::ModelRunner;
+using autouvm::engine::ModelRunner;
 
 // Median seconds per decode step over `steps` steps; `around` wraps each step (begin/end recording).
 template <typename Around>
@@ -49,7 +49,7 @@ double TinyOpSeconds(int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto c = autouvm::server::DefaultTinyModelConfig("observer-bench");
+  auto c = autouvm::engine::DefaultTinyModelConfig("observer-bench");
   int steps = 200;
   int rounds = 5;
   CLI::App app{"Decode-step time with and without access-trace recording"};

@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  const autouvm::server::ModelConfig c =
+  const autouvm::engine::ModelConfig c =
       Check(autouvm::bench::LlamaConfig(preset, seed, std::max(prompt_len + steps, ttft_prompt) + 8), "model config");
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
 

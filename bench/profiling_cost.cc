@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_model.h"
 #include "bench/bench_util.h"
+#include "engine/model_config.h"
 #include "profiler/analysis.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_key.h"
@@ -36,13 +37,12 @@
 #include "runtime/observer.h"
 #include "runtime/sim/trace_replay.h"
 #include "runtime/trace_proto.h"
-#include "server/model_config.h"
 #include "server/model_profiler.h"
 
 namespace {
 
-using autouvm::server::IterationPhase;
-using autouvm::server::ModelRunner;
+using autouvm::engine::IterationPhase;
+using autouvm::engine::ModelRunner;
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -86,13 +86,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   autouvm::runtime::Observer::MakeExecutionRepeatable();
-  if (threads > 0) autouvm::server::SetIntraOpThreads(threads);
+  if (threads > 0) autouvm::engine::SetIntraOpThreads(threads);
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner;
-  autouvm::server::ModelConfig config = autouvm::server::DefaultTinyModelConfig("tiny-llama");
+  autouvm::engine::ModelConfig config = autouvm::engine::DefaultTinyModelConfig("tiny-llama");
   if (model_dir.empty()) {
     runner = autouvm::bench::MakeBenchRunner(config, batch);
   } else {
-    auto c = autouvm::server::LoadModelConfig(model_dir + "/model.yaml");
+    auto c = autouvm::engine::LoadModelConfig(model_dir + "/model.yaml");
     if (!c.ok()) return std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str()), 1;
     config = *c;
     runner = ModelRunner::Create(model_dir, config, batch);
@@ -107,14 +107,14 @@ int main(int argc, char** argv) {
   if (!store.ok()) return std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str()), 1;
   autouvm::profiler::ProfileRepository repository(store->get());
   const autouvm::runtime::GpuSpec spec = *autouvm::runtime::FindGpuSpec("h200-pcie5");
-  autouvm::runtime::RealClock clock;
+  autouvm::base::RealClock clock;
   autouvm::profiler::ProfileJobs jobs(&repository, spec, &clock);
 
   const IterationPhase ph = phase == "prefill" ? IterationPhase::kPrefill : IterationPhase::kDecode;
   const int rows = ph == IterationPhase::kPrefill ? 1 : batch;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len), 5);
   std::vector<float> logits;
-  auto iterate = [&](autouvm::server::IterationHooks* hooks, int i) {
+  auto iterate = [&](autouvm::engine::IterationHooks* hooks, int i) {
     std::vector<ModelRunner::DecodeRow> decode;
     for (int r = 0; r < rows; ++r) decode.push_back({r, 65 + (i + r) % 26, 8 + i % 64});
     if (hooks) hooks->BeforeIteration(ph, rows, prompt_len);

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "bench/bench_util.h"
 #include "bench/event_timer.h"
 #include "bench/uvm_probes.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::bench {
 namespace {

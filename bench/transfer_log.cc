@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/status_macros.h"
+#include "base/status_macros.h"
 
 namespace autouvm::bench {
 namespace {

@@ -9,13 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "bench/bench_util.h"
 #include "bench/step_times.h"
 #include "profiler/planner.h"
 #include "profiler/reuse.h"
 #include "runtime/op_timer.h"
 #include "runtime/sim/trace_replay.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::bench {
 namespace {

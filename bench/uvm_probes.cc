@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "bench/bench_util.h"
 #include "bench/event_timer.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::bench {
 namespace {

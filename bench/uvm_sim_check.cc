@@ -18,12 +18,12 @@
 
 #include "bench/bench_model.h"
 #include "bench/bench_util.h"
+#include "engine/llama_builder.h"
+#include "engine/torch_dtype.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
 #include "runtime/observer.h"
 #include "runtime/sim/trace_replay.h"
-#include "server/llama_builder.h"
-#include "server/torch_dtype.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ int Fail(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto c = autouvm::server::DefaultTinyModelConfig("uvm-sim-check");
+  auto c = autouvm::engine::DefaultTinyModelConfig("uvm-sim-check");
   c.dim = 4096;
   c.n_layers = 4;
   c.n_heads = 32;
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   autouvm::bench::FinishModelFlags(&c);
 
   const std::string dir = std::filesystem::temp_directory_path() / "uvm_sim_check";
-  if (auto s = autouvm::server::WriteLlamaModel(c, 1, dir); !s.ok()) return Fail(std::string(s.message()));
+  if (auto s = autouvm::engine::WriteLlamaModel(c, 1, dir); !s.ok()) return Fail(std::string(s.message()));
   auto cap = autouvm::runtime::cuda::ManagedMemoryPool::CapFromEnvironment();
   if (!cap.ok() || *cap == 0) return Fail("set AUTOUVM_MAX_MANAGED_BYTES (source .gpu/env.sh)");
   auto pool = autouvm::runtime::cuda::ManagedMemoryPool::Create(0, {.cap_bytes = *cap});
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   autouvm::runtime::cuda::ManagedMemoryPool::Scope scope(pool->get());
   torch::jit::Module m = torch::jit::load(dir + "/" + c.name + "/model.pt");
   m.to(torch::kCUDA);
-  const auto dtype = autouvm::server::TorchDtype(c.dtype);
+  const auto dtype = autouvm::engine::TorchDtype(c.dtype);
   auto k_cache = torch::zeros({c.n_layers, 1, c.n_kv_heads, c.max_seq, c.head_dim},
                               torch::TensorOptions().dtype(dtype).device(torch::kCUDA));
   auto v_cache = torch::zeros_like(k_cache);

@@ -6,8 +6,10 @@ find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(Torch REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
+find_package(spdlog CONFIG REQUIRED)  # base/log.cc
+find_package(nlohmann_json CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)  # SHA-256 of model files and stored values
-find_package(ICU REQUIRED COMPONENTS uc i18n)  # tokenizer.json: Unicode regexes and NFC (server/bpe_tokenizer.h)
+find_package(ICU REQUIRED COMPONENTS uc i18n)  # tokenizer.json: Unicode regexes and NFC (tokenizer/bpe_tokenizer.h)
 
 # RocksDB's own CMake config drags in gflags/Snappy configs that break outside /usr.
 find_library(ROCKSDB_LIBRARY rocksdb REQUIRED)

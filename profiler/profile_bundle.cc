@@ -1,9 +1,9 @@
 #include "profiler/profile_bundle.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "profiler/profile_codec.h"
 #include "profiler/profile_key.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::profiler {
 

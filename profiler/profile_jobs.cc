@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iostream>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
 #include "runtime/trace_proto.h"
@@ -38,7 +38,7 @@ namespace {
 constexpr size_t kHistory = 32;
 }  // namespace
 
-ProfileJobs::ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const runtime::Clock* clock)
+ProfileJobs::ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const base::Clock* clock)
     : repository_(repository), spec_(std::move(spec)), clock_(clock), worker_([this] { Work(); }) {}
 
 ProfileJobs::~ProfileJobs() {
@@ -88,7 +88,7 @@ bool ProfileJobs::ShouldRecord(const autouvm::v1::ProfileKey& key) {
     return false;
   }
   if (!stored.ok()) {
-    std::cerr << "autouvmd: profiler: " << stored.status().message() << "; profiling " << k << " again\n";
+    AUTOUVM_LOG(WARNING) << "profiler: " << stored.status().message() << "; profiling " << k << " again";
   }
   Set(key, ProfileState::kRecording, stored.ok() ? "" : std::string(stored.status().message()));
   return true;
@@ -101,7 +101,7 @@ void ProfileJobs::Submit(const autouvm::v1::ProfileKey& key, runtime::AccessTrac
 }
 
 void ProfileJobs::Fail(const autouvm::v1::ProfileKey& key, const std::string& reason) {
-  std::cerr << "autouvmd: profiler: " << EncodeKey(key) << " failed: " << reason << "\n";
+  AUTOUVM_LOG(WARNING) << "profiler: " << EncodeKey(key) << " failed: " << reason;
   absl::MutexLock lock(&mu_);
   Set(key, ProfileState::kFailed, reason);
 }
@@ -133,14 +133,15 @@ bool ProfileJobs::ReportMismatch(const autouvm::v1::ProfileKey& key, int64_t dif
   const int32_t mismatches = it == status_.end() ? 1 : it->second.mismatches + 1;
   std::string what = absl::StrCat("ops differ from the profile (", detail, ")");
   if (mismatches < 2) {
-    std::cerr << "autouvmd: profiler: " << k << ": " << what << "; profiling it again\n";
+    AUTOUVM_LOG(INFO) << "profiler: " << k << ": " << what << "; profiling it again";
     Set(key, ProfileState::kStale, std::move(what)).mismatches = mismatches;
     return true;
   }
-  std::cerr << "autouvmd: profiler: " << k << ": " << what
-            << " again: this shape runs other ops from one iteration to the next; it keeps its last plan and is"
-               " not profiled again (further mismatches are counted in autouvm_profile_mismatches_total, not"
-               " logged)\n";
+  AUTOUVM_LOG(WARNING)
+      << "profiler: " << k << ": " << what
+      << " again: this shape runs other ops from one iteration to the next; it keeps its last plan and is"
+         " not profiled again (further mismatches are counted in autouvm_profile_mismatches_total, not"
+         " logged)";
   std::string reason = absl::StrCat("unstable: its ops differed from its profile twice (last: ", what,
                                     "); served by its last plan, not profiled again");
   ProfileStatus& s = it != status_.end() && it->second.state != ProfileState::kStale
@@ -181,7 +182,7 @@ absl::StatusOr<PlanToFollow> ProfileJobs::ReadPlan(const autouvm::v1::ProfileKey
   }
   auto damaged = [&](const std::string& what) {
     std::string reason = absl::StrCat("reading its plan to follow: ", what);
-    std::cerr << "autouvmd: profiler: " << EncodeKey(key) << ": " << reason << "; profiling it again\n";
+    AUTOUVM_LOG(INFO) << "profiler: " << EncodeKey(key) << ": " << reason << "; profiling it again";
     absl::MutexLock lock(&mu_);
     Set(key, ProfileState::kStale, reason);
     return absl::DataLossError(absl::StrCat(EncodeKey(key), ": ", reason));
@@ -271,7 +272,7 @@ void ProfileJobs::RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job) 
   if (written.ok()) {
     Set(key, ProfileState::kReady, "").verified = true;
   } else {
-    std::cerr << "autouvmd: profiler: storing " << EncodeKey(key) << ": " << written.message() << "\n";
+    AUTOUVM_LOG(ERROR) << "profiler: storing " << EncodeKey(key) << ": " << written.message();
     Set(key, ProfileState::kFailed, absl::StrCat("storing the profile: ", written.message()));
   }
 }

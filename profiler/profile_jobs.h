@@ -33,9 +33,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "autouvm/v1/profile.pb.h"
+#include "base/clock.h"
 #include "profiler/profile_repository.h"
 #include "runtime/access_trace.h"
-#include "runtime/clock.h"
 #include "runtime/gpu_spec.h"
 
 namespace autouvm::profiler {
@@ -70,7 +70,7 @@ struct PlanToFollow {
 
 class ProfileJobs {
  public:
-  ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const runtime::Clock* clock);
+  ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const base::Clock* clock);
   ~ProfileJobs();  // finishes the work already submitted, then stops the worker
 
   // True exactly once for a key that needs a profile: the caller records the iteration it is about to
@@ -133,7 +133,7 @@ class ProfileJobs {
 
   ProfileRepository* const repository_;
   const runtime::GpuSpec spec_;
-  const runtime::Clock* const clock_;
+  const base::Clock* const clock_;
   std::atomic<int64_t> identity_mismatches_{0};
   std::atomic<int64_t> mismatched_ops_{0};
   mutable absl::Mutex mu_;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/status_macros.h"
+#include "base/status_macros.h"
 
 namespace autouvm::runtime {
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "runtime/driver_eviction.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::runtime {
 

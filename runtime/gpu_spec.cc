@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/status_macros.h"
-#include "runtime/yaml_fields.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
 
 namespace autouvm::runtime {
 namespace {
@@ -137,7 +137,7 @@ std::vector<GpuSpec> MakeBuiltins() {
 }
 
 absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* spec) {
-  YamlFields f(node, path);
+  base::YamlFields f(node, path);
   double memory_gib = spec->memory_bytes / kGiB, hbm = spec->hbm_bytes_per_s / 1e9, tflops = spec->peak_flops / 1e12,
          link = spec->link_bytes_per_s / 1e9, launch_us = spec->kernel_launch_s / kUs,
          framework_us = spec->framework_op_s / kUs;
@@ -159,7 +159,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   double remote = u.remote_bytes_per_s / 1e9;
   double remote_matrix = u.remote_matrix_bytes_per_s / 1e9;
   double staged = u.staged_copy_bytes_per_s / 1e9;
-  YamlFields fu(f.Map("uvm"), f.PathOf("uvm"));
+  base::YamlFields fu(f.Map("uvm"), f.PathOf("uvm"));
   for (Micro m : {Micro{"fault_batch_us", &u.fault_batch_s}, Micro{"fault_entry_us", &u.fault_entry_s},
                   Micro{"fault_page_us", &u.fault_page_s}, Micro{"fault_block_us", &u.fault_block_s},
                   Micro{"prefetch_call_us", &u.prefetch_call_s}, Micro{"prefetch_block_us", &u.prefetch_block_s},
@@ -222,7 +222,7 @@ absl::StatusOr<GpuSpec> FindGpuSpec(std::string_view name) {
 }
 
 absl::StatusOr<std::vector<GpuSpec>> ParseGpuSpecs(std::string_view yaml) {
-  ASSIGN_OR_RETURN(YAML::Node root, ParseYamlDocument(std::string(yaml), "GPU specs"));
+  ASSIGN_OR_RETURN(YAML::Node root, base::ParseYamlDocument(std::string(yaml), "GPU specs"));
   if (!root.IsMap()) return absl::InvalidArgumentError("GPU specs: expected a mapping with a `gpus` list");
   for (const auto& kv : root) {
     if (kv.first.Scalar() != "gpus") {

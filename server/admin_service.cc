@@ -70,7 +70,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
       out->set_state(autouvm::v1::MODEL_STATE_READY);
       break;
   }
-  const ModelConfig& c = m.config;
+  const engine::ModelConfig& c = m.config;
   auto* info = out->mutable_info();
   info->set_name(c.name);
   info->set_architecture(c.architecture);
@@ -88,7 +88,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   info->set_parameters(m.runner->parameter_count());
   info->set_parameter_bytes(m.runner->parameter_bytes());
   out->set_kv_cache_bytes(m.runner->kv_cache_bytes());
-  const SchedulerStats stats = m.scheduler->Stats();
+  const engine::SchedulerStats stats = m.scheduler->Stats();
   out->set_active_requests(stats.active);
   out->set_queued_requests(stats.queued);
   out->set_requests_total(stats.requests_total);

@@ -6,16 +6,17 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
 #include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
-#include "runtime/status_macros.h"
-#include "runtime/yaml_fields.h"
 
 namespace autouvm::server {
 
-using runtime::ParseYamlDocument;
-using runtime::ReadTextFile;
-using runtime::YamlFields;
+using base::ParseYamlDocument;
+using base::ReadTextFile;
+using base::YamlFields;
 
 namespace {
 

@@ -5,26 +5,27 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <filesystem>
-#include <iostream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
+#include "engine/model_runner.h"
+#include "engine/serving_gate.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
 #include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
-#include "runtime/status_macros.h"
-#include "runtime/yaml_fields.h"
 #include "server/admin_service.h"
 #include "server/generation_service.h"
 #include "server/metrics.h"
 #include "server/model_manager.h"
 #include "server/model_profiler.h"
-#include "server/model_runner.h"
 #include "server/profile_admin.h"
-#include "server/serving_gate.h"
 #include "server/tls.h"
 
 #ifndef AUTOUVM_VERSION
@@ -39,7 +40,7 @@ namespace {
 absl::StatusOr<std::string> AdminToken(const ServerConfig& config) {
   std::string token;
   if (!config.admin_token_file.empty()) {
-    auto text = runtime::ReadTextFile(config.admin_token_file, "the admin token file");
+    auto text = base::ReadTextFile(config.admin_token_file, "the admin token file");
     if (!text.ok()) return absl::FailedPreconditionError(absl::StrCat("admin.token_file: ", text.status().message()));
     token = std::string(absl::StripAsciiWhitespace(*text));
     if (token.empty()) {
@@ -64,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   if (ec)
     return absl::FailedPreconditionError(
         absl::StrCat("state_dir: cannot create ", config.state_dir, ": ", ec.message()));
-  if (config.intra_op_threads > 0) SetIntraOpThreads(static_cast<int>(config.intra_op_threads));
+  if (config.intra_op_threads > 0) engine::SetIntraOpThreads(static_cast<int>(config.intra_op_threads));
 
   AdminFacts facts;
   facts.version = AUTOUVM_VERSION;
@@ -76,12 +77,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   if (store.ok()) {
     d->profiles_ = std::move(*store);
   } else {
-    std::cerr << "autouvmd: " << store.status().message() << "; keeping profiles in memory only\n";
+    AUTOUVM_LOG(ERROR) << store.status().message() << "; keeping profiles in memory only";
     facts.health_details.push_back(
         absl::StrCat("profile store: ", store.status().message(), "; profiles are kept in memory and lost at exit"));
     d->profiles_ = profiler::NewInMemoryProfileStore();
   }
-  std::cerr << "autouvmd: profile store: " << d->profiles_->Describe() << "\n";
+  AUTOUVM_LOG(INFO) << "profile store: " << d->profiles_->Describe();
   d->repository_ = std::make_unique<profiler::ProfileRepository>(d->profiles_.get());
 
   ProfilingServices profiling;
@@ -108,9 +109,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   // Where the models compute: a CUDA device that cannot be opened is the daemon's error, not a model's.
   ASSIGN_OR_RETURN(const runtime::GpuSpec gpu, runtime::FindGpuSpec(config.gpu));
   ASSIGN_OR_RETURN(d->device_, runtime::OpenComputeDevice({.backend = config.backend, .spec = gpu}));
-  std::cerr << "autouvmd: compute backend: " << d->device_->kind() << "\n";
+  AUTOUVM_LOG(INFO) << "compute backend: " << d->device_->kind();
   d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_, profiling, d->device_.get());
-  d->gate_ = std::make_unique<ServingGate>();
+  d->gate_ = std::make_unique<engine::ServingGate>();
   d->metrics_ = std::make_unique<Metrics>(MetricsSources{.models = d->models_.get(),
                                                          .jobs = d->jobs_.get(),
                                                          .repository = d->repository_.get(),
@@ -130,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
     };
     ASSIGN_OR_RETURN(d->metrics_server_, MetricsServer::Start(config.metrics_listen, d->metrics_.get(), ready));
     facts.metrics_address = d->metrics_server_->address();
-    std::cerr << "autouvmd: metrics on http://" << facts.metrics_address << "/metrics\n";
+    AUTOUVM_LOG(INFO) << "metrics on http://" << facts.metrics_address << "/metrics";
   }
   d->generation_ =
       std::make_unique<GenerationService>(d->models_.get(), &d->config_, d->gate_.get(), d->metrics_.get());
@@ -153,14 +154,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   }
   auto* health = d->server_->GetHealthCheckService();
   health->SetServingStatus(false);
-  std::cerr << "autouvmd: listening on " << config.listen.substr(0, config.listen.rfind(':')) << ":" << d->port_ << ", "
-            << DescribeTls(config.tls) << " (health NOT_SERVING until the models are loaded)\n";
+  AUTOUVM_LOG(INFO) << "listening on " << config.listen.substr(0, config.listen.rfind(':')) << ":" << d->port_ << ", "
+                    << DescribeTls(config.tls) << " (health NOT_SERVING until the models are loaded)";
 
   Daemon* self = d.get();
   d->loader_ = std::thread([self] {
     absl::Status s = self->models_->LoadAll();
     if (!s.ok()) {
-      std::cerr << "autouvmd: loading models failed: " << s.message() << "\n";
+      AUTOUVM_LOG(ERROR) << "loading models failed: " << s.message();
       return;
     }
     bool any_ready = false;
@@ -168,17 +169,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
     if (!any_ready) {
       std::error_code ec;
       const std::string repo = std::filesystem::absolute(self->config_.model_repository, ec).string();
-      std::cerr << "autouvmd: "
-                << (self->models_->List().empty() ? absl::StrCat("no model in the repository ", repo,
-                                                                 " (one directory per model: NAME/model.yaml and "
-                                                                 "model.pt; docs/model-contract.md)")
-                                                  : absl::StrCat("no model in ", repo, " could be loaded"))
-                << "; health stays NOT_SERVING\n";
+      AUTOUVM_LOG(WARNING) << (self->models_->List().empty()
+                                   ? absl::StrCat("no model in the repository ", repo,
+                                                  " (one directory per model: NAME/model.yaml and "
+                                                  "model.pt; docs/model-contract.md)")
+                                   : absl::StrCat("no model in ", repo, " could be loaded"))
+                           << "; health stays NOT_SERVING";
       return;
     }
     if (!self->gate_->draining()) {
       self->server_->GetHealthCheckService()->SetServingStatus(true);
-      std::cerr << "autouvmd: serving (health SERVING)\n";
+      AUTOUVM_LOG(INFO) << "serving (health SERVING)";
     }
   });
   return d;
@@ -193,28 +194,28 @@ bool Daemon::Drain() {
   // once, the drain thread preempted between the two on CI's loaded cores).
   gate_->StartDraining();
   server_->GetHealthCheckService()->SetServingStatus(false);
-  std::cerr << "autouvmd: draining (up to " << config_.drain_timeout_ms << " ms for requests in flight)\n";
+  AUTOUVM_LOG(INFO) << "draining (up to " << config_.drain_timeout_ms << " ms for requests in flight)";
   const bool clean = gate_->WaitIdle(absl::Milliseconds(config_.drain_timeout_ms));
   if (!clean && !ended_now_.load()) {
-    std::cerr << "autouvmd: drain timeout passed; cancelling the requests still running\n";
+    AUTOUVM_LOG(WARNING) << "drain timeout passed; cancelling the requests still running";
   }
   WaitLoaded();
-  std::cerr << "autouvmd: ending the requests still running or queued\n";
+  AUTOUVM_LOG(INFO) << "ending the requests still running or queued";
   models_->Shutdown(absl::ZeroDuration());  // finishes whatever is left with UNAVAILABLE
   // The handlers of those requests must still send that status: gRPC's own shutdown would cancel them
   // (the client would see CANCELLED, which it did not ask for; load_e2e_test under SIGTERM saw 28).
-  if (!gate_->WaitIdle(absl::Seconds(10), ServingGate::Wait::kToTheEnd)) {
-    std::cerr << "autouvmd: some calls did not end within 10 s\n";
+  if (!gate_->WaitIdle(absl::Seconds(10), engine::ServingGate::Wait::kToTheEnd)) {
+    AUTOUVM_LOG(WARNING) << "some calls did not end within 10 s";
   }
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
-  std::cerr << "autouvmd: stopped\n";
+  AUTOUVM_LOG(INFO) << "stopped";
   return clean;
 }
 
 void Daemon::EndDrainNow() {
   if (ended_now_.exchange(true)) return;
-  std::cerr << "autouvmd: ending the drain now; the requests still running end with UNAVAILABLE\n";
+  AUTOUVM_LOG(WARNING) << "ending the drain now; the requests still running end with UNAVAILABLE";
   gate_->EndDrainNow();
 }
 

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "runtime/clock.h"
+#include "base/clock.h"
 #include "server/config.h"
 
 namespace grpc {
@@ -31,10 +31,13 @@ namespace autouvm::runtime {
 class ComputeDevice;
 }
 
+namespace autouvm::engine {
+class ServingGate;
+}
+
 namespace autouvm::server {
 
 class ModelManager;
-class ServingGate;
 class GenerationService;
 class AdminService;
 class IterationObserver;
@@ -61,7 +64,7 @@ class Daemon {
   explicit Daemon(const ServerConfig& config);
 
   ServerConfig config_;
-  runtime::RealClock clock_;
+  base::RealClock clock_;
   // Declared in the order they are needed: models use the jobs and the observer, which use the store.
   std::unique_ptr<profiler::ProfileStore> profiles_;
   std::unique_ptr<profiler::ProfileRepository> repository_;
@@ -69,7 +72,7 @@ class Daemon {
   std::unique_ptr<IterationObserver> observer_;
   std::unique_ptr<runtime::ComputeDevice> device_;  // runtime.backend; outlives the models
   std::unique_ptr<ModelManager> models_;
-  std::unique_ptr<ServingGate> gate_;
+  std::unique_ptr<engine::ServingGate> gate_;
   std::unique_ptr<Metrics> metrics_;               // reads the models and the gate at each scrape
   std::unique_ptr<MetricsServer> metrics_server_;  // null when server.metrics_listen is empty
   std::unique_ptr<GenerationService> generation_;

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "proto/lenient_parse.h"
-#include "runtime/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_validation.h"
 
@@ -20,24 +20,19 @@ using autouvm::v1::GenerateRequest;
 using autouvm::v1::GenerateResponse;
 using autouvm::v1::GenerateStreamResponse;
 
-autouvm::v1::FinishReason ToProto(FinishReason r) {
+autouvm::v1::FinishReason ToProto(engine::FinishReason r) {
   switch (r) {
-    case FinishReason::kStop:
+    case engine::FinishReason::kStop:
       return autouvm::v1::FINISH_REASON_STOP;
-    case FinishReason::kLength:
+    case engine::FinishReason::kLength:
       return autouvm::v1::FINISH_REASON_LENGTH;
-    case FinishReason::kCancelled:
+    case engine::FinishReason::kCancelled:
       return autouvm::v1::FINISH_REASON_CANCELLED;
   }
   return autouvm::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-std::string MakeRequestId() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return absl::StrCat("req-", absl::Hex(rng(), absl::kZeroPad16));
-}
-
-void FillSummary(const std::string& request_id, const std::string& model, const GenerationResult& result,
+void FillSummary(const std::string& request_id, const std::string& model, const engine::GenerationResult& result,
                  GenerateResponse* out) {
   out->set_request_id(request_id);
   out->set_model(model);
@@ -68,82 +63,49 @@ void FillSummary(const std::string& request_id, const std::string& model, const 
 // finish it at once (a one-token request), and Finish leads to OnDone, which deletes the reactor. Admit
 // still has work to do after Submit, so neither reactor calls Finish until Start is through with Admit.
 //
-// Admission and cancellation shared by both call shapes. A call owns one of these; the scheduler holds
-// a pointer to the call (as its GenerationSink) until OnFinish.
+// Admission (engine::GenerationCall, the front door), cancellation and the call's metrics, shared by
+// both call shapes. A call owns one of these; the scheduler holds a pointer to the call (as its
+// GenerationSink) until OnFinish.
 class Call {
  public:
-  Call(ModelManager* models, const ServerConfig* config, ServingGate* gate, Metrics* metrics)
-      : models_(models), config_(config), gate_(gate), metrics_(metrics) {}
-  ~Call() {
-    if (entered_) gate_->Exit();
-  }
+  Call(const engine::GenerationFrontend* frontend, Metrics* metrics) : call_(frontend), metrics_(metrics) {}
 
-  absl::Status Admit(grpc::CallbackServerContext* context, const GenerateRequest& request, GenerationSink* sink) {
-    if (!gate_->TryEnter()) return absl::UnavailableError("the server is draining and accepts no new requests");
-    entered_ = true;
+  absl::Status Admit(grpc::CallbackServerContext* context, const GenerateRequest& request,
+                     engine::GenerationSink* sink) {
+    engine::GenerationRequest r = FromProto(request);
+    r.deadline = absl::FromChrono(context->deadline());
     // Note [Requests that do not parse] (proto/lenient_parse.h).
-    if (std::string defect = autouvm::proto::RequestDefect(request); !defect.empty()) {
-      return absl::InvalidArgumentError(defect);
-    }
-    ASSIGN_OR_RETURN(const ServedModel* served, models_->Ready(request.model(), absl::StatusCode::kUnavailable));
-    const ServedModel& m = *served;
-    model_ = m.name;
-    thread_local std::mt19937_64 seeds(std::random_device{}());
-    auto params = BuildGenerationParams(request, m.config, *m.tokenizer, m.settings, config_->limits, seeds());
-    if (!params.ok()) return params.status();
-    if (params->request_id.empty()) params->request_id = MakeRequestId();
-    params->deadline = absl::FromChrono(context->deadline());
-    request_id_ = params->request_id;  // for the final message
-    auto handle = m.scheduler->Submit(std::move(*params), sink);
-    if (!handle.ok()) return handle.status();
-    absl::MutexLock lock(&mu_);
-    handle_ = *handle;
-    if (cancelled_) handle_->Cancel();
-    return absl::OkStatus();
+    return call_.Submit(std::move(r), GrpcFieldNames(), sink, autouvm::proto::RequestDefect(request));
   }
 
-  void Cancel() {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    if (handle_) handle_->Cancel();
-  }
-
-  const std::string& request_id() const { return request_id_; }
-  const std::string& model() const { return model_; }
+  void Cancel() { call_.Cancel(); }
+  const std::string& request_id() const { return call_.request_id(); }
+  const std::string& model() const { return call_.model(); }
 
   // The call ends with `status`; `result` when the scheduler ran it. The model label is the served
   // model the request named, or "" (an unknown name is not a label: clients choose it).
-  void Record(const absl::Status& status, const GenerationResult* result) {
-    if (metrics_ != nullptr) metrics_->RecordRequest(model_, status.code(), result);
+  void Record(const absl::Status& status, const engine::GenerationResult* result) {
+    if (metrics_ != nullptr) metrics_->RecordRequest(call_.model(), status.code(), result);
   }
   // A token was emitted (scheduler thread only).
   void Token() {
     const auto now = std::chrono::steady_clock::now();
     if (metrics_ != nullptr && tokens_++ > 0) {
-      metrics_->RecordTokenGap(model_, std::chrono::duration<double>(now - last_token_).count());
+      metrics_->RecordTokenGap(call_.model(), std::chrono::duration<double>(now - last_token_).count());
     }
     last_token_ = now;
   }
 
  private:
-  ModelManager* models_;
-  const ServerConfig* config_;
-  ServingGate* gate_;
+  engine::GenerationCall call_;
   Metrics* metrics_;
   int64_t tokens_ = 0;
   std::chrono::steady_clock::time_point last_token_;
-  bool entered_ = false;
-  std::string request_id_;
-  std::string model_;
-  absl::Mutex mu_;
-  std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamResponse>, public GenerationSink {
+class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamResponse>, public engine::GenerationSink {
  public:
-  StreamReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate, Metrics* metrics)
-      : call_(models, config, gate, metrics) {}
+  StreamReactor(const engine::GenerationFrontend* frontend, Metrics* metrics) : call_(frontend, metrics) {}
 
   void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
     if (absl::Status s = call_.Admit(context, request, this); !s.ok()) {
@@ -164,7 +126,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
 
   // See Note [The last touch of a stream]: the messages and finished_ go in under the lock Pump decides
   // under, and what Pump does then is this thread's last touch of the reactor.
-  void OnFinish(const std::string& tail, const GenerationResult& result) override {
+  void OnFinish(const std::string& tail, const engine::GenerationResult& result) override {
     call_.Record(result.status, &result);
     std::vector<GenerateStreamResponse> last;
     if (!tail.empty()) last.emplace_back().mutable_chunk()->set_text(tail);
@@ -232,11 +194,10 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSink {
+class UnaryReactor final : public grpc::ServerUnaryReactor, public engine::GenerationSink {
  public:
-  UnaryReactor(ModelManager* models, const ServerConfig* config, ServingGate* gate, Metrics* metrics,
-               GenerateResponse* response)
-      : call_(models, config, gate, metrics), response_(response) {}
+  UnaryReactor(const engine::GenerationFrontend* frontend, Metrics* metrics, GenerateResponse* response)
+      : call_(frontend, metrics), response_(response) {}
 
   void Start(grpc::CallbackServerContext* context, const GenerateRequest& request) {
     if (absl::Status s = call_.Admit(context, request, this); !s.ok()) {
@@ -261,7 +222,7 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
     response_->mutable_text()->append(text);
   }
 
-  void OnFinish(const std::string& tail, const GenerationResult& result) override {
+  void OnFinish(const std::string& tail, const engine::GenerationResult& result) override {
     call_.Record(result.status, &result);
     response_->mutable_text()->append(tail);
     FillSummary(call_.request_id(), call_.model(), result, response_);
@@ -292,14 +253,14 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public GenerationSin
 
 grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  auto* reactor = new StreamReactor(models_, config_, gate_, metrics_);
+  auto* reactor = new StreamReactor(&frontend_, metrics_);
   reactor->Start(context, *request);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const GenerateRequest* request, GenerateResponse* response) {
-  auto* reactor = new UnaryReactor(models_, config_, gate_, metrics_, response);
+  auto* reactor = new UnaryReactor(&frontend_, metrics_, response);
   reactor->Start(context, *request);
   return reactor;
 }

@@ -9,7 +9,8 @@
 
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
-#include "runtime/yaml_fields.h"
+#include "base/log.h"
+#include "base/yaml_fields.h"
 #include "server/config.h"
 #include "server/daemon.h"
 #include "server/shutdown_signals.h"
@@ -21,7 +22,7 @@ bool WritePortFile(const std::string& path, int port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << port << "\n";
+    out << port;
     if (!out.good()) return false;
   }
   std::error_code ec;
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
   // SIGTERM and SIGINT drain, a second one ends the drain (Note [Shutdown signals]); over abseil's.
   auto signals = autouvm::server::ShutdownSignals::Install();
   if (!signals.ok()) {
-    std::cerr << "autouvmd: cannot start: " << signals.status().message() << "\n";
+    AUTOUVM_LOG(ERROR) << "cannot start: " << signals.status().message();
     return 1;
   }
 
@@ -55,14 +56,28 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "overrides runtime.intra_op_threads");
   app.add_option("--port-file", port_file, "write the bound gRPC port to this file once listening");
   app.add_flag("--print-default-config", print_config, "print the embedded default config and exit");
+  std::string log_level = "info", log_format = "text";
+  app.add_option("--log-level", log_level, "debug, info, warning or error (default info)");
+  app.add_option("--log-format", log_format, "text, or json: one JSON object per line, for log collectors");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help is a "parse error" with exit code 0; any other is a usage error: exit 2, as a bad config is.
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "autouvmd: invalid command line: " << e.what() << " (autouvmd --help lists the flags)\n";
+    AUTOUVM_LOG(ERROR) << "invalid command line: " << e.what() << " (autouvmd --help lists the flags)";
     return 2;
   }
+  autouvm::base::LogOptions log;
+  for (const auto& [flag, parsed] :
+       {std::pair{"--log-level", autouvm::base::ParseLogLevel(log_level, &log.level)},
+        std::pair{"--log-format", autouvm::base::ParseLogFormat(log_format, &log.format)}}) {
+    if (!parsed.ok()) {
+      AUTOUVM_LOG(ERROR) << "invalid command line: " << flag << ": " << parsed.message()
+                         << " (autouvmd --help lists the flags)";
+      return 2;
+    }
+  }
+  autouvm::base::InitLogging(log);
   if (print_config) {
     std::cout << autouvm::server::EmbeddedDefaultConfig();
     return 0;
@@ -70,7 +85,7 @@ int main(int argc, char** argv) {
 
   auto config = autouvm::server::LoadServerConfig(config_path);
   if (!config.ok()) {
-    std::cerr << "autouvmd: invalid configuration: " << config.status().message() << "\n";
+    AUTOUVM_LOG(ERROR) << "invalid configuration: " << config.status().message();
     return 2;
   }
   if (!listen.empty()) config->listen = listen;
@@ -79,28 +94,28 @@ int main(int argc, char** argv) {
   if (!state_dir.empty()) config->state_dir = state_dir;
   if (threads >= 0) config->intra_op_threads = threads;
   if (!drain_timeout.empty()) {
-    if (!autouvm::runtime::ParseDurationMs(drain_timeout, &config->drain_timeout_ms).ok()) {
-      std::cerr << "autouvmd: invalid configuration: --drain-timeout: expected a duration such as 30s\n";
+    if (!autouvm::base::ParseDurationMs(drain_timeout, &config->drain_timeout_ms).ok()) {
+      AUTOUVM_LOG(ERROR) << "invalid configuration: --drain-timeout: expected a duration such as 30s";
       return 2;
     }
   }
 
   auto daemon = autouvm::server::Daemon::Start(*config);
   if (!daemon.ok()) {
-    std::cerr << "autouvmd: cannot start: " << daemon.status().message() << "\n";
+    AUTOUVM_LOG(ERROR) << "cannot start: " << daemon.status().message();
     return 1;
   }
   if (!port_file.empty() && !WritePortFile(port_file, (*daemon)->port())) {
-    std::cerr << "autouvmd: cannot write --port-file " << port_file << "\n";
+    AUTOUVM_LOG(ERROR) << "cannot write --port-file " << port_file;
     return 1;
   }
-  std::cerr << "autouvmd: try  autouvm-cli --addr 127.0.0.1:" << (*daemon)->port()
-            << (config->tls.enabled() ? " --tls-ca CA.pem --tls-server-name NAME" : "") << " generate --model "
-            << (config->generate_default_model.empty() ? "NAME" : config->generate_default_model)
-            << " --prompt 'Hello'\n";
+  AUTOUVM_LOG(INFO) << "try  autouvm-cli --addr 127.0.0.1:" << (*daemon)->port()
+                    << (config->tls.enabled() ? " --tls-ca CA.pem --tls-server-name NAME" : "") << " generate --model "
+                    << (config->generate_default_model.empty() ? "NAME" : config->generate_default_model)
+                    << " --prompt 'Hello'";
 
   const int sig = (*signals)->Wait();
-  std::cerr << "autouvmd: received " << autouvm::server::SignalName(sig) << "; another one ends the drain at once\n";
+  AUTOUVM_LOG(INFO) << "received " << autouvm::server::SignalName(sig) << "; another one ends the drain at once";
   autouvm::server::Daemon* d = daemon->get();
   std::thread drain([d, &signals] {
     d->Drain();
@@ -108,7 +123,7 @@ int main(int argc, char** argv) {
   });
   // The drain runs on its own thread so that this one is free for a second signal.
   while (int again = (*signals)->Wait()) {
-    std::cerr << "autouvmd: received " << autouvm::server::SignalName(again) << " during the drain\n";
+    AUTOUVM_LOG(WARNING) << "received " << autouvm::server::SignalName(again) << " during the drain";
     d->EndDrainNow();
   }
   drain.join();

@@ -101,7 +101,7 @@ Metrics::Metrics(MetricsSources sources)
 
 Metrics::~Metrics() = default;
 
-void Metrics::RecordRequest(const std::string& model, absl::StatusCode code, const GenerationResult* result) {
+void Metrics::RecordRequest(const std::string& model, absl::StatusCode code, const engine::GenerationResult* result) {
   requests_->Add({{"model", model}, {"code", absl::StatusCodeToString(code)}}).Increment();
   if (result == nullptr) return;
   prompt_tokens_->Add({{"model", model}}).Increment(result->prompt_tokens);
@@ -160,7 +160,7 @@ std::string Metrics::Scrape() const {
     const ServedModel& m = *v.model;
     by_digest[m.digest] = m.name;
     const Labels model{{"model", m.name}};
-    const SchedulerStats st = m.scheduler->Stats();
+    const engine::SchedulerStats st = m.scheduler->Stats();
     Snapshot::Add(running, model, st.active);
     Snapshot::Add(waiting, model, st.queued);
     if (m.profiler != nullptr) Snapshot::Add(budget, model, m.profiler->identity().device_budget_bytes);

@@ -22,8 +22,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/scheduler.h"
 #include "server/model_manager.h"
-#include "server/scheduler.h"
 
 namespace prometheus {
 class Registry;
@@ -63,7 +63,7 @@ class Metrics {
 
   // A generation request finished with `code`: refused before it ran (`result` null; `model` empty when
   // the request named no served model), or run (its timings and token counts).
-  void RecordRequest(const std::string& model, absl::StatusCode code, const GenerationResult* result);
+  void RecordRequest(const std::string& model, absl::StatusCode code, const engine::GenerationResult* result);
   // The time between two consecutive tokens of one request.
   void RecordTokenGap(const std::string& model, double seconds);
 

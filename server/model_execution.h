@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/model_runner.h"
 #include "profiler/profile_jobs.h"
 #include "runtime/device_backend.h"
 #include "runtime/executor.h"
@@ -51,7 +52,6 @@
 #include "runtime/observer.h"
 #include "runtime/op_timer.h"
 #include "runtime/runtime_monitor.h"
-#include "server/model_runner.h"
 
 namespace autouvm::runtime::sim {
 class SimBackend;
@@ -91,13 +91,13 @@ struct ExecutionOptions {
 class ModelExecution {
  public:
   // The CPU daemon's mirror on `spec` (see above). INVALID_ARGUMENT for an unusable spec.
-  static absl::StatusOr<std::unique_ptr<ModelExecution>> Mirror(const runtime::GpuSpec& spec,
-                                                                const std::vector<ModelRunner::NamedTensor>& named,
-                                                                ExecutionOptions options);
+  static absl::StatusOr<std::unique_ptr<ModelExecution>> Mirror(
+      const runtime::GpuSpec& spec, const std::vector<engine::ModelRunner::NamedTensor>& named,
+      ExecutionOptions options);
   // Over the model's own memory on `backend` (not owned; outlives this); `binding` (the runner's
   // NewTensorBinding; may be null) lets plans stream weights through a device buffer.
   static std::unique_ptr<ModelExecution> OnDevice(runtime::DeviceBackend* backend,
-                                                  const std::vector<ModelRunner::NamedTensor>& named,
+                                                  const std::vector<engine::ModelRunner::NamedTensor>& named,
                                                   ExecutionOptions options,
                                                   std::unique_ptr<runtime::TensorBinding> binding = nullptr);
   // With its model, before the model's memory is freed: what is staged is dropped, not put back, and the

@@ -1,20 +1,21 @@
 #include "server/model_manager.h"
 
 #include <filesystem>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
+#include "engine/llama_builder.h"
 #include "profiler/profile_key.h"
-#include "runtime/status_macros.h"
-#include "runtime/yaml_fields.h"
-#include "server/llama_builder.h"
 #include "server/request_validation.h"
 
 namespace autouvm::server {
 
 namespace fs = std::filesystem;
 
-ModelManager::ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling,
+ModelManager::ModelManager(const ServerConfig& config, const base::Clock* clock, ProfilingServices profiling,
                            runtime::ComputeDevice* device)
     : config_(config), clock_(clock), profiling_(std::move(profiling)), device_(device) {}
 
@@ -28,12 +29,13 @@ absl::Status ModelManager::LoadAll() {
     return absl::FailedPreconditionError(
         absl::StrCat("repository.path: cannot create ", repo.string(), ": ", ec.message()));
   if (created) {
-    std::cerr << "autouvmd: created the model repository " << fs::absolute(repo, ec).string()
-              << " (repository.path did not exist)\n";
+    AUTOUVM_LOG(INFO) << "created the model repository " << fs::absolute(repo, ec).string()
+                      << " (repository.path did not exist)";
   }
   if (!config_.generate_default_model.empty() && !fs::exists(repo / config_.generate_default_model / "model.yaml")) {
-    std::cerr << "autouvmd: generating the default model " << (repo / config_.generate_default_model).string() << "\n";
-    RETURN_IF_ERROR(WriteLlamaModel(DefaultTinyModelConfig(config_.generate_default_model), 0, repo.string()));
+    AUTOUVM_LOG(INFO) << "generating the default model " << (repo / config_.generate_default_model).string();
+    RETURN_IF_ERROR(
+        engine::WriteLlamaModel(engine::DefaultTinyModelConfig(config_.generate_default_model), 0, repo.string()));
   }
   std::vector<ServedModel*> to_load;
   {
@@ -43,7 +45,7 @@ absl::Status ModelManager::LoadAll() {
       if (!fs::exists(entry.path() / "model.yaml")) {
         // Not a model entry (a volume's lost+found, a half-copied model): said, so that a model that is
         // not listed can be found out.
-        std::cerr << "autouvmd: skipping " << entry.path().string() << ": no model.yaml, not a model entry\n";
+        AUTOUVM_LOG(WARNING) << "skipping " << entry.path().string() << ": no model.yaml, not a model entry";
         continue;
       }
       auto m = std::make_unique<ServedModel>();
@@ -63,12 +65,13 @@ absl::Status ModelManager::LoadAll() {
     Entry& entry = entries_[m->name];
     if (s.ok()) {
       entry.state = ModelState::kReady;
-      std::cerr << "autouvmd: model " << m->name << " ready (" << m->runner->parameter_count() << " parameters, "
-                << m->config.dtype << ", max_batch " << m->settings.max_batch << ")\n";
+      AUTOUVM_LOG(INFO).Model(m->name) << "model " << m->name << " ready (" << m->runner->parameter_count()
+                                       << " parameters, " << m->config.dtype << ", max_batch " << m->settings.max_batch
+                                       << ")";
     } else {
       entry.state = ModelState::kFailed;
       entry.error = std::string(s.message());
-      std::cerr << "autouvmd: model " << m->name << " failed to load: " << s.message() << "\n";
+      AUTOUVM_LOG(ERROR).Model(m->name) << "model " << m->name << " failed to load: " << s.message();
     }
   }
   absl::MutexLock lock(&mu_);
@@ -79,17 +82,18 @@ absl::Status ModelManager::LoadAll() {
 absl::Status ModelManager::LoadOne(ServedModel* m) {
   // Read once: the config and the digest are of the same text.
   const std::string yaml_path = (fs::path(m->dir) / "model.yaml").string();
-  ASSIGN_OR_RETURN(const std::string yaml, runtime::ReadTextFile(yaml_path, "the model's model.yaml"));
-  ASSIGN_OR_RETURN(m->config, ParseModelConfig(yaml, yaml_path));
+  ASSIGN_OR_RETURN(const std::string yaml, base::ReadTextFile(yaml_path, "the model's model.yaml"));
+  ASSIGN_OR_RETURN(m->config, engine::ParseModelConfig(yaml, yaml_path));
   if (m->config.name != m->name) {
     return absl::InvalidArgumentError(absl::StrCat(m->dir, "/model.yaml: name '", m->config.name,
                                                    "' differs from the directory name '", m->name, "'"));
   }
-  ASSIGN_OR_RETURN(m->tokenizer, CreateTokenizer(m->config, m->dir));
-  ASSIGN_OR_RETURN(m->runner, ModelRunner::Create(m->dir, m->config, static_cast<int>(m->settings.max_batch), device_));
+  ASSIGN_OR_RETURN(m->tokenizer, tokenizer::CreateTokenizer(engine::TokenizerSpecOf(m->config), m->dir));
+  ASSIGN_OR_RETURN(m->runner,
+                   engine::ModelRunner::Create(m->dir, m->config, static_cast<int>(m->settings.max_batch), device_));
   // The digest names the model's profiles: a changed model.pt or model.yaml is a new model to them.
   ASSIGN_OR_RETURN(m->digest, profiler::ModelDigest((fs::path(m->dir) / "model.pt").string(), yaml));
-  SchedulerOptions options;
+  engine::SchedulerOptions options;
   options.max_batch = static_cast<int>(m->settings.max_batch);
   options.max_queue = static_cast<int>(m->settings.max_queue);
   if (profiling_.jobs != nullptr) {
@@ -107,7 +111,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
         profiling_.jobs, profiling_.observer, m->execution.get());
     options.hooks = m->profiler.get();
   }
-  m->scheduler = std::make_unique<Scheduler>(m->runner.get(), m->tokenizer.get(), options, clock_);
+  m->scheduler = std::make_unique<engine::Scheduler>(m->runner.get(), m->tokenizer.get(), options, clock_);
   return absl::OkStatus();
 }
 
@@ -141,6 +145,16 @@ absl::StatusOr<const ServedModel*> ModelManager::Ready(const std::string& name, 
   return view.model;
 }
 
+absl::StatusOr<engine::GenerationTarget> ModelManager::ReadyTarget(const std::string& name) const {
+  ASSIGN_OR_RETURN(const ServedModel* m, Ready(name, absl::StatusCode::kUnavailable));
+  return engine::GenerationTarget{.name = m->name,
+                                  .config = &m->config,
+                                  .tokenizer = m->tokenizer.get(),
+                                  .scheduler = m->scheduler.get(),
+                                  .default_max_tokens = m->settings.default_max_tokens,
+                                  .max_tokens_limit = m->settings.max_tokens_limit};
+}
+
 std::vector<ModelView> ModelManager::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<ModelView> out;
@@ -149,14 +163,14 @@ std::vector<ModelView> ModelManager::List() const {
 }
 
 void ModelManager::Shutdown(absl::Duration grace) {
-  std::vector<Scheduler*> schedulers;
+  std::vector<engine::Scheduler*> schedulers;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [name, entry] : entries_) {
       if (entry.state == ModelState::kReady) schedulers.push_back(entry.model->scheduler.get());
     }
   }
-  for (Scheduler* s : schedulers) s->Shutdown(grace);
+  for (engine::Scheduler* s : schedulers) s->Shutdown(grace);
 }
 
 }  // namespace autouvm::server

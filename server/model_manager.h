@@ -15,15 +15,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/clock.h"
+#include "base/clock.h"
+#include "engine/generation_frontend.h"
+#include "engine/model_config.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
 #include "runtime/gpu_spec.h"
 #include "server/config.h"
-#include "server/model_config.h"
 #include "server/model_execution.h"
 #include "server/model_profiler.h"
-#include "server/model_runner.h"
-#include "server/scheduler.h"
-#include "server/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace autouvm::server {
 
@@ -34,13 +35,13 @@ struct ServedModel {
   std::string dir;
   ModelSettings settings;
   // Set before the state becomes kReady, then never changed.
-  ModelConfig config;
+  engine::ModelConfig config;
   std::string digest;  // profiler::ModelDigest of model.pt and model.yaml
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<engine::ModelRunner> runner;
   std::unique_ptr<ModelExecution> execution;  // null when plans are not followed; outlives the profiler
   std::unique_ptr<ModelProfiler> profiler;    // null when profiling is off; outlives the scheduler
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<engine::Scheduler> scheduler;
 };
 
 // What models need to be profiled; jobs == nullptr turns profiling off.
@@ -58,12 +59,12 @@ struct ModelView {
   std::string error;
 };
 
-class ModelManager {
+class ModelManager final : public engine::ModelDirectory {
  public:
   // `device` (null: the CPU) outlives the manager.
-  ModelManager(const ServerConfig& config, const runtime::Clock* clock, ProfilingServices profiling = {},
+  ModelManager(const ServerConfig& config, const base::Clock* clock, ProfilingServices profiling = {},
                runtime::ComputeDevice* device = nullptr);
-  ~ModelManager();
+  ~ModelManager() override;
 
   // Loads every entry of the repository; returns an error only if the repository itself is unusable.
   absl::Status LoadAll();
@@ -76,6 +77,8 @@ class ModelManager {
   // ... and ready to serve: `while_loading` (the caller's code) while it loads, FAILED_PRECONDITION
   // with its error if it failed to.
   absl::StatusOr<const ServedModel*> Ready(const std::string& name, absl::StatusCode while_loading) const;
+  // Ready(name, UNAVAILABLE), as the front door takes a model (engine/generation_frontend.h).
+  absl::StatusOr<engine::GenerationTarget> ReadyTarget(const std::string& name) const override;
   std::vector<ModelView> List() const;
   // Stops every scheduler (see Scheduler::Shutdown).
   void Shutdown(absl::Duration grace);
@@ -90,7 +93,7 @@ class ModelManager {
   };
 
   const ServerConfig config_;
-  const runtime::Clock* clock_;
+  const base::Clock* clock_;
   const ProfilingServices profiling_;
   runtime::ComputeDevice* const device_;
   mutable absl::Mutex mu_;

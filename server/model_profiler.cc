@@ -1,9 +1,9 @@
 #include "server/model_profiler.h"
 
 #include <chrono>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "profiler/profile_key.h"
 
 namespace autouvm::server {
@@ -19,9 +19,9 @@ ModelProfiler::ModelProfiler(ProfileIdentity identity, profiler::ProfileJobs* jo
 
 ModelProfiler::~ModelProfiler() = default;
 
-autouvm::v1::ProfileKey ModelProfiler::Key(IterationPhase phase, int batch, int64_t prompt_len) const {
+autouvm::v1::ProfileKey ModelProfiler::Key(engine::IterationPhase phase, int batch, int64_t prompt_len) const {
   const ProfileIdentity& id = identity_;
-  if (phase == IterationPhase::kPrefill) {
+  if (phase == engine::IterationPhase::kPrefill) {
     return profiler::PrefillKey(id.model_digest, batch, prompt_len, id.gpu, id.device_budget_bytes, id.policy);
   }
   return profiler::DecodeKey(id.model_digest, batch, id.gpu, id.device_budget_bytes, id.policy);
@@ -37,7 +37,7 @@ void ModelProfiler::Unfollow(bool drop_key) {
   }
   // The iteration reads the model's own weights: a plan that stages gives them back first.
   if (s.ok()) s = execution_->Suspend();
-  if (!s.ok()) std::cerr << "autouvmd: executor: releasing the followed plan: " << s.message() << "\n";
+  if (!s.ok()) AUTOUVM_LOG(WARNING) << "executor: releasing the followed plan: " << s.message();
 }
 
 bool ModelProfiler::BeginFollowing() {
@@ -64,7 +64,7 @@ bool ModelProfiler::BeginFollowing() {
   return true;
 }
 
-void ModelProfiler::BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) {
+void ModelProfiler::BeforeIteration(engine::IterationPhase phase, int batch, int64_t prompt_len) {
   mode_ = Mode::kNone;
   key_ = Key(phase, batch, prompt_len);
   // The run again of an iteration whose result could not be trusted follows nothing: an unstable key
@@ -120,8 +120,8 @@ bool ModelProfiler::AfterIteration(const absl::Status& status) {
             absl::StrCat(differing, " of ", execution_->last_ops_compared(), "; first: ", followed.message());
         if (jobs_->ReportMismatch(key_, differing, detail)) Unfollow(true);
       } else {
-        std::cerr << "autouvmd: executor: " << profiler::EncodeKey(key_) << ": " << followed.message()
-                  << "; profiling it again\n";
+        AUTOUVM_LOG(WARNING) << "executor: " << profiler::EncodeKey(key_) << ": " << followed.message()
+                             << "; profiling it again";
         jobs_->MarkStale(key_, absl::StrCat("an iteration did not follow its plan: ", followed.message()));
         Unfollow(true);
       }

@@ -26,10 +26,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "autouvm/v1/profile.pb.h"
+#include "engine/scheduler.h"
 #include "profiler/profile_jobs.h"
 #include "runtime/observer.h"
 #include "server/model_execution.h"
-#include "server/scheduler.h"
 
 namespace autouvm::server {
 
@@ -54,17 +54,17 @@ struct ProfileIdentity {
   std::string policy;
 };
 
-class ModelProfiler final : public IterationHooks, private runtime::OpSubscriber {
+class ModelProfiler final : public engine::IterationHooks, private runtime::OpSubscriber {
  public:
   // `execution` (may be null: plans are not followed) outlives the profiler.
   ModelProfiler(ProfileIdentity identity, profiler::ProfileJobs* jobs, IterationObserver* observer,
                 ModelExecution* execution = nullptr);
   ~ModelProfiler() override;
 
-  autouvm::v1::ProfileKey Key(IterationPhase phase, int batch, int64_t prompt_len) const;
+  autouvm::v1::ProfileKey Key(engine::IterationPhase phase, int batch, int64_t prompt_len) const;
   const ProfileIdentity& identity() const { return identity_; }
 
-  void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) override;
+  void BeforeIteration(engine::IterationPhase phase, int batch, int64_t prompt_len) override;
   bool AfterIteration(const absl::Status& status) override;
 
  private:

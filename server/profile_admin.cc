@@ -33,8 +33,8 @@ autouvm::v1::ProfileState ToProto(ProfileState s) {
   return autouvm::v1::PROFILE_STATE_UNSPECIFIED;
 }
 
-IterationPhase PhaseOf(autouvm::v1::Phase p) {
-  return p == autouvm::v1::PHASE_PREFILL ? IterationPhase::kPrefill : IterationPhase::kDecode;
+engine::IterationPhase PhaseOf(autouvm::v1::Phase p) {
+  return p == autouvm::v1::PHASE_PREFILL ? engine::IterationPhase::kPrefill : engine::IterationPhase::kDecode;
 }
 
 grpc::Status Invalid(const std::string& what) { return {grpc::StatusCode::INVALID_ARGUMENT, what}; }
@@ -42,7 +42,7 @@ grpc::Status Invalid(const std::string& what) { return {grpc::StatusCode::INVALI
 }  // namespace
 
 ProfileAdmin::ProfileAdmin(ModelManager* models, profiler::ProfileJobs* jobs, profiler::ProfileRepository* repository,
-                           profiler::ProfileStore* store, const runtime::Clock* clock, std::string exported_by)
+                           profiler::ProfileStore* store, const base::Clock* clock, std::string exported_by)
     : models_(models),
       jobs_(jobs),
       repository_(repository),

@@ -15,10 +15,10 @@
 #include <string>
 
 #include "autouvm/v1/admin.pb.h"
+#include "base/clock.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
-#include "runtime/clock.h"
 #include "server/model_manager.h"
 
 namespace autouvm::server {
@@ -27,7 +27,7 @@ class ProfileAdmin {
  public:
   // `jobs` null: profiling is off (Reprofile refuses; stored profiles can still be listed and moved).
   ProfileAdmin(ModelManager* models, profiler::ProfileJobs* jobs, profiler::ProfileRepository* repository,
-               profiler::ProfileStore* store, const runtime::Clock* clock, std::string exported_by);
+               profiler::ProfileStore* store, const base::Clock* clock, std::string exported_by);
 
   grpc::Status Reprofile(const autouvm::v1::ReprofileRequest& request, autouvm::v1::ReprofileResponse* response);
   grpc::Status List(const autouvm::v1::ListProfilesRequest& request, autouvm::v1::ListProfilesResponse* response);
@@ -58,7 +58,7 @@ class ProfileAdmin {
   profiler::ProfileJobs* const jobs_;
   profiler::ProfileRepository* const repository_;
   profiler::ProfileStore* const store_;
-  const runtime::Clock* const clock_;
+  const base::Clock* const clock_;
   const std::string exported_by_;
 };
 

@@ -1,27 +1,35 @@
-// Checks a GenerateRequest against the model and the configured limits, and turns it into the engine's
-// GenerationParams. Every rejection is INVALID_ARGUMENT with the offending field named first
-// ("sampling.top_p: must be in (0, 1], got 1.5").
+// The gRPC Generation API's requests, mapped onto the engine's front door: a GenerateRequest becomes an
+// engine::GenerationRequest (engine/generation_request.h), whose validation names fields as the proto
+// spells them ("sampling.top_p: must be in (0, 1], got 1.5").
 //
-// Pure function; safe from any thread.
+// Pure functions; safe from any thread.
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "autouvm/v1/generation.pb.h"
+#include "engine/generation_request.h"
+#include "engine/model_config.h"
+#include "engine/scheduler.h"
 #include "server/config.h"
-#include "server/model_config.h"
-#include "server/scheduler.h"
-#include "server/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace autouvm::server {
 
-// The `model` field of any request: set, at most 256 bytes, printable ASCII or UTF-8 without control
-// characters (names are echoed in errors and logs). INVALID_ARGUMENT naming the field otherwise.
-absl::Status CheckModelName(const std::string& model);
+using engine::CheckModelName;
 
-absl::StatusOr<GenerationParams> BuildGenerationParams(const autouvm::v1::GenerateRequest& request,
-                                                       const ModelConfig& model, const Tokenizer& tokenizer,
-                                                       const ModelSettings& settings, const Limits& limits,
-                                                       uint64_t random_seed);
+// The message as the engine's plain request (its deadline is the call's: set by the caller).
+engine::GenerationRequest FromProto(const autouvm::v1::GenerateRequest& request);
+// The configuration's limits on a request.
+engine::RequestLimits RequestLimitsOf(const Limits& limits);
+// The fields as autouvm.v1.GenerateRequest names them.
+const engine::FieldNames& GrpcFieldNames();
+
+// FromProto then engine::ValidateRequest against `model` with these settings: what the service does to a
+// request, in one call (tests and the request fuzzer).
+absl::StatusOr<engine::GenerationParams> BuildGenerationParams(const autouvm::v1::GenerateRequest& request,
+                                                               const engine::ModelConfig& model,
+                                                               const tokenizer::Tokenizer& tokenizer,
+                                                               const ModelSettings& settings, const Limits& limits,
+                                                               uint64_t random_seed);
 
 }  // namespace autouvm::server

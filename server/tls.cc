@@ -15,13 +15,14 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/status_macros.h"
-#include "runtime/yaml_fields.h"
+#include "base/file.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
 
 namespace autouvm::server {
 namespace {
@@ -39,7 +40,7 @@ struct Pem {
 };
 
 absl::StatusOr<std::string> ReadOne(const std::string& key, const std::string& path) {
-  absl::StatusOr<std::string> text = runtime::ReadTextFile(path, "the file");
+  absl::StatusOr<std::string> text = base::ReadTextFile(path, "the file");
   if (!text.ok()) return Precondition(key, std::string(text.status().message()));
   return text;
 }
@@ -182,8 +183,8 @@ absl::StatusOr<std::unique_ptr<TlsFiles>> TlsFiles::Start(const TlsSettings& tls
                                                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   t->credentials_ = grpc::experimental::TlsServerCredentials(options);
   if (t->credentials_ == nullptr) return absl::InternalError("server.tls: gRPC could not make TLS credentials");
-  std::cerr << "autouvmd: server.tls: certificate " << tls.cert_file << " valid until " << not_after.text
-            << "; the port serves checked copies in " << t->dir_ << "\n";
+  AUTOUVM_LOG(INFO) << "server.tls: certificate " << tls.cert_file << " valid until " << not_after.text
+                    << "; the port serves checked copies in " << t->dir_;
   t->watcher_ = std::thread([self = t.get()] { self->Watch(); });
   return t;
 }
@@ -204,7 +205,7 @@ void TlsFiles::Watch() {
   while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(tls_.reload_interval_ms), [this] { return stop_; })) {
     lock.unlock();
     if (absl::Status s = Reload(); !s.ok()) {
-      std::cerr << "autouvmd: server.tls: keeping the certificate in use: " << s.message() << "\n";
+      AUTOUVM_LOG(WARNING) << "server.tls: keeping the certificate in use: " << s.message();
     }
     lock.lock();
   }
@@ -225,8 +226,7 @@ absl::Status TlsFiles::Reload() {
   ++generation_;
   ++state_.applied;
   state_.not_after_unix = not_after->epoch_s;
-  std::cerr << "autouvmd: server.tls: new certificate from " << tls_.cert_file << ", valid until " << not_after->text
-            << "\n";
+  AUTOUVM_LOG(INFO) << "server.tls: new certificate from " << tls_.cert_file << ", valid until " << not_after->text;
   return absl::OkStatus();
 }
 

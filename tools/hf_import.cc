@@ -12,10 +12,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/status_macros.h"
-#include "server/bpe_tokenizer.h"
-#include "server/llama_module.h"
-#include "server/torch_dtype.h"
+#include "base/status_macros.h"
+#include "engine/llama_module.h"
+#include "engine/torch_dtype.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tools/json_file.h"
 #include "tools/safetensors.h"
 
@@ -83,7 +83,7 @@ class Keys {
 
 // The rotary embedding: transformers 5 writes rope_parameters {rope_type, rope_theta, factor, ...};
 // earlier versions rope_theta and rope_scaling {rope_type or type, factor, ...}.
-absl::Status ReadRope(const json& config, const Keys& keys, server::ModelConfig* c) {
+absl::Status ReadRope(const json& config, const Keys& keys, engine::ModelConfig* c) {
   ASSIGN_OR_RETURN(c->rope_theta, keys.Number("rope_theta", 10000.0));
   const char* key = keys.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (!keys.has(key)) return absl::OkStatus();
@@ -164,7 +164,7 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
   ASSIGN_OR_RETURN(const json config, ReadJsonObject((root / "config.json").string()));
   const Keys keys(config, (root / "config.json").string());
   HfModel m;
-  server::ModelConfig& c = m.config;
+  engine::ModelConfig& c = m.config;
   c.name = options.name;
   // The family: what the architecture is, and what its config keys mean.
   std::string arch;
@@ -265,7 +265,7 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
   const fs::path json_file = root / "tokenizer.json", sp_file = root / "tokenizer.model";
   absl::Status json_refused = absl::OkStatus();
   if (fs::exists(json_file, ec)) {
-    auto bpe = server::BpeTokenizer::Load(json_file.string());
+    auto bpe = tokenizer::BpeTokenizer::Load(json_file.string());
     if (bpe.ok() && (*bpe)->vocab_size() > c.vocab_size) {
       return Bad(json_file.string(), absl::StrCat("ids up to ", (*bpe)->vocab_size() - 1,
                                                   ", past config.json's vocab_size ", c.vocab_size));
@@ -294,7 +294,7 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
   } else if (m.tokenizer_file.empty()) {
     return Bad(dir, "no tokenizer.json or tokenizer.model to serve the model with");
   }
-  if (absl::Status s = server::ValidateModelConfig(c); !s.ok()) {
+  if (absl::Status s = engine::ValidateModelConfig(c); !s.ok()) {
     return Bad((root / "config.json").string(), absl::StrCat("gives a model the contract refuses: ", s.message()));
   }
   return m;
@@ -312,7 +312,7 @@ absl::StatusOr<HfModel> ConvertHfModel(const std::string& dir, const std::string
   }
   ASSIGN_OR_RETURN(HfModel m, ReadHfConfig(dir, options));
   ASSIGN_OR_RETURN(const std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
-  const c10::ScalarType dtype = server::TorchDtype(m.config.dtype);
+  const c10::ScalarType dtype = engine::TorchDtype(m.config.dtype);
   std::set<std::string> used;
   auto parameter = [&](const std::string& name, const std::vector<int64_t>& shape) -> absl::StatusOr<torch::Tensor> {
     std::string hf = HfTensorName(name);
@@ -334,7 +334,7 @@ absl::StatusOr<HfModel> ConvertHfModel(const std::string& dir, const std::string
     used.insert(hf);
     return ToTensor(v, dtype);
   };
-  ASSIGN_OR_RETURN(torch::jit::Module module, server::BuildLlamaModule(m.config, parameter));
+  ASSIGN_OR_RETURN(torch::jit::Module module, engine::BuildLlamaModule(m.config, parameter));
   // What the module has no place for is a model this converter does not understand.
   std::vector<std::string> unused;
   for (const std::string& n : ckpt->names()) {
@@ -347,7 +347,7 @@ absl::StatusOr<HfModel> ConvertHfModel(const std::string& dir, const std::string
                                                    " module has no place for: ", absl::StrJoin(unused, ", "),
                                                    ": not a model this converter understands"));
   }
-  absl::Status written = server::WriteLlamaEntry(
+  absl::Status written = engine::WriteLlamaEntry(
       m.config, module, repo_dir,
       absl::StrCat("# Converted by autouvm-convert from ", fs::absolute(dir, ec).string(), " (", m.family,
                    m.tied_embeddings ? ", LM head tied to the embedding" : "",

@@ -1,8 +1,8 @@
 // Importing Hugging Face Llama-family checkpoints (LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM) into the model contract (docs/model-contract.md): config.json (and
 // generation_config.json) become model.yaml, the safetensors weights (tools/safetensors.h) the
-// parameters of the TorchScript Llama module (server/llama_module.h), and the tokenizer is carried over:
-// tokenizer.json (server/bpe_tokenizer.h; byte-level or sentencepiece's kind) as transformers prefers it,
+// parameters of the TorchScript Llama module (engine/llama_module.h), and the tokenizer is carried over:
+// tokenizer.json (tokenizer/bpe_tokenizer.h; byte-level or sentencepiece's kind) as transformers prefers it,
 // else sentencepiece's tokenizer.model.
 //
 //   ASSIGN_OR_RETURN(HfModel m, ReadHfConfig(hf_dir, {.name = "llama-2-7b"}));
@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/model_config.h"
+#include "engine/model_config.h"
 
 namespace autouvm::tools {
 
@@ -36,7 +36,7 @@ struct HfImportOptions {
 };
 
 struct HfModel {
-  server::ModelConfig config;    // model.yaml
+  engine::ModelConfig config;    // model.yaml
   std::string family;            // llama | mistral | qwen2
   bool tied_embeddings = false;  // the LM head is the embedding (no lm_head.weight in the checkpoint)
   // Every end-of-sequence id the checkpoint names (config.eos_id the first, extra_eos_ids the others).

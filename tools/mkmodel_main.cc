@@ -3,11 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "server/llama_builder.h"
+#include "engine/llama_builder.h"
 
 int main(int argc, char** argv) {
-  using autouvm::server::ModelConfig;
-  ModelConfig c = autouvm::server::DefaultTinyModelConfig("tiny-llama");
+  using autouvm::engine::ModelConfig;
+  ModelConfig c = autouvm::engine::DefaultTinyModelConfig("tiny-llama");
   std::string repo = "models";
   uint64_t seed = 0;
   CLI::App app{"Write a Llama-architecture TorchScript model with random weights into a model repository"};
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     }
     c.generated_weights_seed = static_cast<int64_t>(seed);
   }
-  if (auto s = autouvm::server::WriteLlamaModel(c, seed, repo); !s.ok()) {
+  if (auto s = autouvm::engine::WriteLlamaModel(c, seed, repo); !s.ok()) {
     std::cerr << "autouvm-mkmodel: " << s.message() << "\n";
     return 1;
   }

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/status_macros.h"
+#include "base/status_macros.h"
 #include "tools/json_file.h"
 
 namespace autouvm::tools {

@@ -15,16 +15,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autouvm/v1/profile.pb.h"
+#include "base/file.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
+#include "engine/model_config.h"
+#include "engine/model_runner.h"
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
 #include "runtime/sim/trace_replay.h"
-#include "runtime/status_macros.h"
 #include "runtime/trace_proto.h"
-#include "runtime/yaml_fields.h"
-#include "server/model_config.h"
-#include "server/model_runner.h"
 
 namespace {
 
@@ -42,9 +43,9 @@ struct RecordArgs {
 
 absl::Status Record(const RecordArgs& a) {
   autouvm::runtime::Observer::MakeExecutionRepeatable();
-  ASSIGN_OR_RETURN(auto config, autouvm::server::LoadModelConfig(a.model + "/model.yaml"));
+  ASSIGN_OR_RETURN(auto config, autouvm::engine::LoadModelConfig(a.model + "/model.yaml"));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto runner, autouvm::server::ModelRunner::Create(a.model, config, a.batch));
+  ASSIGN_OR_RETURN(auto runner, autouvm::engine::ModelRunner::Create(a.model, config, a.batch));
   ASSIGN_OR_RETURN(auto observer, autouvm::runtime::Observer::Create());
   runner->NameTensors(observer.get());
   std::vector<int32_t> prompt;
@@ -57,7 +58,7 @@ absl::Status Record(const RecordArgs& a) {
     trace = observer->EndIteration();
     RETURN_IF_ERROR(logits.status());
   } else {
-    std::vector<autouvm::server::ModelRunner::DecodeRow> rows;
+    std::vector<autouvm::engine::ModelRunner::DecodeRow> rows;
     for (int s = 0; s < a.batch; ++s) {
       RETURN_IF_ERROR(runner->Prefill(s, prompt).status());
       rows.push_back({s, prompt.back(), a.prompt_len});
@@ -172,7 +173,7 @@ absl::Status Replay(const ReplayArgs& a) {
   ASSIGN_OR_RETURN(AccessTrace trace, ReadTrace(a.trace));
   std::vector<GpuSpec> extra;
   if (!a.gpu_specs.empty()) {
-    ASSIGN_OR_RETURN(std::string text, autouvm::runtime::ReadTextFile(a.gpu_specs, "GPU specs"));
+    ASSIGN_OR_RETURN(std::string text, autouvm::base::ReadTextFile(a.gpu_specs, "GPU specs"));
     ASSIGN_OR_RETURN(extra, autouvm::runtime::ParseGpuSpecs(text));
   }
   std::printf("trace %s: %zu ops; policy %s; %d iterations, the first from a cold device; steady = the last\n\n",

@@ -8,9 +8,9 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::runtime {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "runtime/cuda/cupti_counters.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::runtime::cuda {
 namespace {

@@ -4,7 +4,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/status_macros.h"
+#include "base/status_macros.h"
 
 namespace autouvm::runtime::sim {
 namespace {

@@ -10,10 +10,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "runtime/driver_eviction.h"
 #include "runtime/executor.h"
 #include "runtime/sim/sim_backend.h"
-#include "runtime/status_macros.h"
 
 namespace autouvm::runtime::sim {
 namespace {

@@ -87,7 +87,8 @@ render "$out/cpu.yaml" -f "$src/tests/deploy/helm-values/cpu-only.yaml" --set re
   || fail "cpu-only.yaml does not render"
 v=$(validate "$out/cpu.yaml") || fail "cpu-only.yaml: $v"
 expect_kinds cpu-only "ConfigMap Service Service StatefulSet" "$v"
-has cpu-only "$out/cpu.yaml" "backend: cpu" 'image: "autouvmd:cpu"' "replicas: 2" "enabled: false"
+has cpu-only "$out/cpu.yaml" "backend: cpu" 'image: "autouvmd:cpu"' "replicas: 2" "enabled: false" \
+  'args: ["--log-format", "json", "--log-level", "info"]'
 if grep -q 'nvidia.com/gpu' "$out/cpu.yaml"; then fail "cpu-only: a GPU is requested"; fi
 
 # 4. Values the chart refuses, with the reason.
@@ -104,6 +105,8 @@ refuse "config.state_dir is set by the chart" --set config.state_dir=/data
 refuse "must be longer than config.server.drain_timeout (30s)" --set terminationGracePeriodSeconds=30
 refuse 'config.server.drain_timeout: "30" is not a duration' --set config.server.drain_timeout=30
 refuse "models.readOnly: the daemon writes" --set models.readOnly=true
+refuse "logFormat: 'yaml' is not one of json, text" --set logFormat=yaml
+refuse "logLevel: 'loud' is not one of debug, info, warning, error" --set logLevel=loud
 refuse "autoscaling.minReplicas (5) is above autoscaling.maxReplicas (4)" \
   --set autoscaling.enabled=true --set autoscaling.minReplicas=5
 refuse "requires kubeVersion >=1.24.0-0" --kube-version v1.23.0

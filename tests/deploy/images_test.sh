@@ -86,7 +86,7 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 grep -q 'serving (health SERVING)' "$tmp/log" || fail "the installed daemon did not serve: $(cat "$tmp/log")"
-metrics=$(sed -n 's|^autouvmd: metrics on http://\([^/]*\)/metrics$|\1|p' "$tmp/log")
+metrics=$(sed -n 's|^.*autouvmd: metrics on http://\([^/]*\)/metrics$|\1|p' "$tmp/log")
 [ -n "$metrics" ] || fail "no metrics address in the log"
 curl -fsS "http://$metrics/readyz" >/dev/null || fail "/readyz of the installed daemon did not answer 200"
 kill -TERM "$pid"

@@ -55,7 +55,8 @@ def starts_with_program(line):
 
 
 def is_program_output(line):
-    """`autouvmd: ...`: what a program prints, not a command."""
+    """`autouvmd: ...`, or a log line `[...] [info] autouvmd: ...`: what a program prints, not a command."""
+    line = re.sub(r'^\[[^\]]*\] \[[a-z]+\] ', '', line)
     return any(line.startswith(p + ':') for p in PROGRAMS)
 
 

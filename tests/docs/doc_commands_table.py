@@ -117,14 +117,14 @@ TABLE = {
         run(replace=(('--duration 300', '--duration 2'),), numbers=True, timeout=120),
 
     # docs/configuration.md
-    "autouvmd: invalid configuration: my.yaml: server.drain_timeout: '30' has no unit (ms, s, m or h): "
+    "[...] [error] autouvmd: invalid configuration: my.yaml: server.drain_timeout: '30' has no unit (ms, s, m or h): "
     'expected a duration such as 30s, 500ms or 2m':
         config_error('server:\n  drain_timeout: 30\n'),
-    'autouvmd: invalid configuration: my.yaml: model_defaults.max_batch: value 0 is outside [1, 4096]':
+    '[...] [error] autouvmd: invalid configuration: my.yaml: model_defaults.max_batch: value 0 is outside [1, 4096]':
         config_error('model_defaults:\n  max_batch: 0\n'),
-    'autouvmd: invalid configuration: my.yaml: server.lisen: unknown key':
+    '[...] [error] autouvmd: invalid configuration: my.yaml: server.lisen: unknown key':
         config_error('server:\n  lisen: 127.0.0.1:50051\n'),
-    'autouvmd: invalid configuration: my.yaml: models.tiny-llama.max_batch: given twice '
+    '[...] [error] autouvmd: invalid configuration: my.yaml: models.tiny-llama.max_batch: given twice '
     '(a key may appear once in its mapping)':
         config_error('models:\n  tiny-llama:\n    max_batch: 16\n    max_batch: 4\n'),
 
@@ -139,9 +139,9 @@ TABLE = {
                   'converts a small generated one', 'autouvm-convert --help'),
 
     # docs/profile-store.md
-    'autouvmd: opening the profile store state/profiles: Corruption: ...; keeping profiles in memory only':
+    '[...] [error] autouvmd: opening the profile store state/profiles: Corruption: ...; keeping profiles in memory only':
         log('corrupt_store', 'a daemon started on a profile store whose CURRENT file is garbage'),
-    'autouvmd: profile store: memory':
+    '[...] [info] autouvmd: profile store: memory':
         log('corrupt_store', 'a daemon started on a profile store whose CURRENT file is garbage'),
 
     # docs/development.md

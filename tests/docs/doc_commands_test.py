@@ -16,7 +16,7 @@ the output the doc shows for the command above them. A line such as `autouvmd: p
   synopsis     a usage line with placeholders: every --flag it names must be in the program's --help;
   elsewhere    not runnable here, for the reason given (its --flags are still checked where it says);
   config_error a line of docs/configuration.md: the entry's my.yaml must stop autouvmd with exit 2 and
-               exactly that line on stderr;
+               exactly that line on stderr (`...` matching its time);
   log          a log line that autouvmd must print in the scenario the entry names.
 
 A command in the docs that TABLE lacks fails the test, and so does an entry of TABLE that no doc shows,
@@ -228,7 +228,8 @@ def check_config_error(line, entry, build_dir, tmp, index):
         problems.append('the daemon accepted the file and ran (killed after 15 s)')
     elif result.returncode != 2:
         problems.append(f'exit {result.returncode}, expected 2')
-    if line not in result.stderr.splitlines():
+    pattern = shown_pattern(line, False, {})  # `[...]`: the line's time
+    if not any(pattern.fullmatch(l) for l in result.stderr.splitlines()):
         last = result.stderr.rstrip('\n').split('\n')[-3:]
         problems.append('stderr has not that line: ' + ' | '.join(printable(l) for l in last))
     return problems

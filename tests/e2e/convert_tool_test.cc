@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "server/llama_builder.h"
+#include "engine/llama_builder.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/testing/bpe_fixture.h"
 #include "tests/testing/safetensors_writer.h"
@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 using grpc::health::v1::HealthCheckResponse;
 
 // `entry`'s parameters as a Qwen2 checkpoint in `dir` (config.json + model.safetensors); `skip` is left out.
-void ExportAsQwen2(const server::ModelConfig& c, const std::string& entry, const std::string& dir,
+void ExportAsQwen2(const engine::ModelConfig& c, const std::string& entry, const std::string& dir,
                    const std::string& skip = "") {
   torch::jit::Module m = torch::jit::load(entry + "/model.pt");
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
@@ -45,9 +45,9 @@ void ExportAsQwen2(const server::ModelConfig& c, const std::string& entry, const
 
 TEST(ConvertToolE2E, AConvertedCheckpointGeneratesWhatTheOriginalDoes) {
   DaemonProcess d({.generate_default_model = false});
-  server::ModelConfig c = server::DefaultTinyModelConfig("original");
+  engine::ModelConfig c = engine::DefaultTinyModelConfig("original");
   c.attention_bias = true;
-  ASSERT_TRUE(server::WriteLlamaModel(c, /*seed=*/11, d.repository()).ok());
+  ASSERT_TRUE(engine::WriteLlamaModel(c, /*seed=*/11, d.repository()).ok());
   TempDir hf;
   ExportAsQwen2(c, d.repository() + "/original", hf.path());
 

@@ -8,10 +8,10 @@
 #include <mutex>
 #include <thread>
 
-#include "server/llama_builder.h"
-#include "server/sentencepiece_model.h"
-#include "server/tokenizer.h"
+#include "engine/llama_builder.h"
 #include "tests/e2e/daemon_process.h"
+#include "tokenizer/sentencepiece_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace autouvm::testing {
 namespace {
@@ -274,13 +274,13 @@ TEST(SentencePieceE2E, ServesAModelWithASentencePieceTokenizer) {
     std::ofstream corpus(work.Sub("corpus.txt"));
     for (int i = 0; i < 50; ++i) corpus << "the daemon streams tokens to every client " << i << "\n";
   }
-  ASSERT_EQ(server::TrainSentencePieceModel(work.Sub("corpus.txt"), work.Sub("sp"), 300), "");
-  server::ModelConfig c = server::DefaultTinyModelConfig("sp-llama");
+  ASSERT_EQ(tokenizer::TrainSentencePieceModel(work.Sub("corpus.txt"), work.Sub("sp"), 300), "");
+  engine::ModelConfig c = engine::DefaultTinyModelConfig("sp-llama");
   c.tokenizer = "sentencepiece";
   c.vocab_size = 300;
   c.bos_id = 1;
   c.eos_id = 2;
-  ASSERT_TRUE(server::WriteLlamaModel(c, 5, d.repository()).ok());
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 5, d.repository()).ok());
   std::filesystem::copy_file(work.Sub("sp.model"), d.repository() + "/sp-llama/tokenizer.model");
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
@@ -291,7 +291,7 @@ TEST(SentencePieceE2E, ServesAModelWithASentencePieceTokenizer) {
   ASSERT_TRUE(r.status.ok()) << r.status.error_message() << d.Log();
   EXPECT_EQ(r.tokens.size(), 10u);
   // The daemon encoded the prompt as this process's sentencepiece does: bos + pieces, fewer than bytes.
-  auto tok = server::CreateTokenizer(c, d.repository() + "/sp-llama");
+  auto tok = tokenizer::CreateTokenizer(engine::TokenizerSpecOf(c), d.repository() + "/sp-llama");
   ASSERT_TRUE(tok.ok()) << tok.status();
   auto ids = (*tok)->Encode("the daemon streams");
   ASSERT_TRUE(ids.ok());

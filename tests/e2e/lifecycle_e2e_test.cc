@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/llama_builder.h"
+#include "engine/llama_builder.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/testing/eventually.h"
 
@@ -55,8 +55,8 @@ grpc::Status Unary(DaemonProcess& d, const GenerateRequest& req) {
 TEST(LifecycleE2E, HealthIsNotServingUntilTheModelsAreLoaded) {
   DaemonProcess d({.generate_default_model = false});
   // The entry's model.yaml is a FIFO: loading blocks on it until the test writes the file's text.
-  const server::ModelConfig c = server::DefaultTinyModelConfig("tiny-llama");
-  ASSERT_TRUE(server::WriteLlamaModel(c, 3, d.repository()).ok());
+  const engine::ModelConfig c = engine::DefaultTinyModelConfig("tiny-llama");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 3, d.repository()).ok());
   const std::string yaml = d.repository() + "/tiny-llama/model.yaml";
   std::ifstream in(yaml);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -248,8 +248,11 @@ TEST(LifecycleE2E, InvalidConfigStopsStartupNamingTheKey) {
 // An unknown flag or a flag's bad value is a usage error, exit 2 as a bad config is (CLI11's own codes,
 // 109 and 104, were what the daemon returned).
 TEST(LifecycleE2E, BadFlagsExitTwoNamingTheFlag) {
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--no-such-flag", "1"}, {"--threads", "many"}, {"--drain-timeout", "30"}}) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{{"--no-such-flag", "1"},
+                                                                                    {"--threads", "many"},
+                                                                                    {"--drain-timeout", "30"},
+                                                                                    {"--log-format", "yaml"},
+                                                                                    {"--log-level", "loud"}}) {
     DaemonProcess d({.extra_args = {flag, value}});
     EXPECT_FALSE(d.Start());
     EXPECT_EQ(d.Wait(), 2) << flag << " " << value << ": " << d.Log();

@@ -163,7 +163,7 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   EXPECT_EQ(prom.Sum("count(autouvm_requests_running)"), 1);
 }
 
-// Note [A deadline is not a cancellation] (server/scheduler.cc): 20 calls whose deadline passes while
+// Note [A deadline is not a cancellation] (engine/scheduler.cc): 20 calls whose deadline passes while
 // they generate, streaming and unary, are 20 DEADLINE_EXCEEDED to the client and to the metric (it
 // counted 16 of them as CANCELLED).
 TEST(MetricsE2E, DeadlinesAreCountedAsDeadlinesNotCancellations) {

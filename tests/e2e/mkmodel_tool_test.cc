@@ -5,8 +5,8 @@
 
 #include <filesystem>
 
-#include "server/model_config.h"
-#include "server/model_runner.h"
+#include "engine/model_config.h"
+#include "engine/model_runner.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -37,15 +37,15 @@ TEST(MkmodelToolTest, WeightsGeneratedAtLoadLeaveASmallEntryThatServes) {
   const auto stored_bytes = std::filesystem::file_size(dir.Sub("stored/model.pt"));
   const auto generated_bytes = std::filesystem::file_size(dir.Sub("generated/model.pt"));
   EXPECT_LT(generated_bytes * 4, stored_bytes);
-  auto config = server::LoadModelConfig(dir.Sub("generated/model.yaml"));
+  auto config = engine::LoadModelConfig(dir.Sub("generated/model.yaml"));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->generated_weights_seed, 3);
-  auto runner = server::ModelRunner::Create(dir.Sub("generated"), *config, 1);
+  auto runner = engine::ModelRunner::Create(dir.Sub("generated"), *config, 1);
   ASSERT_TRUE(runner.ok()) << runner.status();
-  auto stored_config = server::LoadModelConfig(dir.Sub("stored/model.yaml"));
+  auto stored_config = engine::LoadModelConfig(dir.Sub("stored/model.yaml"));
   ASSERT_TRUE(stored_config.ok());
   EXPECT_EQ(stored_config->generated_weights_seed, 0);
-  auto stored_runner = server::ModelRunner::Create(dir.Sub("stored"), *stored_config, 1);
+  auto stored_runner = engine::ModelRunner::Create(dir.Sub("stored"), *stored_config, 1);
   ASSERT_TRUE(stored_runner.ok()) << stored_runner.status();
   EXPECT_EQ((*runner)->parameter_bytes(), (*stored_runner)->parameter_bytes());  // whole weights once loaded
   auto logits = (*runner)->Prefill(0, std::vector<int32_t>{256, 72, 105});

@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "engine/llama_builder.h"
 #include "profiler/profile_codec.h"
 #include "profiler/profile_key.h"
 #include "profiler/profile_store.h"
-#include "server/llama_builder.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/temp_dir.h"
@@ -249,7 +249,7 @@ TEST(ProfileE2E, ReprofileMakesANewProfileAtTheNextRequestOrAtOnce) {
 TEST(ProfileE2E, ReprofileWhileTheModelLoadsIsAFailedPrecondition) {
   DaemonProcess d({.generate_default_model = false});
   // model.yaml is a FIFO: loading blocks on it until the test writes the text.
-  ASSERT_TRUE(server::WriteLlamaModel(server::DefaultTinyModelConfig(kModel), 3, d.repository()).ok());
+  ASSERT_TRUE(engine::WriteLlamaModel(engine::DefaultTinyModelConfig(kModel), 3, d.repository()).ok());
   const std::string yaml = d.repository() + "/" + kModel + "/model.yaml";
   std::ifstream in(yaml);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "server/llama_builder.h"
+#include "engine/llama_builder.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -42,7 +42,7 @@ std::vector<std::vector<std::string>> Rows(const std::string& out) {
 TEST(SimToolTest, RecordsAndReplaysADecodeStep) {
   TempDir dir;
   // The embedded default's shape (2.9M fp32 parameters, ~12 MB): enough 2 MiB blocks to evict.
-  ASSERT_TRUE(server::WriteLlamaModel(server::DefaultTinyModelConfig("simmodel"), 3, dir.path()).ok());
+  ASSERT_TRUE(engine::WriteLlamaModel(engine::DefaultTinyModelConfig("simmodel"), 3, dir.path()).ok());
   const std::string trace = dir.Sub("decode.trace");
   std::string out, err;
   ASSERT_EQ(Sim({"record", "--model", dir.Sub("simmodel"), "--batch", "2", "--out", trace}, &out, &err), 0) << err;
@@ -78,9 +78,9 @@ TEST(SimToolTest, ShowsWhatThePlanOfAPrefillPinsAndFetches) {
   TempDir dir;
   // Weights of a few MiB each, and a prompt long enough that the products read them at too high an
   // intensity to be read in place: the plan streams them.
-  server::ModelConfig c = server::DefaultTinyModelConfig("simmodel");
+  engine::ModelConfig c = engine::DefaultTinyModelConfig("simmodel");
   c.dim = 512, c.head_dim = 64, c.ffn_dim = 1408;
-  ASSERT_TRUE(server::WriteLlamaModel(c, 3, dir.path()).ok());
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 3, dir.path()).ok());
   const std::string trace = dir.Sub("prefill.trace");
   std::string out, err;
   ASSERT_EQ(Sim({"record", "--model", dir.Sub("simmodel"), "--phase", "prefill", "--prompt-len", "256", "--out", trace},

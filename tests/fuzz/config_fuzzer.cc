@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "engine/model_config.h"
 #include "runtime/compute_device.h"
 #include "server/config.h"
-#include "server/model_config.h"
 
 // server/config.cc asks which compute backends the build has; the fuzz build links no libtorch, so this
 // answers as a CPU-only build does (runtime/compute_device_cpu.cc).
@@ -18,10 +18,10 @@ std::vector<std::string> ComputeBackends() { return {"cpu"}; }
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   (void)autouvm::server::ParseServerConfig(text, "fuzz.yaml");
-  auto model = autouvm::server::ParseModelConfig(text, "model.yaml");
+  auto model = autouvm::engine::ParseModelConfig(text, "model.yaml");
   if (model.ok()) {
-    auto again = autouvm::server::ParseModelConfig(autouvm::server::ModelConfigToYaml(*model), "again.yaml");
-    if (!again.ok() || autouvm::server::ModelConfigToYaml(*again) != autouvm::server::ModelConfigToYaml(*model)) {
+    auto again = autouvm::engine::ParseModelConfig(autouvm::engine::ModelConfigToYaml(*model), "again.yaml");
+    if (!again.ok() || autouvm::engine::ModelConfigToYaml(*again) != autouvm::engine::ModelConfigToYaml(*model)) {
       std::abort();
     }
   }

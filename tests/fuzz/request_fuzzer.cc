@@ -13,7 +13,7 @@
 
 namespace {
 
-using autouvm::server::ModelConfig;
+using autouvm::engine::ModelConfig;
 
 const ModelConfig& Model() {
   static const ModelConfig* const kModel = [] {
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (defect.empty()) {
     autouvm::v1::GenerateRequest again;
     Check(again.ParseFromString(request.SerializeAsString()));  // every string was UTF-8
-    static const autouvm::server::ByteTokenizer tokenizer(320, 256, 257);
+    static const autouvm::tokenizer::ByteTokenizer tokenizer(320, 256, 257);
     autouvm::server::ModelSettings settings;
     autouvm::server::Limits limits;
     auto params = autouvm::server::BuildGenerationParams(request, Model(), tokenizer, settings, limits, 1);

@@ -7,8 +7,8 @@
 
 #include <optional>
 
+#include "engine/llama_builder.h"
 #include "runtime/observer.h"
-#include "server/llama_builder.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
 
@@ -24,8 +24,8 @@ TEST(ManagedMemoryTest, ModelParametersCachesAndOutputsAreManagedAndOutputsMatch
   ASSERT_TRUE(pool.ok()) << pool.status();
 
   testing::TempDir dir;
-  const server::ModelConfig c = testing::SmallLlamaConfig("managed");
-  ASSERT_TRUE(server::WriteLlamaModel(c, 3, dir.path()).ok());
+  const engine::ModelConfig c = testing::SmallLlamaConfig("managed");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 3, dir.path()).ok());
   torch::NoGradGuard no_grad;
   torch::jit::Module cpu = torch::jit::load(dir.Sub("managed/model.pt"));
   auto tokens = torch::tensor({{256, 10, 20, 30}}, torch::kLong);
@@ -72,8 +72,8 @@ TEST(ManagedMemoryTest, EveryTensorOfAForwardIsManagedAndOutputsEqualThePlainAll
   auto pool = ManagedMemoryPool::Create(0, {.cap_bytes = 512 * kMiB});
   ASSERT_TRUE(pool.ok()) << pool.status();
   testing::TempDir dir;
-  const server::ModelConfig c = testing::SmallLlamaConfig("plain");
-  ASSERT_TRUE(server::WriteLlamaModel(c, 5, dir.path()).ok());
+  const engine::ModelConfig c = testing::SmallLlamaConfig("plain");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 5, dir.path()).ok());
   torch::NoGradGuard no_grad;
   auto run = [&](bool managed, ManagedCheck* check) {
     std::optional<ManagedMemoryPool::Scope> scope;
@@ -120,9 +120,9 @@ TEST(ManagedMemoryTest, EveryLengthOfAPrefillBucketRunsTheSameOpsOnTheGpu) {
   Observer::MakeExecutionRepeatable();
   for (const std::string dtype : {"fp32", "bf16"}) {
     testing::TempDir dir;
-    server::ModelConfig c = testing::SmallLlamaConfig("buckets", 1, dtype);
+    engine::ModelConfig c = testing::SmallLlamaConfig("buckets", 1, dtype);
     c.max_seq = 2048;
-    ASSERT_TRUE(server::WriteLlamaModel(c, 7, dir.path()).ok());
+    ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir.path()).ok());
     torch::NoGradGuard no_grad;
     ManagedMemoryPool::Scope scope(pool->get());
     torch::jit::Module m = torch::jit::load(dir.Sub("buckets/model.pt"));

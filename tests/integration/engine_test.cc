@@ -8,16 +8,16 @@
 #include <fstream>
 #include <set>
 
-#include "server/llama_builder.h"
-#include "server/model_runner.h"
-#include "server/sampler.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::server {
 namespace {
 
-ModelConfig SmallConfig(const std::string& name, const std::string& dtype) {
+engine::ModelConfig SmallConfig(const std::string& name, const std::string& dtype) {
   return testing::SmallLlamaConfig(name, 2, dtype);
 }
 
@@ -32,9 +32,9 @@ double MaxRelErr(const std::vector<float>& a, const std::vector<float>& b) {
 
 class EngineTest : public ::testing::Test {
  protected:
-  std::unique_ptr<ModelRunner> Make(const ModelConfig& c, int max_batch) {
-    EXPECT_TRUE(WriteLlamaModel(c, 7, dir_.path()).ok());
-    auto runner = ModelRunner::Create(dir_.Sub(c.name), c, max_batch);
+  std::unique_ptr<engine::ModelRunner> Make(const engine::ModelConfig& c, int max_batch) {
+    EXPECT_TRUE(engine::WriteLlamaModel(c, 7, dir_.path()).ok());
+    auto runner = engine::ModelRunner::Create(dir_.Sub(c.name), c, max_batch);
     EXPECT_TRUE(runner.ok()) << runner.status();
     return runner.ok() ? std::move(*runner) : nullptr;
   }
@@ -42,7 +42,7 @@ class EngineTest : public ::testing::Test {
 };
 
 TEST_F(EngineTest, DecodeWithCacheMatchesFullForward) {
-  const ModelConfig c = SmallConfig("m32", "fp32");
+  const engine::ModelConfig c = SmallConfig("m32", "fp32");
   auto runner = Make(c, 4);
   ASSERT_NE(runner, nullptr);
   const std::vector<int32_t> seq = {256, 72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100};
@@ -59,7 +59,7 @@ TEST_F(EngineTest, DecodeWithCacheMatchesFullForward) {
   EXPECT_LT(MaxRelErr(*last, want), 1e-5);
   for (size_t p = prompt; p < seq.size(); ++p) {
     std::vector<float> logits;
-    ModelRunner::DecodeRow row{2, seq[p], static_cast<int64_t>(p)};
+    engine::ModelRunner::DecodeRow row{2, seq[p], static_cast<int64_t>(p)};
     ASSERT_TRUE(runner->Decode({&row, 1}, &logits).ok());
     want.assign(full->begin() + p * V, full->begin() + (p + 1) * V);
     EXPECT_LT(MaxRelErr(logits, want), 1e-5) << "position " << p;
@@ -67,10 +67,10 @@ TEST_F(EngineTest, DecodeWithCacheMatchesFullForward) {
 }
 
 // As deep as the largest Llama-family models (Llama 2 70B has 80 layers): the module builds, saves,
-// loads and decodes as the shallow one does. Before Note [One type for every layer] (server/llama_module.cc)
+// loads and decodes as the shallow one does. Before Note [One type for every layer] (engine/llama_module.cc)
 // compiling a model of 32 layers took more than 24 GB in libtorch's alias analysis and never got here.
 TEST_F(EngineTest, ModelsOfEightyLayersBuildLoadAndDecode) {
-  const ModelConfig c = testing::SmallLlamaConfig("deep", 80, "fp32");
+  const engine::ModelConfig c = testing::SmallLlamaConfig("deep", 80, "fp32");
   auto runner = Make(c, 1);
   ASSERT_NE(runner, nullptr);
   const std::vector<int32_t> seq = {256, 72, 101, 108, 108, 111};
@@ -86,12 +86,12 @@ TEST_F(EngineTest, ModelsOfEightyLayersBuildLoadAndDecode) {
 }
 
 TEST_F(EngineTest, BatchedDecodeMatchesEachSequenceAlone) {
-  const ModelConfig c = SmallConfig("batch", "fp32");
+  const engine::ModelConfig c = SmallConfig("batch", "fp32");
   auto runner = Make(c, 4);
   ASSERT_NE(runner, nullptr);
   const std::vector<std::vector<int32_t>> seqs = {{256, 1, 2, 3, 4, 5}, {256, 9, 8}, {256, 40, 41, 42, 43}};
   const size_t V = c.vocab_size;
-  std::vector<ModelRunner::DecodeRow> rows;
+  std::vector<engine::ModelRunner::DecodeRow> rows;
   std::vector<std::vector<float>> want;
   for (size_t s = 0; s < seqs.size(); ++s) {
     // Sequences of different lengths in slots 3, 1, 0: the step must respect each slot's position.
@@ -113,7 +113,7 @@ TEST_F(EngineTest, BatchedDecodeMatchesEachSequenceAlone) {
 }
 
 TEST_F(EngineTest, ReusedSlotIgnoresStaleCache) {
-  const ModelConfig c = SmallConfig("reuse", "fp32");
+  const engine::ModelConfig c = SmallConfig("reuse", "fp32");
   auto runner = Make(c, 1);
   ASSERT_NE(runner, nullptr);
   const std::vector<int32_t> long_seq = {256, 5, 6, 7, 8, 9, 10, 11, 12};
@@ -127,19 +127,19 @@ TEST_F(EngineTest, ReusedSlotIgnoresStaleCache) {
 }
 
 TEST_F(EngineTest, GreedyDecodingIsDeterministic) {
-  const ModelConfig c = SmallConfig("greedy", "fp32");
+  const engine::ModelConfig c = SmallConfig("greedy", "fp32");
   auto runner = Make(c, 1);
   ASSERT_NE(runner, nullptr);
   auto run = [&]() {
     std::vector<int32_t> seq = {256, 65, 66};
-    Sampler sampler(SamplingConfig{.temperature = 0});
+    engine::Sampler sampler(engine::SamplingConfig{.temperature = 0});
     auto logits = runner->Prefill(0, seq);
     EXPECT_TRUE(logits.ok());
     std::vector<float> l = *logits;
     for (int i = 0; i < 20; ++i) {
       const int32_t t = sampler.Sample(absl::MakeSpan(l), seq);
       seq.push_back(t);
-      ModelRunner::DecodeRow row{0, t, static_cast<int64_t>(seq.size()) - 1};
+      engine::ModelRunner::DecodeRow row{0, t, static_cast<int64_t>(seq.size()) - 1};
       EXPECT_TRUE(runner->Decode({&row, 1}, &l).ok());
     }
     return seq;
@@ -152,7 +152,7 @@ TEST_F(EngineTest, GreedyDecodingIsDeterministic) {
 
 TEST_F(EngineTest, LowPrecisionModelsRun) {
   for (const std::string dtype : {"bf16", "fp16"}) {
-    const ModelConfig c = SmallConfig("m" + dtype, dtype);
+    const engine::ModelConfig c = SmallConfig("m" + dtype, dtype);
     auto runner = Make(c, 2);
     ASSERT_NE(runner, nullptr) << dtype;
     const std::vector<int32_t> seq = {256, 70, 71, 72};
@@ -165,18 +165,18 @@ TEST_F(EngineTest, LowPrecisionModelsRun) {
 }
 
 TEST_F(EngineTest, GeneratedWeightsAreSmallOnDiskAndTheSameForTheSameSeed) {
-  ModelConfig c = SmallConfig("gen", "bf16");
+  engine::ModelConfig c = SmallConfig("gen", "bf16");
   c.generated_weights_seed = 5;
   auto a = Make(c, 1);
   ASSERT_NE(a, nullptr);
   // A placeholder per parameter on disk, the full parameters once loaded.
   const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(dir_.Sub("gen/model.pt")));
   EXPECT_LT(file_bytes, a->parameter_bytes() / 4) << "model.pt holds weights";
-  ASSERT_TRUE(LoadModelConfig(dir_.Sub("gen/model.yaml")).ok());
-  EXPECT_EQ(LoadModelConfig(dir_.Sub("gen/model.yaml"))->generated_weights_seed, 5);
+  ASSERT_TRUE(engine::LoadModelConfig(dir_.Sub("gen/model.yaml")).ok());
+  EXPECT_EQ(engine::LoadModelConfig(dir_.Sub("gen/model.yaml"))->generated_weights_seed, 5);
   const std::vector<int32_t> seq = {256, 70, 71, 72};
   auto la = a->Prefill(0, seq);
-  auto b = ModelRunner::Create(dir_.Sub("gen"), c, 1);
+  auto b = engine::ModelRunner::Create(dir_.Sub("gen"), c, 1);
   ASSERT_TRUE(la.ok() && b.ok());
   auto lb = (*b)->Prefill(0, seq);
   ASSERT_TRUE(lb.ok());
@@ -187,26 +187,26 @@ TEST_F(EngineTest, GeneratedWeightsAreSmallOnDiskAndTheSameForTheSameSeed) {
   EXPECT_LT(MaxRelErr(*la, std::vector<float>(full->end() - c.vocab_size, full->end())), 2e-2);
   EXPECT_GT(*std::max_element(la->begin(), la->end()) - *std::min_element(la->begin(), la->end()), 0.1f);
   c.generated_weights_seed = 6;
-  auto other = ModelRunner::Create(dir_.Sub("gen"), c, 1);
+  auto other = engine::ModelRunner::Create(dir_.Sub("gen"), c, 1);
   ASSERT_TRUE(other.ok());
   EXPECT_NE(*(*other)->Prefill(0, seq), *la);
 }
 
 TEST_F(EngineTest, RejectsAFileThatIsNotAModel) {
-  const ModelConfig c = SmallConfig("broken", "fp32");
+  const engine::ModelConfig c = SmallConfig("broken", "fp32");
   std::filesystem::create_directories(dir_.Sub("broken"));
   { std::ofstream(dir_.Sub("broken/model.pt")) << "not a zip archive"; }
-  auto runner = ModelRunner::Create(dir_.Sub("broken"), c, 1);
+  auto runner = engine::ModelRunner::Create(dir_.Sub("broken"), c, 1);
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(runner.status().message().find("model.pt"), std::string::npos) << runner.status();
 }
 
 TEST_F(EngineTest, RejectsAModelWhoseVocabDisagreesWithModelYaml) {
-  ModelConfig c = SmallConfig("vocab", "fp32");
-  ASSERT_TRUE(WriteLlamaModel(c, 1, dir_.path()).ok());
+  engine::ModelConfig c = SmallConfig("vocab", "fp32");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 1, dir_.path()).ok());
   c.vocab_size = 400;
-  auto runner = ModelRunner::Create(dir_.Sub("vocab"), c, 1);
+  auto runner = engine::ModelRunner::Create(dir_.Sub("vocab"), c, 1);
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(runner.status().message().find("vocab_size"), std::string::npos) << runner.status();

@@ -7,9 +7,9 @@
 
 #include <set>
 
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
 #include "runtime/trace_proto.h"
-#include "server/llama_builder.h"
-#include "server/model_runner.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
@@ -17,7 +17,7 @@
 namespace autouvm::runtime {
 namespace {
 
-server::ModelConfig SmallConfig(const std::string& name, int64_t layers) {
+engine::ModelConfig SmallConfig(const std::string& name, int64_t layers) {
   return testing::SmallLlamaConfig(name, layers);
 }
 
@@ -31,18 +31,18 @@ class ObserverTest : public ::testing::Test {
     observer_ = std::move(*obs);
   }
 
-  std::unique_ptr<server::ModelRunner> Load(const server::ModelConfig& c) {
-    EXPECT_TRUE(server::WriteLlamaModel(c, 11, dir_.path()).ok());
-    auto runner = server::ModelRunner::Create(dir_.Sub(c.name), c, 2);
+  std::unique_ptr<engine::ModelRunner> Load(const engine::ModelConfig& c) {
+    EXPECT_TRUE(engine::WriteLlamaModel(c, 11, dir_.path()).ok());
+    auto runner = engine::ModelRunner::Create(dir_.Sub(c.name), c, 2);
     EXPECT_TRUE(runner.ok()) << runner.status();
     if (!runner.ok()) return nullptr;
     (*runner)->NameTensors(observer_.get());
     return std::move(*runner);
   }
 
-  AccessTrace DecodeStep(server::ModelRunner* runner, int32_t token, int64_t pos) {
+  AccessTrace DecodeStep(engine::ModelRunner* runner, int32_t token, int64_t pos) {
     std::vector<float> logits;
-    server::ModelRunner::DecodeRow row{1, token, pos};
+    engine::ModelRunner::DecodeRow row{1, token, pos};
     observer_->BeginIteration();
     EXPECT_TRUE(runner->Decode({&row, 1}, &logits).ok());
     return observer_->EndIteration();
@@ -217,7 +217,7 @@ TEST_F(ObserverTest, AnObservedIterationNumbersTheSameOpsAsARecordedOne) {
   Collector collector;
   observer_->AddSubscriber(&collector);
   std::vector<float> logits;
-  server::ModelRunner::DecodeRow row{1, 9, 3};
+  engine::ModelRunner::DecodeRow row{1, 9, 3};
   observer_->BeginIteration(IterationMode::kObserve);
   ASSERT_TRUE(runner->Decode({&row, 1}, &logits).ok());
   const AccessTrace observed = observer_->EndIteration();
@@ -245,8 +245,8 @@ TEST_F(ObserverTest, AnObservedIterationNumbersTheSameOpsAsARecordedOne) {
 // every bucket, recorded at the bucket's top length (as a profile is made) and observed at each of the
 // others (as a plan is followed).
 TEST_F(ObserverTest, EveryLengthOfAPrefillBucketRunsTheSameOps) {
-  server::ModelConfig c = SmallConfig("buckets", 1);
-  c.max_seq = server::DefaultTinyModelConfig("tiny").max_seq;
+  engine::ModelConfig c = SmallConfig("buckets", 1);
+  c.max_seq = engine::DefaultTinyModelConfig("tiny").max_seq;
   auto runner = Load(c);
   ASSERT_NE(runner, nullptr);
   auto kernels_of = [](const std::vector<OpRecord>& ops) {
@@ -375,7 +375,7 @@ TEST_F(ObserverTest, AttentionCountsBothProducts) {
 
 TEST(ObserverAcrossProcesses, TwoProcessesRecordTheSameIds) {
   testing::TempDir dir;
-  ASSERT_TRUE(server::WriteLlamaModel(SmallConfig("xproc", 2), 4, dir.path()).ok());
+  ASSERT_TRUE(engine::WriteLlamaModel(SmallConfig("xproc", 2), 4, dir.path()).ok());
   std::string out1, err1, out2, err2;
   ASSERT_EQ(testing::RunCommand({TRACE_DUMP_PATH, dir.Sub("xproc"), "0"}, &out1, &err1), 0) << err1;
   ASSERT_EQ(testing::RunCommand({TRACE_DUMP_PATH, dir.Sub("xproc"), "100000"}, &out2, &err2), 0) << err2;

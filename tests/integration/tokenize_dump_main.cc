@@ -1,6 +1,6 @@
 // tokenize_dump TOKENIZER: reads a JSON list of strings from stdin and prints, as JSON, each string's
 // ids under our tokenizer and the text those ids decode to: [{"ids": [...], "text": "..."}, ...].
-// TOKENIZER is a tokenizer.json (server::BpeTokenizer) or a file named tokenizer.model (sentencepiece,
+// TOKENIZER is a tokenizer.json (tokenizer::BpeTokenizer) or a file named tokenizer.model (sentencepiece,
 // through CreateTokenizer as the daemon loads it). tests/gpu/hf_verify.py compares the output with
 // transformers' tokenizers on the GPU host, where that library is installed.
 #include <filesystem>
@@ -11,19 +11,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "server/bpe_tokenizer.h"
-#include "server/tokenizer.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<autouvm::server::Tokenizer>> Load(const std::filesystem::path& path) {
+absl::StatusOr<std::unique_ptr<autouvm::tokenizer::Tokenizer>> Load(const std::filesystem::path& path) {
   if (path.filename() == "tokenizer.model") {
-    autouvm::server::ModelConfig config;
-    config.tokenizer = "sentencepiece";
-    config.vocab_size = std::numeric_limits<int32_t>::max();
-    return autouvm::server::CreateTokenizer(config, path.parent_path().string());
+    const autouvm::tokenizer::TokenizerSpec spec{.kind = "sentencepiece",
+                                                 .vocab_size = std::numeric_limits<int32_t>::max()};
+    return autouvm::tokenizer::CreateTokenizer(spec, path.parent_path().string());
   }
-  return autouvm::server::BpeTokenizer::Load(path.string());
+  return autouvm::tokenizer::BpeTokenizer::Load(path.string());
 }
 
 }  // namespace

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/model_config.h"
+#include "engine/model_runner.h"
 #include "runtime/observer.h"
-#include "server/model_config.h"
-#include "server/model_runner.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -19,16 +19,16 @@ int main(int argc, char** argv) {
   const size_t pad_bytes = std::strtoull(argv[2], nullptr, 10);
   std::vector<char> pad(pad_bytes, 1);  // moves later heap allocations
   autouvm::runtime::Observer::MakeExecutionRepeatable();
-  auto config = autouvm::server::LoadModelConfig(std::string(argv[1]) + "/model.yaml");
+  auto config = autouvm::engine::LoadModelConfig(std::string(argv[1]) + "/model.yaml");
   if (!config.ok()) return 1;
-  auto runner = autouvm::server::ModelRunner::Create(argv[1], *config, 2);
+  auto runner = autouvm::engine::ModelRunner::Create(argv[1], *config, 2);
   auto observer = autouvm::runtime::Observer::Create();
   if (!runner.ok() || !observer.ok()) return 1;
   (*runner)->NameTensors(observer->get());
   const std::vector<int32_t> prompt = {256, 10, 20, 30};
   if (!(*runner)->Prefill(1, prompt).ok()) return 1;
   std::vector<float> logits;
-  autouvm::server::ModelRunner::DecodeRow row{1, 40, 4};
+  autouvm::engine::ModelRunner::DecodeRow row{1, 40, 4};
   (*observer)->BeginIteration();
   if (!(*runner)->Decode({&row, 1}, &logits).ok()) return 1;
   const autouvm::runtime::AccessTrace trace = (*observer)->EndIteration();

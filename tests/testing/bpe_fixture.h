@@ -1,6 +1,7 @@
-// Small BPE tokenizer.json files (byte-level, and sentencepiece's kind below) for the tests of server/bpe_tokenizer.h
-// and tools/hf_import.h: Llama 3's pre-tokenizer regex, the 256 byte symbols (byte b is id b), a few merges whose
-// results take ids from 256 in order, three special tokens from 300, and a template that starts with
+// Small BPE tokenizer.json files (byte-level, and sentencepiece's kind below) for the tests of
+// tokenizer/bpe_tokenizer.h and tools/hf_import.h: Llama 3's pre-tokenizer regex, the 256 byte symbols (byte b is id
+// b), a few merges whose results take ids from 256 in order, three special tokens from 300, and a template that starts
+// with
 // <|begin_of_text|>.
 #pragma once
 

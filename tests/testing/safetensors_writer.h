@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/model_config.h"
+#include "engine/model_config.h"
 
 namespace autouvm::testing {
 
@@ -59,7 +59,7 @@ inline void WriteSafetensors(const std::string& path, const std::vector<std::pai
   WriteRawSafetensors(path, header.dump(), data);
 }
 
-// Where save_pretrained puts each of the module's parameters (server/llama_module.h), written out here
+// Where save_pretrained puts each of the module's parameters (engine/llama_module.h), written out here
 // independently of tools/hf_import.h's HfTensorName: a wrong mapping there must not be matched by the
 // same mistake in a test's checkpoint.
 inline std::string HfCheckpointName(const std::string& parameter) {
@@ -78,7 +78,7 @@ inline std::string HfCheckpointName(const std::string& parameter) {
 }
 
 // config.json as save_pretrained writes it for `c` (transformers before 5: rope_theta at the top).
-inline nlohmann::json HfConfigJson(const server::ModelConfig& c, const std::string& architecture,
+inline nlohmann::json HfConfigJson(const engine::ModelConfig& c, const std::string& architecture,
                                    const std::string& model_type, bool tied) {
   nlohmann::json j = {{"architectures", {architecture}},
                       {"model_type", model_type},

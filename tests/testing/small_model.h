@@ -4,13 +4,13 @@
 
 #include <string>
 
-#include "server/llama_builder.h"
+#include "engine/llama_builder.h"
 
 namespace autouvm::testing {
 
-inline server::ModelConfig SmallLlamaConfig(const std::string& name, int64_t layers = 2,
+inline engine::ModelConfig SmallLlamaConfig(const std::string& name, int64_t layers = 2,
                                             const std::string& dtype = "fp32") {
-  server::ModelConfig c = server::DefaultTinyModelConfig(name);
+  engine::ModelConfig c = engine::DefaultTinyModelConfig(name);
   c.dim = 64;
   c.n_layers = layers;
   c.n_heads = 4;

@@ -5,15 +5,15 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "server/llama_builder.h"
+#include "engine/llama_builder.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::testing {
 
 absl::Status WriteWobblyModel(const std::string& name, const std::string& repo_dir) {
   TempDir scratch;
-  const server::ModelConfig config = server::DefaultTinyModelConfig(name);
-  if (absl::Status s = server::WriteLlamaModel(config, 5, scratch.path()); !s.ok()) return s;
+  const engine::ModelConfig config = engine::DefaultTinyModelConfig(name);
+  if (absl::Status s = engine::WriteLlamaModel(config, 5, scratch.path()); !s.ok()) return s;
   const std::filesystem::path plain = std::filesystem::path(scratch.path()) / name;
   const std::filesystem::path entry = std::filesystem::path(repo_dir) / name;
   try {

@@ -37,7 +37,7 @@ class ProfileJobsTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
-  runtime::RealClock clock_;
+  base::RealClock clock_;
   std::unique_ptr<ProfileStore> store_;
   std::unique_ptr<ProfileRepository> repo_;
   const autouvm::v1::ProfileKey key_ = DecodeKey(std::string(64, 'd'), 2, "h200-pcie5", 0, "stock");

@@ -41,8 +41,8 @@ runtime::AccessTrace Trace() {
   return t;
 }
 
-std::vector<ModelRunner::NamedTensor> Named() {
-  std::vector<ModelRunner::NamedTensor> out;
+std::vector<engine::ModelRunner::NamedTensor> Named() {
+  std::vector<engine::ModelRunner::NamedTensor> out;
   for (int i = 0; i < kWeights; ++i) out.push_back({"w" + std::to_string(i), 0, kWeight});
   return out;
 }
@@ -70,8 +70,8 @@ class ModelExecutionTest : public ::testing::Test {
   }
   // Over `sim` as if it were the model's own memory (the CUDA daemon's ModelExecution).
   std::unique_ptr<ModelExecution> OnDevice(runtime::sim::SimBackend& sim, int64_t monitor_every) {
-    std::vector<ModelRunner::NamedTensor> named = Named();
-    for (ModelRunner::NamedTensor& t : named) t.addr = *sim.AllocateManaged(t.bytes);
+    std::vector<engine::ModelRunner::NamedTensor> named = Named();
+    for (engine::ModelRunner::NamedTensor& t : named) t.addr = *sim.AllocateManaged(t.bytes);
     return ModelExecution::OnDevice(&sim, named, {.monitor_every = monitor_every});
   }
   void Drive(const std::vector<runtime::OpSubscriber*>& subscribers, int kernel_at = -1) {

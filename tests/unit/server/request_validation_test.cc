@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "server/llama_builder.h"
+#include "engine/llama_builder.h"
 
 namespace autouvm::server {
 namespace {
@@ -22,11 +22,11 @@ using ::testing::StartsWith;
 class RequestValidationTest : public ::testing::Test {
  protected:
   RequestValidationTest()
-      : model_(DefaultTinyModelConfig("tiny")), tok_(model_.vocab_size, model_.bos_id, model_.eos_id) {
+      : model_(engine::DefaultTinyModelConfig("tiny")), tok_(model_.vocab_size, model_.bos_id, model_.eos_id) {
     request_.set_text("hi");
   }
 
-  absl::StatusOr<GenerationParams> Build(uint64_t random_seed = 12345) {
+  absl::StatusOr<engine::GenerationParams> Build(uint64_t random_seed = 12345) {
     return BuildGenerationParams(request_, model_, tok_, settings_, limits_, random_seed);
   }
 
@@ -38,8 +38,8 @@ class RequestValidationTest : public ::testing::Test {
     EXPECT_THAT(std::string(p.status().message()), StartsWith(field + ":"));
   }
 
-  ModelConfig model_;  // vocab 320, bos 256, eos 257, max_seq 512
-  ByteTokenizer tok_;
+  engine::ModelConfig model_;  // vocab 320, bos 256, eos 257, max_seq 512
+  tokenizer::ByteTokenizer tok_;
   ModelSettings settings_;
   Limits limits_;
   autouvm::v1::GenerateRequest request_;

@@ -16,18 +16,18 @@
 #include <string>
 #include <vector>
 
-#include "server/llama_module.h"
-#include "server/tokenizer.h"
-#include "server/torch_dtype.h"
+#include "engine/llama_module.h"
+#include "engine/torch_dtype.h"
 #include "tests/testing/bpe_fixture.h"
 #include "tests/testing/safetensors_writer.h"
 #include "tests/testing/temp_dir.h"
+#include "tokenizer/tokenizer.h"
 
 namespace autouvm::tools {
 namespace {
 
 namespace fs = std::filesystem;
-using server::ModelConfig;
+using engine::ModelConfig;
 using ::testing::HasSubstr;
 using testing::TempDir;
 
@@ -68,14 +68,14 @@ struct Reference {
 Reference MakeReference(const ModelConfig& c, bool tied, uint64_t seed) {
   Reference r{c, {}, torch::jit::Module("empty")};
   torch::manual_seed(seed);
-  const c10::ScalarType dtype = server::TorchDtype(c.dtype);
+  const c10::ScalarType dtype = engine::TorchDtype(c.dtype);
   auto param = [&](const std::string& name, const std::vector<int64_t>& shape) -> absl::StatusOr<torch::Tensor> {
     torch::Tensor t = (shape.size() == 1 ? 1.0 + 0.1 * torch::randn(shape) : 0.2 * torch::randn(shape)).to(dtype);
     if (name == "lm_head" && tied) t = r.params.at("tok_embeddings").clone();
     r.params[name] = t;
     return t;
   };
-  auto m = server::BuildLlamaModule(c, param);
+  auto m = engine::BuildLlamaModule(c, param);
   EXPECT_TRUE(m.ok()) << m.status();
   r.module = *m;
   return r;
@@ -123,7 +123,7 @@ void ExpectConvertsExactly(const Reference& r, const Family& f, int shards) {
   EXPECT_EQ(model->config.attention_bias, f.bias);
   EXPECT_EQ(model->tied_embeddings, f.tied);
   ASSERT_TRUE(ConvertHfModel(hf.path(), repo.path(), {.name = "converted", .byte_tokenizer = true}).ok());
-  auto yaml = server::LoadModelConfig(repo.Sub("converted/model.yaml"));
+  auto yaml = engine::LoadModelConfig(repo.Sub("converted/model.yaml"));
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   EXPECT_EQ(yaml->dim, r.config.dim);
   EXPECT_EQ(yaml->n_kv_heads, r.config.n_kv_heads);
@@ -281,9 +281,9 @@ TEST(HfImportTest, TokenizerJsonIsPreferredToTokenizerModel) {
   EXPECT_EQ(m->config.tokenizer, "bpe");
   EXPECT_EQ(m->config.bos_id, testing::kSpBos);
   EXPECT_EQ(m->tokenizer_note, "");
-  auto yaml = server::LoadModelConfig(repo.Sub("m/model.yaml"));
+  auto yaml = engine::LoadModelConfig(repo.Sub("m/model.yaml"));
   ASSERT_TRUE(yaml.ok()) << yaml.status();
-  auto tokenizer = server::CreateTokenizer(*yaml, repo.Sub("m"));
+  auto tokenizer = tokenizer::CreateTokenizer(engine::TokenizerSpecOf(*yaml), repo.Sub("m"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   EXPECT_EQ(*(*tokenizer)->Encode("hello</s>"), (std::vector<int32_t>{testing::kSpMetaHello, testing::kSpEos}));
 
@@ -376,13 +376,13 @@ TEST(HfImportTest, ATokenizerJsonIsCheckedAndCarriedOver) {
   std::ofstream(hf.Sub("tokenizer.json")) << testing::TokenizerJson().dump();
   std::ofstream(hf.Sub("generation_config.json")) << R"({"bos_token_id": 1, "eos_token_id": [301, 2]})";
   ASSERT_TRUE(ConvertHfModel(hf.path(), repo.path(), {.name = "m"}).ok());
-  auto yaml = server::LoadModelConfig(repo.Sub("m/model.yaml"));
+  auto yaml = engine::LoadModelConfig(repo.Sub("m/model.yaml"));
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   EXPECT_EQ(yaml->tokenizer, "bpe");
   EXPECT_EQ(yaml->bos_id, testing::kBegin);  // the template's, not generation_config's
   EXPECT_EQ(yaml->eos_id, 301);
   EXPECT_EQ(yaml->extra_eos_ids, (std::vector<int64_t>{2}));
-  auto tokenizer = server::CreateTokenizer(*yaml, repo.Sub("m"));
+  auto tokenizer = tokenizer::CreateTokenizer(engine::TokenizerSpecOf(*yaml), repo.Sub("m"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   EXPECT_EQ((*tokenizer)->kind(), "bpe");
   EXPECT_EQ(*(*tokenizer)->Encode("hello<|eot_id|>"), (std::vector<int32_t>{testing::kHello, testing::kEot}));
@@ -400,7 +400,7 @@ TEST(HfImportTest, Llama3RopeScalingFollowsItsDefinition) {
   c.rope_low_freq_factor = 1;
   c.rope_high_freq_factor = 4;
   c.rope_original_max_seq = 8192;
-  const auto [cos, sin] = server::RopeTables(c);
+  const auto [cos, sin] = engine::RopeTables(c);
   ASSERT_EQ(cos.sizes().vec(), (std::vector<int64_t>{c.max_seq, 32}));
   int scaled = 0, kept = 0, blended = 0;
   for (int64_t i = 0; i < 32; ++i) {

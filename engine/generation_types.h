@@ -1,0 +1,72 @@
+// The engine's words for one generation: what a request asks (GenerationParams, validated), what it
+// gets back (GenerationResult), where its tokens go (GenerationSink), the handle that cancels it, and
+// the hooks the profiler puts around each forward pass.
+//
+// Plain types; RequestHandle is safe from any thread, the sink's and hooks' contracts are below.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/sampler.h"
+
+namespace autouvm::engine {
+
+enum class FinishReason { kStop, kLength, kCancelled };
+
+struct GenerationParams {
+  std::string request_id;
+  std::vector<int32_t> prompt;  // already tokenized, bos included, validated
+  int32_t max_tokens = 16;
+  SamplingConfig sampling;
+  std::vector<int32_t> stop_token_ids;  // eos is added here by the caller unless ignore_eos
+  std::vector<std::string> stop_strings;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct GenerationResult {
+  absl::Status status;  // OK, DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE (shutdown) or INTERNAL
+  FinishReason reason = FinishReason::kStop;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  double queue_ms = 0;
+  double time_to_first_token_ms = 0;
+  double per_token_ms = 0;
+  double total_ms = 0;
+};
+
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  // One generated token (never a stop token) and the text it completed (possibly empty).
+  virtual void OnToken(int32_t token, const std::string& text) = 0;
+  // Final call: any held-back text, then the result. The sink may be destroyed once this returns.
+  virtual void OnFinish(const std::string& tail_text, const GenerationResult& result) = 0;
+};
+
+class RequestHandle {
+ public:
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+enum class IterationPhase { kPrefill, kDecode };
+
+// Called on the scheduler's thread around every model iteration (a prefill or a decode step): what the
+// profiler uses to record or check an iteration (server/model_profiler.h).
+class IterationHooks {
+ public:
+  virtual ~IterationHooks() = default;
+  virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
+  // True: the iteration's result must not be used, run it again (once; its hooks are called again).
+  virtual bool AfterIteration(const absl::Status& status) = 0;
+};
+
+}  // namespace autouvm::engine

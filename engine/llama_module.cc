@@ -1,0 +1,276 @@
+#include "engine/llama_module.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "engine/torch_dtype.h"
+
+namespace autouvm::engine {
+namespace {
+
+// Note [Llama TorchScript layout]:
+// One submodule per decoder layer ("layer0", "layer1", ...) so parameters have stable dotted names
+// ("layer3.wq") that the runtime uses as tensor identities. The top module's forward is generated with
+// the layer calls unrolled, since TorchScript cannot look attributes up by computed name. Two entry
+// points share the layer code: forward (KV cache in slots, attention over the masked max_seq so that
+// every decode step has the same shapes) and full (no cache, causal attention over the given tokens),
+// which exists to check the cached path against. Grouped-query attention groups the query heads of each
+// key/value head in one matmul instead of copying keys and values per query head.
+constexpr const char* kLayerSource = R"JIT(
+def rms(self, x, w):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+    return y.to(x.dtype) * w
+
+def rope(self, x, cos, sin):
+    half = self.head_dim // 2
+    x1 = x[:, :, :, :half]
+    x2 = x[:, :, :, half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+def qkv(self, x, cos, sin):
+    B = x.size(0)
+    T = x.size(1)
+    h = self.rms(x, self.attn_norm)
+    q = torch.matmul(h, self.wq.t()).view(B, T, self.n_heads, self.head_dim)
+    k = torch.matmul(h, self.wk.t()).view(B, T, self.n_kv_heads, self.head_dim)
+    v = torch.matmul(h, self.wv.t()).view(B, T, self.n_kv_heads, self.head_dim)
+    return self.rope(q, cos, sin), self.rope(k, cos, sin), v
+
+def finish(self, x, q, keys, vals, mask):
+    B = x.size(0)
+    T = x.size(1)
+    S = keys.size(2)
+    rep = self.n_heads // self.n_kv_heads
+    qh = q.transpose(1, 2).reshape(B, self.n_kv_heads, rep * T, self.head_dim)
+    scores = torch.matmul(qh, keys.transpose(2, 3)).float() * self.scale
+    scores = scores.view(B, self.n_kv_heads, rep, T, S) + mask.unsqueeze(1)
+    probs = torch.softmax(scores, -1).to(qh.dtype).view(B, self.n_kv_heads, rep * T, S)
+    o = torch.matmul(probs, vals).view(B, self.n_heads, T, self.head_dim)
+    o = o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
+    x = x + torch.matmul(o, self.wo.t())
+    h = self.rms(x, self.mlp_norm)
+    g = torch.silu(torch.matmul(h, self.w_gate.t())) * torch.matmul(h, self.w_up.t())
+    return x + torch.matmul(g, self.w_down.t())
+
+def forward(self, x, cos, sin, mask, kc, vc, slots, slot_ix, pos_ix):
+    q, k, v = self.qkv(x, cos, sin)
+    kc[slot_ix, :, pos_ix] = k
+    vc[slot_ix, :, pos_ix] = v
+    return self.finish(x, q, kc.index_select(0, slots), vc.index_select(0, slots), mask)
+
+def full(self, x, cos, sin, mask):
+    q, k, v = self.qkv(x, cos, sin)
+    return self.finish(x, q, k.transpose(1, 2), v.transpose(1, 2), mask)
+)JIT";
+
+// The layer's source, with the projections' biases added where the model has them (in the source, not
+// tested at run time: the interpreter runs no more ops than the model needs).
+std::string LayerSource(bool attention_bias) {
+  std::string source = kLayerSource;
+  if (!attention_bias) return source;
+  for (const char* w : {"q", "k", "v"}) {
+    const std::string plain = absl::StrCat("torch.matmul(h, self.w", w, ".t())");
+    const size_t at = source.find(plain);
+    source.replace(at, plain.size(), absl::StrCat("(", plain, " + self.b", w, ")"));
+  }
+  return source;
+}
+
+std::string TopSource(int64_t n_layers) {
+  std::string fwd_calls, full_calls;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    absl::StrAppend(&fwd_calls, "    x = self.layer", i, ".forward(x, cos, sin, mask, k_cache[", i, "], v_cache[", i,
+                    "], slots, slot_ix, pos)\n");
+    absl::StrAppend(&full_calls, "    x = self.layer", i, ".full(x, cos, sin, mask)\n");
+  }
+  return absl::StrCat(R"JIT(
+def rms(self, x, w):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+    return y.to(x.dtype) * w
+
+def head(self, x):
+    return torch.matmul(self.rms(x, self.norm), self.lm_head.t()).float()
+
+def forward(self, tokens, slots, start_pos, k_cache, v_cache):
+    B = tokens.size(0)
+    T = tokens.size(1)
+    S = k_cache.size(3)
+    pos = start_pos.unsqueeze(1) + torch.arange(T, device=tokens.device).unsqueeze(0)
+    cos = self.rope_cos[pos].unsqueeze(2).to(self.tok_embeddings.dtype)
+    sin = self.rope_sin[pos].unsqueeze(2).to(self.tok_embeddings.dtype)
+    keypos = torch.arange(S, device=tokens.device).view(1, 1, 1, S)
+    mask = torch.zeros([B, 1, T, S], device=tokens.device)
+    mask = mask.masked_fill(keypos > pos.view(B, 1, T, 1), float("-inf"))
+    slot_ix = slots.unsqueeze(1).expand(B, T)
+    x = torch.embedding(self.tok_embeddings, tokens)
+)JIT",
+                      fwd_calls, R"JIT(    return self.head(x)
+
+def full(self, tokens):
+    T = tokens.size(1)
+    pos = torch.arange(T, device=tokens.device).unsqueeze(0)
+    cos = self.rope_cos[pos].unsqueeze(2).to(self.tok_embeddings.dtype)
+    sin = self.rope_sin[pos].unsqueeze(2).to(self.tok_embeddings.dtype)
+    keypos = torch.arange(T, device=tokens.device).view(1, 1, 1, T)
+    mask = torch.zeros([1, 1, T, T], device=tokens.device)
+    mask = mask.masked_fill(keypos > pos.view(1, 1, T, 1), float("-inf"))
+    x = torch.embedding(self.tok_embeddings, tokens)
+)JIT",
+                      full_calls, "    return self.head(x)\n");
+}
+
+void AddCommonAttributes(torch::jit::Module& m, const ModelConfig& c) {
+  m.register_attribute("training", c10::BoolType::get(), false);
+  m.register_attribute("eps", c10::FloatType::get(), c.norm_eps);
+}
+
+// The parameter `name` from `parameter`, checked against the shape and dtype the module needs.
+absl::StatusOr<torch::Tensor> Take(const LlamaParameter& parameter, const std::string& name,
+                                   const std::vector<int64_t>& shape, c10::ScalarType dtype) {
+  ASSIGN_OR_RETURN(torch::Tensor t, parameter(name, shape));
+  if (t.sizes().vec() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": shape [", absl::StrJoin(t.sizes().vec(), ", "),
+                                                   "], the model needs [", absl::StrJoin(shape, ", "), "]"));
+  }
+  if (t.scalar_type() != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": dtype ", std::string(c10::toString(t.scalar_type())),
+                                                   ", the model needs ", std::string(c10::toString(dtype))));
+  }
+  return t;
+}
+
+// Note [One type for every layer]: every layer is an object of the first layer's class type, as
+// TorchScript's own ModuleList of one class is. A distinct class per layer made compiling the top module
+// (BuildLlamaModule's define, and torch::jit::load of its model.pt, which compiles the same source) grow
+// exponentially with the layer count in libtorch 1.13's alias analysis: 20 layers 2.6 s, 24 layers 40 s,
+// 32 layers (Llama 2 7B) more than 24 GB of memory; with one type, 80 layers compile in 20 ms.
+absl::StatusOr<torch::jit::Module> BuildLayer(const ModelConfig& c, int64_t i, const LlamaParameter& parameter,
+                                              const torch::jit::Module* first) {
+  const c10::ScalarType dtype = TorchDtype(c.dtype);
+  const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"attn_norm", {c.dim}}, {"wq", {q_dim, c.dim}}};
+  if (c.attention_bias) shapes.push_back({"bq", {q_dim}});
+  shapes.push_back({"wk", {kv_dim, c.dim}});
+  if (c.attention_bias) shapes.push_back({"bk", {kv_dim}});
+  shapes.push_back({"wv", {kv_dim, c.dim}});
+  if (c.attention_bias) shapes.push_back({"bv", {kv_dim}});
+  for (auto& s : std::vector<std::pair<std::string, std::vector<int64_t>>>{{"wo", {c.dim, q_dim}},
+                                                                           {"mlp_norm", {c.dim}},
+                                                                           {"w_gate", {c.ffn_dim, c.dim}},
+                                                                           {"w_up", {c.ffn_dim, c.dim}},
+                                                                           {"w_down", {c.dim, c.ffn_dim}}}) {
+    shapes.push_back(std::move(s));
+  }
+  const std::vector<std::pair<std::string, c10::IValue>> attributes = {
+      {"training", false},          {"eps", c.norm_eps},      {"n_heads", c.n_heads},
+      {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim}, {"scale", 1.0 / std::sqrt(double(c.head_dim))}};
+  torch::jit::Module layer = first == nullptr ? torch::jit::Module("LlamaLayer")
+                                              : torch::jit::Module(first->_ivalue()->compilation_unit(), first->type());
+  for (const auto& [name, value] : attributes) {
+    if (first == nullptr) {
+      layer.register_attribute(name, value.type(), value);
+    } else {
+      layer.setattr(name, value);
+    }
+  }
+  for (const auto& [name, shape] : shapes) {
+    ASSIGN_OR_RETURN(torch::Tensor t, Take(parameter, absl::StrCat("layer", i, ".", name), shape, dtype));
+    if (first == nullptr) {
+      layer.register_parameter(name, t, false);
+    } else {
+      layer.setattr(name, t);
+    }
+  }
+  if (first == nullptr) layer.define(LayerSource(c.attention_bias));
+  return layer;
+}
+
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> RopeTables(const ModelConfig& c) {
+  // As transformers' rotary embedding: inv_freq = 1 / theta^(2i / head_dim) and angles = position x
+  // inv_freq, in float32.
+  torch::Tensor inv_freq =
+      1.0 / torch::pow(c.rope_theta, torch::arange(0, c.head_dim, 2, torch::kLong).to(torch::kFloat) /
+                                         static_cast<double>(c.head_dim));
+  if (c.rope_scaling == "linear") {
+    inv_freq = inv_freq / c.rope_scaling_factor;
+  } else if (c.rope_scaling == "llama3") {
+    // Llama 3.1's: long wavelengths stretched by the factor, short ones kept, a blend between.
+    const double old_len = static_cast<double>(c.rope_original_max_seq);
+    const double low_wavelen = old_len / c.rope_low_freq_factor, high_wavelen = old_len / c.rope_high_freq_factor;
+    const torch::Tensor wavelen = 2 * M_PI / inv_freq;
+    torch::Tensor scaled = torch::where(wavelen > low_wavelen, inv_freq / c.rope_scaling_factor, inv_freq);
+    const torch::Tensor smooth =
+        (old_len / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
+    const torch::Tensor smoothed = (1 - smooth) * scaled / c.rope_scaling_factor + smooth * scaled;
+    const torch::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    inv_freq = torch::where(medium, smoothed, scaled);
+  }
+  const torch::Tensor angles = torch::outer(torch::arange(c.max_seq, torch::kLong).to(torch::kFloat), inv_freq);
+  return {angles.cos().contiguous(), angles.sin().contiguous()};
+}
+
+absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& c, const LlamaParameter& parameter) {
+  RETURN_IF_ERROR(ValidateModelConfig(c));
+  torch::NoGradGuard no_grad;
+  try {
+    const c10::ScalarType dtype = TorchDtype(c.dtype);
+    torch::jit::Module m("LlamaForCausalLM");
+    AddCommonAttributes(m, c);
+    ASSIGN_OR_RETURN(torch::Tensor embeddings, Take(parameter, "tok_embeddings", {c.vocab_size, c.dim}, dtype));
+    m.register_parameter("tok_embeddings", embeddings, false);
+    std::optional<torch::jit::Module> first;  // Note [One type for every layer]
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      ASSIGN_OR_RETURN(torch::jit::Module layer, BuildLayer(c, i, parameter, first ? &*first : nullptr));
+      m.register_module(absl::StrCat("layer", i), layer);
+      if (!first) first = layer;
+    }
+    ASSIGN_OR_RETURN(torch::Tensor norm, Take(parameter, "norm", {c.dim}, dtype));
+    m.register_parameter("norm", norm, false);
+    ASSIGN_OR_RETURN(torch::Tensor head, Take(parameter, "lm_head", {c.vocab_size, c.dim}, dtype));
+    m.register_parameter("lm_head", head, false);
+    auto [cos, sin] = RopeTables(c);
+    m.register_buffer("rope_cos", cos);
+    m.register_buffer("rope_sin", sin);
+    m.define(TopSource(c.n_layers));
+    return m;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("building the TorchScript model failed: ", e.what_without_backtrace()));
+  }
+}
+
+absl::Status WriteLlamaEntry(const ModelConfig& config, torch::jit::Module& module, const std::string& repo_dir,
+                             const std::string& yaml_comment) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(repo_dir) / config.name;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  try {
+    module.save((dir / "model.pt.tmp").string());
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("writing ", (dir / "model.pt.tmp").string(), " failed: ", e.what_without_backtrace()));
+  }
+  {
+    std::ofstream out(dir / "model.yaml.tmp");
+    out << yaml_comment << ModelConfigToYaml(config);
+    if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", (dir / "model.yaml.tmp").string()));
+  }
+  fs::rename(dir / "model.pt.tmp", dir / "model.pt", ec);
+  if (!ec) fs::rename(dir / "model.yaml.tmp", dir / "model.yaml", ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot finish writing ", dir.string(), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace autouvm::engine

@@ -1,0 +1,259 @@
+#include "engine/model_runner.h"
+
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "engine/generated_weights.h"
+#include "engine/torch_dtype.h"
+#include "runtime/storage_binding.h"
+
+namespace autouvm::engine {
+namespace {
+
+// libtorch reports failures as c10::Error, and the TorchScript interpreter as std::runtime_error.
+absl::Status TorchError(const std::string& what, const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return absl::InternalError(absl::StrCat(what, ": ", c10_error->what_without_backtrace()));
+  }
+  return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+}
+
+torch::Tensor ToLongTensor(absl::Span<const int32_t> ids) {
+  auto t = torch::empty({static_cast<int64_t>(ids.size())}, torch::kLong);
+  auto* p = t.data_ptr<int64_t>();
+  for (size_t i = 0; i < ids.size(); ++i) p[i] = ids[i];
+  return t;
+}
+
+std::vector<float> ToVector(const torch::Tensor& t) {
+  auto c = t.to(torch::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+}  // namespace
+
+struct ModelRunner::Impl {
+  torch::jit::Module module;
+  torch::Tensor k_cache;  // [n_layers, max_batch, n_kv_heads, max_seq, head_dim]
+  torch::Tensor v_cache;
+  runtime::ComputeDevice* device = nullptr;  // null: the CPU
+  torch::Device torch_device = torch::kCPU;
+
+  // On the device's compute stream while it lives (null on the CPU).
+  std::unique_ptr<runtime::ComputeDevice::ThreadScope> Enter() const {
+    return device != nullptr ? device->Enter() : nullptr;
+  }
+  torch::Tensor On(const torch::Tensor& t) const { return t.to(torch_device); }
+
+  // Runs forward over tokens [B, T] for `slots` starting at `start_pos`; returns logits [B, T, V] on the host.
+  torch::Tensor Forward(const torch::Tensor& tokens, const torch::Tensor& slots, const torch::Tensor& start_pos) {
+    torch::NoGradGuard no_grad;
+    auto on = Enter();
+    std::vector<torch::jit::IValue> inputs{On(tokens), On(slots), On(start_pos), k_cache, v_cache};
+    return module.forward(inputs).toTensor().to(torch::kCPU);
+  }
+};
+
+ModelRunner::ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max_batch)
+    : impl_(std::move(impl)), config_(std::move(config)), max_batch_(max_batch) {}
+
+ModelRunner::~ModelRunner() = default;
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::string& entry_dir,
+                                                                 const ModelConfig& config, int max_batch,
+                                                                 runtime::ComputeDevice* device) {
+  if (max_batch < 1) return absl::InvalidArgumentError("max_batch: must be at least 1");
+  const std::string path = (std::filesystem::path(entry_dir) / "model.pt").string();
+  if (!std::filesystem::exists(path)) return absl::NotFoundError(absl::StrCat(path, ": missing"));
+  auto impl = std::make_unique<Impl>();
+  const bool cuda = device != nullptr && device->kind() == "cuda";
+  if (cuda) {
+    impl->device = device;
+    impl->torch_device = torch::kCUDA;
+  }
+  auto on = impl->Enter();
+  try {
+    impl->module = torch::jit::load(path, torch::kCPU);
+    impl->module.eval();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a loadable TorchScript model: ", TorchError("load", e).message()));
+  }
+  if (!impl->module.find_method("forward")) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": has no forward method"));
+  }
+  if (config.generated_weights_seed != 0) {
+    if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, impl->torch_device); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+    }
+  }
+  int64_t params = 0, bytes = 0;
+  for (const auto& p : impl->module.parameters()) {
+    params += p.numel();
+    bytes += p.numel() * p.element_size();
+  }
+  auto dtype = TorchDtype(config.dtype);
+  try {
+    // Note [fp16 on CPU]: libtorch's CPU kernels have no fp16 matmul, so fp16 models compute in fp32 there.
+    if (dtype == torch::kHalf && !cuda) {
+      impl->module.to(torch::kFloat);
+      dtype = torch::kFloat;
+    }
+    if (cuda) impl->module.to(torch::kCUDA);
+    impl->k_cache = torch::zeros({config.n_layers, max_batch, config.n_kv_heads, config.max_seq, config.head_dim},
+                                 torch::TensorOptions().dtype(dtype).device(impl->torch_device));
+    impl->v_cache = torch::zeros_like(impl->k_cache);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": placing the model on ", cuda ? "the GPU" : "the CPU",
+                                                     ": ", TorchError("allocation", e).message()));
+  }
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(impl), config, max_batch));
+  runner->parameter_count_ = params;
+  runner->parameter_bytes_ = bytes;
+  runner->compute_dtype_ = dtype == torch::kFloat ? "fp32" : config.dtype;
+  on.reset();  // ForwardAll enters the device itself
+  runner->kv_cache_bytes_ = 2 * runner->impl_->k_cache.numel() * runner->impl_->k_cache.element_size();
+  // One tiny step proves the module matches the contract before any request depends on it.
+  const int32_t probe[1] = {0};
+  auto logits = runner->ForwardAll(0, probe, 0);
+  if (!logits.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": does not follow the model contract: ", logits.status().message()));
+  }
+  if (static_cast<int64_t>(logits->size()) != config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": forward returned ", logits->size(),
+                                                   " logits per position, model.yaml says vocab_size ",
+                                                   config.vocab_size));
+  }
+  // Every layer of the cache must hold the probe token's keys and values (position 0 of slot 0).
+  {
+    auto on_device = runner->impl_->Enter();
+    for (int64_t l = 0; l < config.n_layers; ++l) {
+      const bool written = runner->impl_->k_cache[l][0].select(1, 0).abs().sum().item<double>() > 0 &&
+                           runner->impl_->v_cache[l][0].select(1, 0).abs().sum().item<double>() > 0;
+      if (!written) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": the model wrote no keys or values into layer ", l,
+                                                       " of the cache; model.yaml says n_layers ", config.n_layers));
+      }
+    }
+  }
+  // Note [A model.yaml that contradicts model.pt]: the probe step above catches a wrong vocab_size, dim
+  // or head layout (shapes that do not fit) and the cache check a model with fewer layers than model.yaml
+  // says, but a wrong ffn_dim (and more) would run. For the Llama architecture the
+  // dimensions fix the parameter count (embedding and LM head tied or not); anything else is a model.yaml
+  // that describes another model (attention_bias adds the query, key and value projections' biases).
+  if (config.architecture == "llama") {
+    const int64_t q = config.n_heads * config.head_dim, kv = config.n_kv_heads * config.head_dim;
+    const int64_t layer = 2 * config.dim + config.dim * q + 2 * config.dim * kv + q * config.dim +
+                          3 * config.dim * config.ffn_dim + (config.attention_bias ? q + 2 * kv : 0);
+    const int64_t tied = config.vocab_size * config.dim + config.n_layers * layer + config.dim;
+    const int64_t untied = tied + config.vocab_size * config.dim;
+    if (params != untied && params != tied) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": has ", params, " parameters, but a Llama of model.yaml's dimensions (vocab_size ",
+                       config.vocab_size, ", dim ", config.dim, ", n_layers ", config.n_layers, ", n_heads ",
+                       config.n_heads, ", n_kv_heads ", config.n_kv_heads, ", ffn_dim ", config.ffn_dim, ") has ",
+                       untied, " (", tied, " with a tied LM head): model.yaml does not describe this model"));
+    }
+  }
+  return runner;
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::ForwardAll(int32_t slot, absl::Span<const int32_t> tokens,
+                                                           int64_t start_pos) {
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens");
+  if (slot < 0 || slot >= max_batch_) return absl::OutOfRangeError(absl::StrCat("slot ", slot, " out of range"));
+  if (start_pos < 0 || start_pos + static_cast<int64_t>(tokens.size()) > config_.max_seq) {
+    return absl::OutOfRangeError("positions beyond max_seq");
+  }
+  try {
+    auto t = ToLongTensor(tokens).unsqueeze(0);
+    auto logits = impl_->Forward(t, torch::tensor({int64_t{slot}}), torch::tensor({start_pos}));
+    return ToVector(logits[0]);
+  } catch (const std::exception& e) {
+    return TorchError("forward", e);
+  }
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::Prefill(int32_t slot, absl::Span<const int32_t> tokens,
+                                                        int64_t start_pos) {
+  auto all = ForwardAll(slot, tokens, start_pos);
+  if (!all.ok()) return all.status();
+  const size_t v = static_cast<size_t>(config_.vocab_size);
+  return std::vector<float>(all->end() - v, all->end());
+}
+
+absl::Status ModelRunner::Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) {
+  if (rows.empty()) return absl::InvalidArgumentError("no rows");
+  const int64_t n = static_cast<int64_t>(rows.size());
+  auto tokens = torch::empty({n, 1}, torch::kLong);
+  auto slots = torch::empty({n}, torch::kLong);
+  auto pos = torch::empty({n}, torch::kLong);
+  int64_t* tp = tokens.data_ptr<int64_t>();
+  int64_t* sp = slots.data_ptr<int64_t>();
+  int64_t* pp = pos.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& r = rows[i];
+    if (r.slot < 0 || r.slot >= max_batch_ || r.pos < 0 || r.pos >= config_.max_seq) {
+      return absl::OutOfRangeError(absl::StrCat("decode row ", i, ": slot or position out of range"));
+    }
+    tp[i] = r.token;
+    sp[i] = r.slot;
+    pp[i] = r.pos;
+  }
+  try {
+    *logits = ToVector(impl_->Forward(tokens, slots, pos));
+  } catch (const std::exception& e) {
+    return TorchError("decode step", e);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int32_t> tokens) {
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens");
+  if (!impl_->module.find_method("full")) return absl::UnimplementedError("the model has no `full` method");
+  try {
+    torch::NoGradGuard no_grad;
+    auto on = impl_->Enter();
+    auto t = impl_->On(ToLongTensor(tokens).unsqueeze(0));
+    return ToVector(impl_->module.get_method("full")({t}).toTensor()[0].to(torch::kCPU));
+  } catch (const std::exception& e) {
+    return TorchError("full forward", e);
+  }
+}
+
+std::vector<ModelRunner::NamedTensor> ModelRunner::NamedTensors() const {
+  std::vector<NamedTensor> out;
+  auto add = [&out](const at::Tensor& t, const std::string& n) {
+    out.push_back({n, reinterpret_cast<uint64_t>(t.storage().data()), static_cast<int64_t>(t.storage().nbytes())});
+  };
+  for (const auto& p : impl_->module.named_parameters()) add(p.value, p.name);
+  for (const auto& b : impl_->module.named_buffers()) add(b.value, b.name);
+  add(impl_->k_cache, "kv_cache.k");
+  add(impl_->v_cache, "kv_cache.v");
+  return out;
+}
+
+std::unique_ptr<runtime::TensorBinding> ModelRunner::NewTensorBinding() const {
+  std::vector<c10::Storage> storages;
+  for (const auto& p : impl_->module.named_parameters()) storages.push_back(p.value.storage());
+  for (const auto& b : impl_->module.named_buffers()) storages.push_back(b.value.storage());
+  storages.push_back(impl_->k_cache.storage());
+  storages.push_back(impl_->v_cache.storage());
+  return std::make_unique<runtime::StorageBinding>(storages);
+}
+
+void ModelRunner::NameTensors(runtime::Observer* observer) const {
+  for (const NamedTensor& t : NamedTensors()) {
+    observer->NameTensor(reinterpret_cast<const void*>(t.addr), t.name, t.bytes);
+  }
+}
+
+std::string_view ModelRunner::device_kind() const { return impl_->device != nullptr ? "cuda" : "cpu"; }
+
+void SetIntraOpThreads(int threads) { at::set_num_threads(threads); }
+
+}  // namespace autouvm::engine

@@ -1,0 +1,92 @@
+// Runs a model repository entry's TorchScript module: prefill and batched decode steps against a KV
+// cache preallocated for max_batch slots × max_seq positions, updated in place by the model.
+//
+//   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8, device));
+//   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
+//   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
+//
+// On a CUDA ComputeDevice the weights (generated ones made on the GPU), the caches and every activation
+// live in managed memory, and each call computes on the device's compute stream; tokens go in and logits
+// come out through host memory.
+//
+// The scheduler drives it as a StepRunner (engine/step_runner.h). libtorch stays inside model_runner.cc.
+// Not thread-safe: one scheduler thread drives a runner.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/model_config.h"
+#include "engine/step_runner.h"
+#include "runtime/compute_device.h"
+#include "runtime/observer.h"
+#include "runtime/tensor_binding.h"
+
+namespace autouvm::engine {
+
+class ModelRunner final : public StepRunner {
+ public:
+  using DecodeRow = StepRunner::DecodeRow;
+
+  // `device` (null: the CPU) outlives the runner.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir, const ModelConfig& config,
+                                                             int max_batch, runtime::ComputeDevice* device = nullptr);
+  ~ModelRunner() override;
+
+  // StepRunner (engine/step_runner.h).
+  absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens,
+                                             int64_t start_pos = 0) override;
+  absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) override;
+  int max_batch() const override { return max_batch_; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_seq() const override { return config_.max_seq; }
+  int64_t bos_id() const override { return config_.bos_id; }
+  // Cached forward returning every position's logits (T × vocab), for verification.
+  absl::StatusOr<std::vector<float>> ForwardAll(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos);
+  // The model's `full` method: no cache, causal attention over `tokens`; T × vocab logits.
+  absl::StatusOr<std::vector<float>> FullForward(absl::Span<const int32_t> tokens);
+
+  // The tensors this runner owns, in allocation order: every parameter and buffer by its dotted name
+  // ("layer0.wq"), the caches as "kv_cache.k" / "kv_cache.v"; where their storage starts and its bytes.
+  struct NamedTensor {
+    std::string name;
+    uint64_t addr = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<NamedTensor> NamedTensors() const;
+  // Gives the observer those names (its tensor ids are "param:" + name).
+  void NameTensors(runtime::Observer* observer) const;
+  // Binds those tensors to other device memory for an executor (runtime/tensor_binding.h); the runner
+  // outlives it.
+  std::unique_ptr<runtime::TensorBinding> NewTensorBinding() const;
+
+  const ModelConfig& config() const { return config_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  int64_t parameter_bytes() const { return parameter_bytes_; }
+  int64_t kv_cache_bytes() const { return kv_cache_bytes_; }
+  // "cpu" or "cuda".
+  std::string_view device_kind() const;
+  // The dtype the model computes in here (fp16 models compute in fp32 on the CPU backend).
+  const std::string& compute_dtype() const { return compute_dtype_; }
+
+ private:
+  struct Impl;
+  ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max_batch);
+
+  std::unique_ptr<Impl> impl_;
+  ModelConfig config_;
+  int max_batch_;
+  int64_t parameter_count_ = 0;
+  int64_t parameter_bytes_ = 0;
+  int64_t kv_cache_bytes_ = 0;
+  std::string compute_dtype_;
+};
+
+// Sets libtorch's intra-op thread pool size for the process (call once, before models run).
+void SetIntraOpThreads(int threads);
+
+}  // namespace autouvm::engine

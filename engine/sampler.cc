@@ -1,0 +1,76 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace autouvm::engine {
+
+int32_t ArgMax(absl::Span<const float> values) {
+  int32_t best = 0;
+  for (size_t i = 1; i < values.size(); ++i) {
+    if (values[i] > values[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingConfig& config) : config_(config), rng_(config.seed) {}
+
+double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> context) {
+  const size_t n = logits.size();
+  if (config_.repetition_penalty != 1.0f) {
+    seen_.assign(n, 0);
+    for (int32_t id : context) {
+      if (id < 0 || static_cast<size_t>(id) >= n || seen_[id]) continue;
+      seen_[id] = 1;
+      float& l = logits[id];
+      l = l > 0 ? l / config_.repetition_penalty : l * config_.repetition_penalty;
+    }
+  }
+  if (config_.temperature == 0.0f) return ArgMax(logits);
+
+  // Candidates sorted by logit, descending (ties by index, so the order is deterministic).
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0);
+  size_t keep = n;
+  if (config_.top_k > 0 && static_cast<size_t>(config_.top_k) < n) keep = config_.top_k;
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), by_logit);
+  order_.resize(keep);
+
+  const float max_logit = logits[order_[0]];
+  std::vector<double> probs(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(static_cast<double>(logits[order_[i]] - max_logit) / config_.temperature);
+    total += probs[i];
+  }
+  if (config_.top_p < 1.0f) {
+    // Note [top_p boundary]: top_p arrives as a float (0.8f is 0.80000001...), the running sum is a double
+    // with rounding error of its own; a set whose probabilities add up to top_p must count as reaching it.
+    const double reach = static_cast<double>(config_.top_p) - 1e-6;
+    double cumulative = 0;
+    size_t cut = keep;
+    for (size_t i = 0; i < keep; ++i) {
+      cumulative += probs[i] / total;
+      if (cumulative >= reach) {
+        cut = i + 1;
+        break;
+      }
+    }
+    probs.resize(cut);
+    order_.resize(cut);
+    total = std::accumulate(probs.begin(), probs.end(), 0.0);
+  }
+  double u = Uniform() * total;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    u -= probs[i];
+    if (u < 0) return order_[i];
+  }
+  return order_.back();  // rounding left u just above zero
+}
+
+}  // namespace autouvm::engine

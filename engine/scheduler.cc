@@ -1,0 +1,142 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace autouvm::engine {
+
+Scheduler::Scheduler(StepRunner* runner, const tokenizer::Tokenizer* tokenizer, SchedulerOptions options,
+                     const base::Clock* clock)
+    : runner_(runner),
+      options_(options),
+      clock_(clock),
+      policy_({.slots = std::min(options.max_batch, runner->max_batch()),
+               .vocab_size = runner->vocab_size(),
+               .max_seq = runner->max_seq(),
+               .bos_id = runner->bos_id()},
+              tokenizer) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Scheduler::~Scheduler() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationParams params, GenerationSink* sink) {
+  auto s = std::make_unique<Sequence>(std::move(params), sink, policy_.tokenizer(), clock_->Now());
+  std::shared_ptr<RequestHandle> handle = s->handle;
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the model's queue is full (", options_.max_queue, " requests waiting); retry later"));
+  }
+  queue_.push_back(std::move(s));
+  ++stats_.requests_total;
+  return handle;
+}
+
+void Scheduler::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_ || clock_->Now() + grace < force_stop_at_) force_stop_at_ = clock_->Now() + grace;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::Stats() const {
+  absl::MutexLock lock(&mu_);
+  SchedulerStats s = stats_;
+  s.active = active_count_;
+  s.queued = static_cast<int>(queue_.size());
+  const PolicyCounters& c = policy_.counters();
+  s.tokens_generated_total = c.tokens_generated.load(std::memory_order_relaxed);
+  s.decode_steps_total = c.decode_steps.load(std::memory_order_relaxed);
+  s.batched_rows_total = c.batched_rows.load(std::memory_order_relaxed);
+  return s;
+}
+
+absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_t prompt_len) {
+  const int slots = std::min(options_.max_batch, runner_->max_batch());
+  if (batch < 1 || batch > slots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch, " is not within 1..", slots, " (the model's slots)"));
+  }
+  if (phase == IterationPhase::kPrefill && (prompt_len < 1 || prompt_len >= runner_->max_seq())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt length ", prompt_len, " is not within 1..", runner_->max_seq() - 1));
+  }
+  if (phase == IterationPhase::kPrefill && batch != 1) {
+    return absl::InvalidArgumentError("prefill runs one request at a time: batch must be 1");
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  idle_.push_back({phase, batch, prompt_len});
+  return absl::OkStatus();
+}
+
+Scheduler::Step Scheduler::TakeWork(std::vector<std::unique_ptr<Sequence>>* admitted) {
+  // The policy is read here only while the loop waits (it is the loop's; the condition may be checked
+  // on the thread that releases mu_).
+  auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || (!queue_.empty() && policy_.free_slots() > 0) || !idle_.empty() || policy_.idle_fits();
+  };
+  absl::MutexLock lock(&mu_);
+  if (policy_.running() == 0) mu_.Await(absl::Condition(&has_work));
+  while (!idle_.empty()) {
+    policy_.QueueIdle(idle_.front());
+    idle_.pop_front();
+  }
+  if (stopping_ && clock_->Now() >= force_stop_at_) {
+    // Past the grace period: everything still queued is taken out to be finished, slot or no slot.
+    while (!queue_.empty()) {
+      admitted->push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    return policy_.running() == 0 && admitted->empty() ? Step::kStop : Step::kAbort;
+  }
+  while (!queue_.empty() && static_cast<int>(admitted->size()) < policy_.free_slots()) {
+    admitted->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  active_count_ = policy_.running() + static_cast<int>(admitted->size());
+  const bool idle = queue_.empty() && policy_.running() == 0 && admitted->empty();
+  return stopping_ && idle ? Step::kStop : Step::kRun;
+}
+
+void Scheduler::Loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Sequence>> admitted;
+    const Step step = TakeWork(&admitted);
+    if (step == Step::kStop) break;
+    if (step == Step::kAbort) {
+      policy_.FinishAll(absl::UnavailableError("the server is shutting down"), std::move(admitted), clock_->Now());
+    } else {
+      policy_.Admit(std::move(admitted), clock_->Now());
+      while (std::optional<StepPlan> plan = policy_.Schedule(clock_->Now())) Run(*plan);
+    }
+    absl::MutexLock lock(&mu_);
+    active_count_ = policy_.running();
+  }
+}
+
+void Scheduler::Run(const StepPlan& plan) {
+  StepResult result;
+  result.logits = &logits_;
+  // A decode step writes its rows' cache positions and nothing else, and a prefill its slot's from 0:
+  // running either again is safe.
+  for (int attempt = 0;; ++attempt) {
+    if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
+    if (plan.phase == IterationPhase::kPrefill) {
+      absl::StatusOr<std::vector<float>> logits = runner_->Prefill(plan.slot, plan.tokens, 0);
+      result.status = logits.status();
+      if (logits.ok()) logits_ = std::move(*logits);
+    } else {
+      result.status = runner_->Decode(plan.rows, &logits_);
+    }
+    if (!options_.hooks || !options_.hooks->AfterIteration(result.status) || attempt > 0) break;
+  }
+  policy_.Update(plan, result, clock_->Now());
+}
+
+}  // namespace autouvm::engine

@@ -1,0 +1,94 @@
+// Scheduler: one per model. Queues generation requests and runs them with continuous batching on its
+// own thread: the loop that drives the model's StepPolicy (engine/step_policy.h: what runs, and what a
+// result does) on a StepRunner (engine/step_runner.h: ModelRunner, or a test's fake), with the
+// profiler's hooks around each forward pass.
+//
+//   Scheduler sched(runner, tokenizer, options, clock);                      // starts its thread
+//   ASSIGN_OR_RETURN(auto handle, sched.Submit(std::move(params), sink));    // RESOURCE_EXHAUSTED if full
+//   handle->Cancel();                                                        // e.g. the client went away
+//
+// Thread-safety: Submit, RunIdleIteration, Stats and Shutdown may be called from any thread. The sink's
+// methods are called from the scheduler's own thread, in order, OnFinish exactly once and last.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "engine/generation_types.h"
+#include "engine/step_policy.h"
+#include "engine/step_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace autouvm::engine {
+
+struct SchedulerOptions {
+  int max_batch = 8;                // KV-cache slots = most requests generating at once
+  int max_queue = 64;               // requests waiting for a slot before Submit says RESOURCE_EXHAUSTED
+  IterationHooks* hooks = nullptr;  // must outlive the scheduler
+};
+
+struct SchedulerStats {
+  int active = 0;
+  int queued = 0;
+  uint64_t requests_total = 0;
+  uint64_t tokens_generated_total = 0;
+  uint64_t decode_steps_total = 0;
+  uint64_t batched_rows_total = 0;  // sum over decode steps of the rows in the step
+};
+
+class Scheduler {
+ public:
+  // `runner`, `tokenizer` and `clock` must outlive the scheduler.
+  Scheduler(StepRunner* runner, const tokenizer::Tokenizer* tokenizer, SchedulerOptions options,
+            const base::Clock* clock);
+  ~Scheduler();  // Shutdown(absl::ZeroDuration())
+
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationParams params, GenerationSink* sink);
+  // Runs one iteration of this shape on free slots, with no request (its output is dropped), as soon as
+  // enough slots are free: what Reprofile's `now` uses to profile without waiting for traffic.
+  // INVALID_ARGUMENT if the shape cannot run here (batch above the slots, prompt beyond max_seq).
+  absl::Status RunIdleIteration(IterationPhase phase, int batch, int64_t prompt_len);
+  // Stops accepting work, lets running and queued requests finish for up to `grace`, then finishes the
+  // rest with UNAVAILABLE and joins the thread.
+  void Shutdown(absl::Duration grace);
+  SchedulerStats Stats() const;
+
+ private:
+  enum class Step { kRun, kAbort, kStop };  // serve the round; finish everything (grace over); exit
+  void Loop();
+  // Moves what the round may take from the shared queues into the policy (or, past the grace, out to
+  // be finished); waits for work while nothing runs.
+  Step TakeWork(std::vector<std::unique_ptr<Sequence>>* admitted);
+  // Runs `plan` on the runner with the hooks around it (again once if they ask), then updates the policy.
+  void Run(const StepPlan& plan);
+
+  StepRunner* const runner_;
+  const SchedulerOptions options_;
+  const base::Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<IdleIteration> idle_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time force_stop_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  int active_count_ ABSL_GUARDED_BY(mu_) = 0;
+  SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Owned by the scheduler thread; read in TakeWork's wait condition only while that thread waits.
+  StepPolicy policy_;
+  std::vector<float> logits_;
+
+  std::thread thread_;
+};
+
+}  // namespace autouvm::engine

@@ -1,0 +1,190 @@
+#include "engine/step_policy.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace autouvm::engine {
+
+Sequence::Sequence(GenerationParams p, GenerationSink* s, const tokenizer::Tokenizer* tok, absl::Time now)
+    : params(std::move(p)),
+      sink(s),
+      handle(std::make_shared<RequestHandle>()),
+      sampler(params.sampling),
+      text(tok, params.stop_strings),
+      tokens(params.prompt),
+      arrived(now) {}
+
+StepPolicy::StepPolicy(PolicyOptions options, const tokenizer::Tokenizer* tokenizer)
+    : options_(options), tokenizer_(tokenizer) {
+  for (int s = options_.slots - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now) {
+  AUTOUVM_CHECK_LE(admitted.size(), free_slots_.size()) << "admitted more requests than there are free slots";
+  for (auto& s : admitted) {
+    s->admitted = now;
+    s->slot = free_slots_.back();
+    free_slots_.pop_back();
+    to_prefill_.push_back(s.get());
+    active_.push_back(std::move(s));
+  }
+}
+
+std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
+  while (!to_prefill_.empty()) {
+    Sequence* s = to_prefill_.front();
+    to_prefill_.pop_front();
+    if (CheckStopConditions(s, now)) continue;
+    StepPlan plan{.kind = StepPlan::Kind::kPrefill, .phase = IterationPhase::kPrefill, .slot = s->slot};
+    plan.tokens = s->params.prompt;
+    plan.sequences = {s};
+    return plan;
+  }
+  RetireFinished();
+  if (idle_fits()) {
+    const IdleIteration it = idle_.front();
+    idle_.pop_front();
+    return IdlePlan(it);
+  }
+  if (!decoded_) {
+    decoded_ = true;
+    StepPlan plan{.kind = StepPlan::Kind::kDecode, .phase = IterationPhase::kDecode};
+    for (auto& s : active_) {
+      if (s->done || s->pending < 0 || CheckStopConditions(s.get(), now)) continue;
+      plan.sequences.push_back(s.get());
+      plan.rows.push_back({s->slot, s->pending, static_cast<int64_t>(s->tokens.size()) - 1});
+    }
+    if (!plan.rows.empty()) return plan;
+  }
+  RetireFinished();
+  decoded_ = false;  // the round is over; the next begins with the next Admit
+  return std::nullopt;
+}
+
+// Free slots only: their KV-cache rows are rewritten from position 0 by the next prefill, and attention
+// never reads past a sequence's own position.
+StepPlan StepPolicy::IdlePlan(const IdleIteration& it) const {
+  const int32_t bos = static_cast<int32_t>(std::max<int64_t>(options_.bos_id, 0));
+  StepPlan plan{.kind = StepPlan::Kind::kIdle, .phase = it.phase};
+  if (it.phase == IterationPhase::kPrefill) {
+    plan.slot = free_slots_.back();
+    plan.tokens.assign(static_cast<size_t>(it.prompt_len), bos);
+    return plan;
+  }
+  for (int i = 0; i < it.batch; ++i) plan.rows.push_back({free_slots_[free_slots_.size() - 1 - i], bos, 0});
+  return plan;
+}
+
+void StepPolicy::Update(const StepPlan& plan, const StepResult& result, absl::Time now) {
+  switch (plan.kind) {
+    case StepPlan::Kind::kIdle:
+      return;  // output dropped; a failure shows in the profile state
+    case StepPlan::Kind::kPrefill:
+      if (!result.status.ok()) {
+        Finish(plan.sequences[0], result.status, FinishReason::kStop, now);
+      } else {
+        Advance(plan.sequences[0], result.logits->data(), now);
+      }
+      return;
+    case StepPlan::Kind::kDecode: {
+      ++counters_.decode_steps;
+      counters_.batched_rows += plan.rows.size();
+      const size_t vocab = static_cast<size_t>(options_.vocab_size);
+      for (size_t i = 0; i < plan.sequences.size(); ++i) {
+        if (!result.status.ok()) {
+          Finish(plan.sequences[i], result.status, FinishReason::kStop, now);
+        } else {
+          Advance(plan.sequences[i], result.logits->data() + i * vocab, now);
+        }
+      }
+      return;
+    }
+  }
+}
+
+void StepPolicy::FinishAll(const absl::Status& status, std::vector<std::unique_ptr<Sequence>> queued, absl::Time now) {
+  for (auto& s : active_) Finish(s.get(), status, FinishReason::kCancelled, now);
+  for (auto& s : queued) Finish(s.get(), status, FinishReason::kCancelled, now);
+  to_prefill_.clear();
+  RetireFinished();
+}
+
+bool StepPolicy::CheckStopConditions(Sequence* s, absl::Time now) {
+  if (s->done) return true;
+  // Note [A deadline is not a cancellation]: gRPC cancels a call when its deadline passes, so a request
+  // past its deadline is usually also cancelled by the time this runs; it is counted as what the client
+  // sees, DEADLINE_EXCEEDED (autouvm_requests_total counted 16 of 20 such calls as CANCELLED). gRPC's
+  // timer runs on the monotonic clock and the deadline is wall time: a cancellation within a few
+  // milliseconds of the deadline is the deadline's.
+  const bool cancelled = s->handle->cancelled();
+  if (now >= s->params.deadline || (cancelled && now + absl::Milliseconds(5) >= s->params.deadline)) {
+    Finish(s, absl::DeadlineExceededError("the request's deadline passed during generation"), FinishReason::kCancelled,
+           now);
+    return true;
+  }
+  if (cancelled) {
+    Finish(s, absl::CancelledError("cancelled by the client"), FinishReason::kCancelled, now);
+    return true;
+  }
+  return false;
+}
+
+void StepPolicy::Advance(Sequence* s, float* logits, absl::Time now) {
+  const size_t vocab = static_cast<size_t>(options_.vocab_size);
+  s->pending = -1;
+  // The sampler changes the logits in place (penalty, temperature): they are this pass's, used once.
+  const int32_t token = s->sampler.Sample(absl::MakeSpan(logits, vocab), s->tokens);
+  const auto& stops = s->params.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    Finish(s, absl::OkStatus(), FinishReason::kStop, now);
+    return;
+  }
+  s->tokens.push_back(token);
+  ++s->generated;
+  if (s->generated == 1) s->first_token = now;
+  s->last_token = now;
+  ++counters_.tokens_generated;
+  s->sink->OnToken(token, s->text.Push(token));
+  if (s->text.stopped()) {
+    Finish(s, absl::OkStatus(), FinishReason::kStop, now);
+  } else if (s->generated >= s->params.max_tokens || static_cast<int64_t>(s->tokens.size()) >= options_.max_seq) {
+    Finish(s, absl::OkStatus(), FinishReason::kLength, now);
+  } else {
+    s->pending = token;
+  }
+}
+
+void StepPolicy::Finish(Sequence* s, absl::Status status, FinishReason reason, absl::Time now) {
+  if (s->done) return;
+  s->done = true;
+  GenerationResult result;
+  result.status = std::move(status);
+  result.reason = reason;
+  result.prompt_tokens = static_cast<int32_t>(s->params.prompt.size());
+  result.completion_tokens = s->generated;
+  const absl::Time admitted = s->admitted == absl::Time() ? now : s->admitted;
+  result.queue_ms = absl::ToDoubleMilliseconds(admitted - s->arrived);
+  result.total_ms = absl::ToDoubleMilliseconds(now - s->arrived);
+  if (s->generated > 0) result.time_to_first_token_ms = absl::ToDoubleMilliseconds(s->first_token - s->arrived);
+  if (s->generated > 1) {
+    result.per_token_ms = absl::ToDoubleMilliseconds(s->last_token - s->first_token) / (s->generated - 1);
+  }
+  AUTOUVM_CHECK(s->sink != nullptr) << "request " << s->params.request_id << " finished twice";
+  s->sink->OnFinish(s->text.Flush(), result);
+  s->sink = nullptr;
+}
+
+void StepPolicy::RetireFinished() {
+  for (auto& s : active_) {
+    if (s->done && s->slot >= 0) {
+      free_slots_.push_back(s->slot);
+      s->slot = -1;
+    }
+  }
+  AUTOUVM_CHECK_LE(free_slots_.size(), static_cast<size_t>(options_.slots)) << "a slot was freed twice";
+  auto done = [](const std::unique_ptr<Sequence>& s) { return s->done; };
+  active_.erase(std::remove_if(active_.begin(), active_.end(), done), active_.end());
+}
+
+}  // namespace autouvm::engine

@@ -1,0 +1,81 @@
+// FakeStepRunner: a StepRunner (engine/step_runner.h) whose model always predicts the token after the
+// last one it was given (token + 1, wrapping at the vocabulary), and that records every pass. A test may
+// hold the passes at a gate (Hold / Release) to see the scheduler's queue while the model is busy.
+//
+// Thread-safe (the scheduler's thread runs passes while the test reads the record).
+#pragma once
+
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/step_runner.h"
+
+namespace autouvm::testing {
+
+class FakeStepRunner final : public engine::StepRunner {
+ public:
+  struct Pass {
+    bool prefill;
+    int32_t slot;                                     // a prefill's
+    size_t tokens;                                    // a prefill's prompt length
+    std::vector<engine::StepRunner::DecodeRow> rows;  // a decode's
+  };
+
+  explicit FakeStepRunner(int slots, int64_t vocab = 320, int64_t max_seq = 64)
+      : slots_(slots), vocab_(vocab), max_seq_(max_seq) {}
+
+  absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t) override {
+    Enter({true, slot, tokens.size(), {}});
+    std::vector<float> logits(static_cast<size_t>(vocab_), 0.0f);
+    logits[static_cast<size_t>(Next(tokens.back()))] = 1.0f;
+    return logits;
+  }
+  absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) override {
+    Enter({false, -1, 0, std::vector<DecodeRow>(rows.begin(), rows.end())});
+    logits->assign(rows.size() * static_cast<size_t>(vocab_), 0.0f);
+    for (size_t i = 0; i < rows.size(); ++i) (*logits)[i * vocab_ + Next(rows[i].token)] = 1.0f;
+    return absl::OkStatus();
+  }
+  int max_batch() const override { return slots_; }
+  int64_t vocab_size() const override { return vocab_; }
+  int64_t max_seq() const override { return max_seq_; }
+  int64_t bos_id() const override { return 256; }
+
+  // Passes from now on wait in the runner until Release.
+  void Hold() {
+    absl::MutexLock lock(&mu_);
+    held_ = true;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    held_ = false;
+  }
+  // Waits until `n` passes have begun (a held one counts once it waits).
+  void AwaitPasses(size_t n) {
+    auto started = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return passes_.size() >= n; };
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&started));
+  }
+  std::vector<Pass> passes() const {
+    absl::MutexLock lock(&mu_);
+    return passes_;
+  }
+
+ private:
+  int64_t Next(int32_t token) const { return (static_cast<int64_t>(token) + 1) % vocab_; }
+  void Enter(Pass p) {
+    absl::MutexLock lock(&mu_);
+    passes_.push_back(std::move(p));
+    auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
+    mu_.Await(absl::Condition(&released));
+  }
+
+  const int slots_;
+  const int64_t vocab_;
+  const int64_t max_seq_;
+  mutable absl::Mutex mu_;
+  std::vector<Pass> passes_ ABSL_GUARDED_BY(mu_);
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace autouvm::testing

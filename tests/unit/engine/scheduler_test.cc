@@ -1,0 +1,192 @@
+// Scheduler: the loop on its thread, over a fake runner and a fake clock (engine/scheduler.h).
+#include "engine/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/fake_step_runner.h"
+
+namespace autouvm::engine {
+namespace {
+
+using autouvm::testing::FakeClock;
+using autouvm::testing::FakeStepRunner;
+using ::testing::ElementsAre;
+
+class Sink final : public GenerationSink {
+ public:
+  void OnToken(int32_t token, const std::string&) override {
+    absl::MutexLock lock(&mu);
+    tokens.push_back(token);
+  }
+  void OnFinish(const std::string&, const GenerationResult& r) override {
+    {
+      absl::MutexLock lock(&mu);
+      result = r;
+    }
+    done.Notify();
+  }
+  std::vector<int32_t> Tokens() {
+    absl::MutexLock lock(&mu);
+    return tokens;
+  }
+  absl::Mutex mu;
+  std::vector<int32_t> tokens;
+  GenerationResult result;
+  absl::Notification done;
+};
+
+GenerationParams Params(int32_t first, int32_t max_tokens) {
+  GenerationParams p;
+  p.prompt = {256, first};
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = 0;
+  return p;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  FakeClock clock_;
+  tokenizer::ByteTokenizer tokenizer_{320, 256, 257};
+};
+
+TEST_F(SchedulerTest, RunsARequestToItsLengthAndCountsIt) {
+  FakeStepRunner runner(2);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
+  Sink sink;
+  ASSERT_TRUE(sched.Submit(Params(10, 4), &sink).ok());
+  sink.done.WaitForNotification();
+  EXPECT_TRUE(sink.result.status.ok());
+  EXPECT_EQ(sink.result.reason, FinishReason::kLength);
+  EXPECT_THAT(sink.Tokens(), ElementsAre(11, 12, 13, 14));
+  const SchedulerStats s = sched.Stats();
+  EXPECT_EQ(s.requests_total, 1u);
+  EXPECT_EQ(s.tokens_generated_total, 4u);
+  EXPECT_EQ(s.decode_steps_total, 3u);  // the prefill gives the first token
+}
+
+TEST_F(SchedulerTest, AFullQueueIsRefusedWhileTheModelIsBusy) {
+  FakeStepRunner runner(1);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 1, .max_queue = 2}, &clock_);
+  runner.Hold();
+  Sink running, q1, q2, refused;
+  ASSERT_TRUE(sched.Submit(Params(1, 2), &running).ok());
+  runner.AwaitPasses(1);  // its prefill holds the only slot
+  ASSERT_TRUE(sched.Submit(Params(2, 1), &q1).ok());
+  ASSERT_TRUE(sched.Submit(Params(3, 1), &q2).ok());
+  const auto full = sched.Submit(Params(4, 1), &refused);
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.status().message(), "the model's queue is full (2 requests waiting); retry later");
+  EXPECT_EQ(sched.Stats().queued, 2);
+  runner.Release();
+  for (Sink* s : {&running, &q1, &q2}) s->done.WaitForNotification();
+  EXPECT_FALSE(refused.done.HasBeenNotified());
+}
+
+TEST_F(SchedulerTest, ALaterRequestJoinsTheRunningDecodeStepAndReusesAFreedSlot) {
+  FakeStepRunner runner(2);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
+  runner.Hold();
+  Sink a, b, c;
+  ASSERT_TRUE(sched.Submit(Params(10, 6), &a).ok());
+  runner.AwaitPasses(1);
+  ASSERT_TRUE(sched.Submit(Params(20, 3), &b).ok());
+  ASSERT_TRUE(sched.Submit(Params(30, 2), &c).ok());  // waits: both slots are taken
+  runner.Release();
+  for (Sink* s : {&a, &b, &c}) s->done.WaitForNotification();
+  EXPECT_THAT(a.Tokens(), ElementsAre(11, 12, 13, 14, 15, 16));
+  EXPECT_THAT(b.Tokens(), ElementsAre(21, 22, 23));
+  EXPECT_THAT(c.Tokens(), ElementsAre(31, 32));
+  size_t widest = 0;
+  int c_slot = -1;
+  for (const FakeStepRunner::Pass& p : runner.passes()) {
+    widest = std::max(widest, p.rows.size());
+    if (p.prefill && p.tokens == 2 && c_slot < 0 && widest == 2) c_slot = p.slot;
+  }
+  EXPECT_EQ(widest, 2u) << "b never joined a's decode steps";
+  EXPECT_EQ(c_slot, 1) << "c should take the slot b gave back";
+  EXPECT_LT(sched.Stats().decode_steps_total, sched.Stats().batched_rows_total);
+}
+
+TEST_F(SchedulerTest, CancellationAndDeadlineEndARunningRequest) {
+  FakeStepRunner runner(2);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
+  runner.Hold();
+  Sink gone, late;
+  auto handle = sched.Submit(Params(1, 40), &gone);
+  ASSERT_TRUE(handle.ok());
+  GenerationParams p = Params(2, 40);
+  p.deadline = clock_.Now() + absl::Seconds(5);
+  ASSERT_TRUE(sched.Submit(std::move(p), &late).ok());
+  runner.AwaitPasses(1);
+  (*handle)->Cancel();
+  clock_.Advance(absl::Seconds(10));
+  runner.Release();
+  gone.done.WaitForNotification();
+  late.done.WaitForNotification();
+  EXPECT_EQ(gone.result.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(gone.result.status.message(), "cancelled by the client");
+  EXPECT_EQ(late.result.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(gone.Tokens().size(), 40u);
+  EXPECT_LT(late.Tokens().size(), 40u);
+}
+
+TEST_F(SchedulerTest, ShutdownLetsRequestsFinishWithinTheGraceAndRefusesNewOnes) {
+  FakeStepRunner runner(1);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 1}, &clock_);
+  Sink a, b;
+  ASSERT_TRUE(sched.Submit(Params(1, 5), &a).ok());
+  ASSERT_TRUE(sched.Submit(Params(2, 5), &b).ok());
+  sched.Shutdown(absl::Hours(1));  // the fake clock never reaches the end of the grace
+  EXPECT_TRUE(a.result.status.ok());
+  EXPECT_TRUE(b.result.status.ok()) << "a queued request ended early: " << b.result.status;
+  EXPECT_EQ(b.Tokens().size(), 5u);
+  Sink late;
+  EXPECT_EQ(sched.Submit(Params(3, 1), &late).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SchedulerTest, ShutdownPastTheGraceEndsEveryRequestUnavailable) {
+  FakeStepRunner runner(1);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 1}, &clock_);
+  runner.Hold();
+  Sink running, queued;
+  ASSERT_TRUE(sched.Submit(Params(1, 50), &running).ok());
+  runner.AwaitPasses(1);
+  ASSERT_TRUE(sched.Submit(Params(2, 50), &queued).ok());
+  std::thread stop([&] { sched.Shutdown(absl::ZeroDuration()); });
+  // Released once the scheduler is stopping (it then refuses new work), so that the grace is over
+  // before the running request could finish.
+  while (sched.RunIdleIteration(IterationPhase::kDecode, 1, 0).code() != absl::StatusCode::kUnavailable) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  runner.Release();
+  stop.join();
+  EXPECT_EQ(running.result.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(queued.result.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(queued.result.status.message(), "the server is shutting down");
+  EXPECT_TRUE(queued.Tokens().empty());
+}
+
+TEST_F(SchedulerTest, IdleIterationsRunOnFreeSlotsAndRefuseShapesThatCannotRun) {
+  FakeStepRunner runner(2);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
+  EXPECT_EQ(sched.RunIdleIteration(IterationPhase::kDecode, 3, 0).message(),
+            "batch 3 is not within 1..2 (the model's slots)");
+  EXPECT_EQ(sched.RunIdleIteration(IterationPhase::kPrefill, 1, 64).message(), "prompt length 64 is not within 1..63");
+  ASSERT_TRUE(sched.RunIdleIteration(IterationPhase::kDecode, 2, 0).ok());
+  ASSERT_TRUE(sched.RunIdleIteration(IterationPhase::kPrefill, 1, 9).ok());
+  runner.AwaitPasses(2);
+  const std::vector<FakeStepRunner::Pass> passes = runner.passes();
+  EXPECT_EQ(passes[0].rows.size(), 2u);
+  EXPECT_TRUE(passes[1].prefill);
+  EXPECT_EQ(passes[1].tokens, 9u);
+  EXPECT_EQ(sched.Stats().requests_total, 0u);
+}
+
+}  // namespace
+}  // namespace autouvm::engine
