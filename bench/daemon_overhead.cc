@@ -1,6 +1,6 @@
 // daemon_overhead (GPU host): what serving through the daemon costs against the bare engine loop, on the
 // same model, budget and policy. Both sides use the daemon's own engine — ModelRunner on the CUDA
-// ComputeDevice (weights generated on the GPU, in managed memory), the ModelProfiler recording each shape
+// ComputeDevice (weights generated on the GPU, in managed memory), the ModelSession recording each shape
 // once and then following its plan through a ModelExecution over the CUDA backend:
 //
 // - bare: in this process, a prefill and `--tokens` decode steps of batch 1, each iteration wrapped in
@@ -17,10 +17,7 @@
 //
 // Budget: the model's named bytes (weights, rope tables, KV cache) / factor, configured as the model's
 // device_budget on both sides (the planner sets its activations' room aside from it).
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -35,46 +32,29 @@
 #include "autouvm/v1/admin.grpc.pb.h"
 #include "autouvm/v1/generation.grpc.pb.h"
 #include "bench/bench_util.h"
+#include "bench/daemon_client.h"
 #include "bench/decode_harness.h"
 #include "engine/llama_builder.h"
 #include "engine/model_runner.h"
+#include "profiler/model_execution.h"
+#include "profiler/model_session.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_key.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
 #include "runtime/compute_device.h"
-#include "server/model_execution.h"
-#include "server/model_profiler.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using autouvm::engine::IterationPhase;
+using autouvm::profiler::IterationPhase;
 
 using autouvm::bench::Check;
+using autouvm::bench::DaemonRun;
+using autouvm::bench::DecodeReady;
 using autouvm::bench::Die;
+using autouvm::bench::GenerateThroughDaemon;
 using autouvm::bench::Median;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-// Starts `argv` with stdout and stderr into `log`; the pid, or -1.
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-  }
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  _exit(127);
-}
 
 int32_t Argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
 
@@ -91,26 +71,25 @@ class Bare {
  public:
   Bare(autouvm::runtime::ComputeDevice* device, const std::string& entry_dir,
        const autouvm::engine::ModelConfig& config) {
-    observer_ =
-        std::make_unique<autouvm::server::IterationObserver>(Check(autouvm::runtime::Observer::Create(), "observer"));
     autouvm::runtime::Observer::MakeExecutionRepeatable();
     runner_ = Check(autouvm::engine::ModelRunner::Create(entry_dir, config, 1, device), "loading the model");
-    runner_->NameTensors(observer_->observer());
     store_ = autouvm::profiler::NewInMemoryProfileStore();
     repository_ = std::make_unique<autouvm::profiler::ProfileRepository>(store_.get());
     const auto spec = device->backend()->spec();
     jobs_ = std::make_unique<autouvm::profiler::ProfileJobs>(repository_.get(), spec, &clock_);
     // As the daemon runs it by default (runtime.monitor_every).
-    execution_ = autouvm::server::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors(), {},
-                                                           runner_->NewTensorBinding());
+    owned_execution_ = autouvm::profiler::ModelExecution::OnDevice(device->backend(), runner_->NamedTensors(), {},
+                                                                   runner_->NewTensorBinding());
+    execution_ = owned_execution_.get();
     backend_ = device->backend();
   }
 
   // Before the first Generate: the profile keys' model and budget.
   void Profile(const std::string& digest, const std::string& gpu, int64_t budget) {
-    profiler_ = std::make_unique<autouvm::server::ModelProfiler>(
-        autouvm::server::ProfileIdentity{digest, gpu, budget, "autouvm"}, jobs_.get(), observer_.get(),
-        execution_.get());
+    // The daemon's wiring of a model's AutoUVM loop: the same ModelSession, its own observer.
+    profiler_ = Check(autouvm::profiler::ModelSession::Create({digest, gpu, budget, "autouvm"}, jobs_.get(),
+                                                              runner_->NamedTensors(), std::move(owned_execution_)),
+                      "the model's session");
   }
 
   int64_t named_bytes() const {
@@ -155,64 +134,19 @@ class Bare {
   }
 
   void Drain() { jobs_->Drain(); }
-  autouvm::server::ExecutionStats stats() const { return execution_->stats(); }
+  autouvm::profiler::ExecutionStats stats() const { return execution_->stats(); }
 
  private:
   autouvm::base::RealClock clock_;
   autouvm::runtime::DeviceBackend* backend_ = nullptr;
-  std::unique_ptr<autouvm::server::IterationObserver> observer_;
   std::unique_ptr<autouvm::engine::ModelRunner> runner_;
   std::unique_ptr<autouvm::profiler::ProfileStore> store_;
   std::unique_ptr<autouvm::profiler::ProfileRepository> repository_;
   std::unique_ptr<autouvm::profiler::ProfileJobs> jobs_;
-  std::unique_ptr<autouvm::server::ModelExecution> execution_;
-  std::unique_ptr<autouvm::server::ModelProfiler> profiler_;
+  std::unique_ptr<autouvm::profiler::ModelExecution> owned_execution_;  // until Profile hands it on
+  autouvm::profiler::ModelExecution* execution_ = nullptr;
+  std::unique_ptr<autouvm::profiler::ModelSession> profiler_;
 };
-
-// The daemon, over gRPC.
-Run GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,
-                          const std::vector<int32_t>& prompt, int tokens) {
-  autouvm::v1::GenerateRequest req;
-  req.set_model(model);
-  for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
-  req.set_add_bos(false);
-  req.set_max_tokens(static_cast<uint32_t>(tokens));
-  req.set_ignore_eos(true);
-  req.mutable_sampling()->set_temperature(0);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
-  const auto start = Clock::now();
-  auto reader = stub->GenerateStream(&ctx, req);
-  autouvm::v1::GenerateStreamResponse resp;
-  Run r;
-  Clock::time_point first, last;
-  while (reader->Read(&resp)) {
-    if (!resp.has_chunk()) continue;
-    for (int32_t id : resp.chunk().token_ids()) {
-      last = Clock::now();
-      if (r.tokens.empty()) {
-        first = last;
-        r.ttft_ms = 1e3 * std::chrono::duration<double>(first - start).count();
-      }
-      r.tokens.push_back(id);
-    }
-  }
-  grpc::Status s = reader->Finish();
-  if (!s.ok()) Die(absl::StrCat("GenerateStream: ", s.error_message()));
-  if (static_cast<int>(r.tokens.size()) != tokens) Die(absl::StrCat("the daemon generated ", r.tokens.size()));
-  r.decode_tokens_per_s = (tokens - 1) / std::chrono::duration<double>(last - first).count();
-  return r;
-}
-
-bool DecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model) {
-  autouvm::v1::GetProfileRequest req;
-  req.set_model(model);
-  req.mutable_shape()->set_phase(autouvm::v1::PHASE_DECODE);
-  req.mutable_shape()->set_batch(1);
-  autouvm::v1::GetProfileResponse resp;
-  grpc::ClientContext ctx;
-  return admin->GetProfile(&ctx, req, &resp).ok() && resp.summary().state() == autouvm::v1::PROFILE_STATE_READY;
-}
 
 }  // namespace
 
@@ -245,7 +179,7 @@ int main(int argc, char** argv) {
   const auto spec = Check(autouvm::runtime::FindGpuSpec("h200-pcie5"), "spec");
   std::vector<Run> bare_runs;
   int64_t budget = 0, named = 0;
-  autouvm::server::ExecutionStats bare_stats;
+  autouvm::profiler::ExecutionStats bare_stats;
   {
     auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
     Bare bare(device.get(), entry, c);
@@ -277,47 +211,21 @@ int main(int argc, char** argv) {
       << "runtime: {backend: cuda, gpu: " << spec.name << "}\n"
       << "models: {" << c.name << ": {max_batch: 1, policy: autouvm, device_budget: " << budget << "}}\n";
   }
-  const std::string port_file = root + "/port";
-  const std::string log = root + "/daemon.log";
-  const pid_t pid = Spawn({daemon_path, "--config", config_path, "--port-file", port_file}, log);
-  if (pid < 0) Die("cannot start " + daemon_path);
-  std::string port;
-  for (int i = 0; i < 600 && port.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    port = ReadFile(port_file);
-  }
-  if (port.empty()) Die("the daemon did not start: " + ReadFile(log));
-  auto channel = grpc::CreateChannel("127.0.0.1:" + port, grpc::InsecureChannelCredentials());
-  auto gen = autouvm::v1::Generation::NewStub(channel);
-  auto admin = autouvm::v1::Admin::NewStub(channel);
+  autouvm::bench::DaemonUnderTest daemon = autouvm::bench::StartDaemon(daemon_path, config_path, root);
+  autouvm::v1::Generation::Stub* gen = daemon.generation.get();
+  autouvm::v1::Admin::Stub* admin = daemon.admin.get();
   // Loading: health SERVING once the model is in; GenerateStream says UNAVAILABLE until then.
-  std::vector<Run> daemon_runs;
-  for (int i = 0; i < 600; ++i) {
-    autouvm::v1::GetModelStatusRequest req;
-    req.set_model(c.name);
-    autouvm::v1::ModelStatus st;
-    grpc::ClientContext ctx;
-    if (admin->GetModelStatus(&ctx, req, &st).ok() && st.state() == autouvm::v1::MODEL_STATE_READY) break;
-    if (st.state() == autouvm::v1::MODEL_STATE_FAILED) Die("the daemon failed to load the model: " + st.error());
-    if (waitpid(pid, nullptr, WNOHANG) == pid) Die("the daemon exited: " + ReadFile(log));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  GenerateThroughDaemon(gen.get(), c.name, prompt, tokens);  // profiles
-  for (int i = 0; i < 300 && !DecodeReady(admin.get(), c.name); ++i) {
+  autouvm::bench::WaitModelReady(daemon, c.name);
+  std::vector<DaemonRun> daemon_runs;
+  GenerateThroughDaemon(gen, c.name, prompt, tokens);  // profiles
+  for (int i = 0; i < 300 && !DecodeReady(admin, c.name); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  GenerateThroughDaemon(gen.get(), c.name, prompt, tokens);  // warm
-  for (int i = 0; i < repeats; ++i) daemon_runs.push_back(GenerateThroughDaemon(gen.get(), c.name, prompt, tokens));
-  autouvm::v1::ModelStatus status;
-  {
-    autouvm::v1::GetModelStatusRequest req;
-    req.set_model(c.name);
-    grpc::ClientContext ctx;
-    if (!admin->GetModelStatus(&ctx, req, &status).ok()) Die("GetModelStatus failed");
-  }
-  kill(pid, SIGTERM);
-  int wstatus = 0;
-  const int code = waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+  GenerateThroughDaemon(gen, c.name, prompt, tokens);  // warm
+  for (int i = 0; i < repeats; ++i) daemon_runs.push_back(GenerateThroughDaemon(gen, c.name, prompt, tokens));
+  const autouvm::v1::ModelStatus status = autouvm::bench::ModelStatusOf(admin, c.name);
+  if (status.name().empty()) Die("GetModelStatus failed");
+  const int code = autouvm::bench::StopDaemon(&daemon);
 
   const autouvm::v1::ExecutionStatus& x = status.execution();
   std::printf(

@@ -1,5 +1,5 @@
 // profiling_cost: what profiling a (model, shape) costs the requests being served, in iterations of that
-// shape. Runs the shape's iterations with and without the daemon's profiler (ModelProfiler hooks, one
+// shape. Runs the shape's iterations with and without the daemon's profiler (ModelSession hooks, one
 // shared Observer, ProfileJobs over RocksDB in a temporary directory): the first profiled iteration
 // records, the analysis, plan and store write run on the background thread while later iterations are
 // served, exactly as in autouvmd. Prints a table per trial and the medians.
@@ -29,6 +29,7 @@
 #include "bench/bench_util.h"
 #include "engine/model_config.h"
 #include "profiler/analysis.h"
+#include "profiler/model_session.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_key.h"
 #include "profiler/profile_repository.h"
@@ -37,12 +38,11 @@
 #include "runtime/observer.h"
 #include "runtime/sim/trace_replay.h"
 #include "runtime/trace_proto.h"
-#include "server/model_profiler.h"
 
 namespace {
 
-using autouvm::engine::IterationPhase;
 using autouvm::engine::ModelRunner;
+using autouvm::profiler::IterationPhase;
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -98,10 +98,6 @@ int main(int argc, char** argv) {
     runner = ModelRunner::Create(model_dir, config, batch);
   }
   if (!runner.ok()) return std::fprintf(stderr, "%s\n", std::string(runner.status().message()).c_str()), 1;
-  auto observer = autouvm::runtime::Observer::Create();
-  if (!observer.ok()) return 1;
-  (*runner)->NameTensors(observer->get());
-  autouvm::server::IterationObserver lent(std::move(*observer));
   const auto dir = std::filesystem::temp_directory_path() / ("profiling-cost-" + std::to_string(getpid()));
   auto store = autouvm::profiler::OpenRocksDbProfileStore(dir.string());
   if (!store.ok()) return std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str()), 1;
@@ -114,7 +110,7 @@ int main(int argc, char** argv) {
   const int rows = ph == IterationPhase::kPrefill ? 1 : batch;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len), 5);
   std::vector<float> logits;
-  auto iterate = [&](autouvm::engine::IterationHooks* hooks, int i) {
+  auto iterate = [&](autouvm::profiler::IterationHooks* hooks, int i) {
     std::vector<ModelRunner::DecodeRow> decode;
     for (int r = 0; r < rows; ++r) decode.push_back({r, 65 + (i + r) % 26, 8 + i % 64});
     if (hooks) hooks->BeforeIteration(ph, rows, prompt_len);
@@ -134,8 +130,11 @@ int main(int argc, char** argv) {
   autouvm::v1::Profile last;
   for (int t = 0; t < trials; ++t) {
     // A new digest per trial: an unprofiled key each time.
-    autouvm::server::ModelProfiler profiler(
-        {absl::StrCat("bench-trial-", t, "-", getpid()), spec.name, budget, "autouvm"}, &jobs, &lent);
+    auto session = autouvm::profiler::ModelSession::Create(
+        {absl::StrCat("bench-trial-", t, "-", getpid()), spec.name, budget, "autouvm"}, &jobs,
+        (*runner)->NamedTensors());
+    if (!session.ok()) return std::fprintf(stderr, "%s\n", std::string(session.status().message()).c_str()), 1;
+    autouvm::profiler::ModelSession& profiler = **session;
     const auto key = profiler.Key(ph, rows, prompt_len);
     std::vector<double> plain, profiled;
     for (int i = 0; i < steps; ++i) {
@@ -150,9 +149,9 @@ int main(int argc, char** argv) {
       const double t0 = Now();
       if (record_only && i == 0) {
         // Diagnostic: record through the observer and drop the trace (no analysis, no store).
-        lent.observer()->BeginIteration(autouvm::runtime::IterationMode::kRecord);
+        profiler.observer()->BeginIteration(autouvm::runtime::IterationMode::kRecord);
         iterate(nullptr, i);
-        (void)lent.observer()->EndIteration();
+        (void)profiler.observer()->EndIteration();
       } else {
         iterate(record_only ? nullptr : &profiler, i);
       }

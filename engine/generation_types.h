@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "engine/sampler.h"
+#include "profiler/iteration_hooks.h"
 
 namespace autouvm::engine {
 
@@ -57,16 +58,8 @@ class RequestHandle {
   std::atomic<bool> cancelled_{false};
 };
 
-enum class IterationPhase { kPrefill, kDecode };
-
-// Called on the scheduler's thread around every model iteration (a prefill or a decode step): what the
-// profiler uses to record or check an iteration (server/model_profiler.h).
-class IterationHooks {
- public:
-  virtual ~IterationHooks() = default;
-  virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
-  // True: the iteration's result must not be used, run it again (once; its hooks are called again).
-  virtual bool AfterIteration(const absl::Status& status) = 0;
-};
+// The hooks the model's session puts around each forward pass (profiler/iteration_hooks.h).
+using profiler::IterationHooks;
+using profiler::IterationPhase;
 
 }  // namespace autouvm::engine

@@ -23,6 +23,7 @@
 #include "engine/model_config.h"
 #include "engine/step_runner.h"
 #include "runtime/compute_device.h"
+#include "runtime/named_tensor.h"
 #include "runtime/observer.h"
 #include "runtime/tensor_binding.h"
 
@@ -52,11 +53,7 @@ class ModelRunner final : public StepRunner {
 
   // The tensors this runner owns, in allocation order: every parameter and buffer by its dotted name
   // ("layer0.wq"), the caches as "kv_cache.k" / "kv_cache.v"; where their storage starts and its bytes.
-  struct NamedTensor {
-    std::string name;
-    uint64_t addr = 0;
-    int64_t bytes = 0;
-  };
+  using NamedTensor = runtime::NamedTensor;
   std::vector<NamedTensor> NamedTensors() const;
   // Gives the observer those names (its tensor ids are "param:" + name).
   void NameTensors(runtime::Observer* observer) const;

@@ -9,7 +9,7 @@
 // runtime/cuda/compute_device.cc where it has (no #ifdef outside runtime/cuda/).
 //
 // Thread-safety: Enter may be called from any thread; backend() is the process's one backend, which the
-// models' threads share (iterations of one model at a time drive it: ModelProfiler's observer lock).
+// models' threads share, call by call (runtime/serialized_backend.h).
 #pragma once
 
 #include <cstdint>

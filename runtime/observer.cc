@@ -22,7 +22,14 @@
 namespace autouvm::runtime {
 namespace {
 
-std::atomic<bool> g_observer_exists{false};
+// Note [One global callback]: libtorch's callbacks carry no pointer of ours, so the observed
+// iterations' global callback is registered once for every observer of the process — by the first
+// Create, removed with the last observer — and finds the observer of the iteration in progress through
+// the thread-local t_observing. Each model session has an observer of its own and runs its iterations
+// on its own thread, so models observe and follow their plans at once, none waiting for another.
+std::mutex g_global_mu;
+int g_observers = 0;                     // guarded by g_global_mu
+at::CallbackHandle g_global_handle = 0;  // guarded by g_global_mu
 
 // What an op saw when it started; lives from the start callback to the end callback.
 struct OpContext : at::ObserverContext {
@@ -309,9 +316,8 @@ struct Observer::Impl {
   AccessTrace trace;
   std::vector<OpSubscriber*> subscribers;  // the iteration's copy of all_subscribers
   std::atomic<int64_t> counted{0};
-  int64_t announced = -1;                // the last index Announce() told the subscribers of
-  at::CallbackHandle handle = 0;         // the recording thread's callback, while recording
-  at::CallbackHandle global_handle = 0;  // the global callback, for the Observer's lifetime
+  int64_t announced = -1;         // the last index Announce() told the subscribers of
+  at::CallbackHandle handle = 0;  // the recording thread's callback, while recording
 
   std::mutex subscribers_mu;
   std::vector<OpSubscriber*> all_subscribers;  // guarded by subscribers_mu
@@ -376,17 +382,22 @@ Observer::Observer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Observer::~Observer() {
   if (impl_->handle != 0) at::removeCallback(impl_->handle);
-  if (impl_->global_handle != 0) at::removeCallback(impl_->global_handle);
   if (t_recording == impl_.get()) t_recording = nullptr;
   if (t_observing == impl_.get()) t_observing = nullptr;
-  g_observer_exists.store(false);
+  std::lock_guard<std::mutex> lock(g_global_mu);
+  if (--g_observers == 0) {
+    at::removeCallback(g_global_handle);
+    g_global_handle = 0;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Observer>> Observer::Create() {
-  if (g_observer_exists.exchange(true)) return absl::FailedPreconditionError("an Observer already exists");
   auto impl = std::make_unique<Impl>();
-  impl->global_handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(OnObservedStart, OnObservedEnd).scopes({at::RecordScope::FUNCTION}));
+  std::lock_guard<std::mutex> lock(g_global_mu);
+  if (g_observers++ == 0) {
+    g_global_handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(OnObservedStart, OnObservedEnd).scopes({at::RecordScope::FUNCTION}));
+  }
   return std::unique_ptr<Observer>(new Observer(std::move(impl)));
 }
 
@@ -451,8 +462,8 @@ AccessTrace Observer::EndIteration() {
   if (impl_->handle != 0) at::removeCallback(impl_->handle);
   impl_->handle = 0;
   t_stack.clear();
-  // Note [Named per trace]: the observer serves every model of the process, and several models name
-  // the same parameters ("layer0.wq"). A recorded trace lists the named tensors its iteration touched,
+  // Note [Named per trace]: an observer may be given the tensors of several models (a tool's), which
+  // name the same parameters ("layer0.wq"). A recorded trace lists the named tensors its iteration touched,
   // in naming order; an observed one, which resolves no tensor, lists all.
   {
     std::lock_guard<std::mutex> lock(impl_->names_mu);

@@ -2,7 +2,7 @@
 // numbers the leaf ops of an iteration, hands each to its subscribers and, when recording, turns the
 // iteration into an AccessTrace with stable tensor and kernel identities (access_trace.h).
 //
-//   auto obs = Observer::Create();                       // one per process at a time
+//   auto obs = Observer::Create();                       // one per model: several may exist at once
 //   obs->NameTensor(param.storage().data(), "layer0.wq", param.storage().nbytes());  // each weight, cache
 //   obs->BeginIteration();  module.forward(...);  AccessTrace t = obs->EndIteration();   // recording
 //   obs->BeginIteration(IterationMode::kObserve);  ...  obs->EndIteration();   // op boundaries only
@@ -12,6 +12,9 @@
 // (Note [Leaf ops]). Boxed inputs and outputs are asked of libtorch only while recording, through a
 // callback on the recording thread alone; an observed iteration sees op names and nesting only, and ops
 // outside an iteration cost one thread-local check in the global callback (bench/observer_bench).
+//
+// Several observers may exist at once (one per model session), each with its own names, subscribers
+// and iterations; a thread runs one observer's iteration at a time (Note [One global callback]).
 //
 // Thread-safety: NameTensor and the subscriber calls may be made from any thread; BeginIteration and
 // EndIteration must be called from the thread that runs the iteration, where subscribers are called.
@@ -64,7 +67,7 @@ enum class IterationMode {
 
 class Observer {
  public:
-  // Fails if another Observer exists in the process.
+  // An observer of its own for a model (or a tool); others may exist (Note [One global callback]).
   static absl::StatusOr<std::unique_ptr<Observer>> Create();
   ~Observer();
 

@@ -97,7 +97,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_decode_rows_total(stats.batched_rows_total);
   profiles_->FillModelStatus(m, out);
   if (m.execution != nullptr) {
-    const ExecutionStats e = m.execution->stats();
+    const profiler::ExecutionStats e = m.execution->stats();
     auto* x = out->mutable_execution();
     x->set_backend(e.backend);
     x->set_following(e.following);

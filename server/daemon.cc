@@ -14,6 +14,7 @@
 #include "base/yaml_fields.h"
 #include "engine/model_runner.h"
 #include "engine/serving_gate.h"
+#include "profiler/model_session.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
@@ -24,7 +25,6 @@
 #include "server/generation_service.h"
 #include "server/metrics.h"
 #include "server/model_manager.h"
-#include "server/model_profiler.h"
 #include "server/profile_admin.h"
 #include "server/tls.h"
 
@@ -88,19 +88,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   ProfilingServices profiling;
   if (config.profiling) {
     ASSIGN_OR_RETURN(profiling.gpu, runtime::FindGpuSpec(config.gpu));
-    auto observer = runtime::Observer::Create();
-    if (observer.ok()) {
-      // Every iteration of a shape must run the same ops for its profile to describe the next ones.
-      runtime::Observer::MakeExecutionRepeatable();
-      d->observer_ = std::make_unique<IterationObserver>(std::move(*observer));
-      d->jobs_ = std::make_unique<profiler::ProfileJobs>(d->repository_.get(), profiling.gpu, &d->clock_);
-      profiling.jobs = d->jobs_.get();
-      profiling.observer = d->observer_.get();
-      profiling.executor = config.executor;
-      profiling.execution.monitor_every = config.monitor_every;
-    } else {
-      facts.health_details.push_back(absl::StrCat("profiling: off: ", observer.status().message()));
-    }
+    // Every iteration of a shape must run the same ops for its profile to describe the next ones. Each
+    // model's session observes its own iterations (profiler/model_session.h).
+    runtime::Observer::MakeExecutionRepeatable();
+    d->jobs_ = std::make_unique<profiler::ProfileJobs>(d->repository_.get(), profiling.gpu, &d->clock_);
+    profiling.jobs = d->jobs_.get();
+    profiling.executor = config.executor;
+    profiling.execution.monitor_every = config.monitor_every;
   }
   facts.profile_store = d->profiles_->Describe();
   facts.repository = d->repository_.get();

@@ -2,7 +2,7 @@
 // — starts serving at once with health NOT_SERVING, loads the models in the background, then turns
 // health SERVING. It opens the profile store (RocksDB under state_dir/profiles; in memory, with a log
 // line and a health detail in GetServerStatus saying why, when that cannot be opened) and starts the
-// profiling jobs and the operator observer every model's profiler shares. Drain() is the SIGTERM path: NOT_SERVING, new
+// profiling jobs every model's session shares. Drain() is the SIGTERM path: NOT_SERVING, new
 // calls get UNAVAILABLE, calls in flight get up to server.drain_timeout to finish, then the server stops.
 //
 // Thread-safety: Start and Drain are called from one thread at a time; EndDrainNow and port() from any thread.
@@ -40,7 +40,6 @@ namespace autouvm::server {
 class ModelManager;
 class GenerationService;
 class AdminService;
-class IterationObserver;
 class Metrics;
 class MetricsServer;
 class ProfileAdmin;
@@ -65,11 +64,10 @@ class Daemon {
 
   ServerConfig config_;
   base::RealClock clock_;
-  // Declared in the order they are needed: models use the jobs and the observer, which use the store.
+  // Declared in the order they are needed: models use the jobs, which use the store.
   std::unique_ptr<profiler::ProfileStore> profiles_;
   std::unique_ptr<profiler::ProfileRepository> repository_;
-  std::unique_ptr<profiler::ProfileJobs> jobs_;  // null when profiling is off
-  std::unique_ptr<IterationObserver> observer_;
+  std::unique_ptr<profiler::ProfileJobs> jobs_;     // null when profiling is off
   std::unique_ptr<runtime::ComputeDevice> device_;  // runtime.backend; outlives the models
   std::unique_ptr<ModelManager> models_;
   std::unique_ptr<engine::ServingGate> gate_;

@@ -163,9 +163,9 @@ std::string Metrics::Scrape() const {
     const engine::SchedulerStats st = m.scheduler->Stats();
     Snapshot::Add(running, model, st.active);
     Snapshot::Add(waiting, model, st.queued);
-    if (m.profiler != nullptr) Snapshot::Add(budget, model, m.profiler->identity().device_budget_bytes);
+    if (m.session != nullptr) Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);
     if (m.execution == nullptr) continue;
-    const ExecutionStats e = m.execution->stats();
+    const profiler::ExecutionStats e = m.execution->stats();
     const Labels uvm{{"model", m.name}, {"backend", e.backend}};
     Snapshot::Add(followed, {{"model", m.name}, {"backend", e.backend}, {"outcome", "followed"}},
                   e.followed_iterations);

@@ -97,19 +97,20 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.max_batch = static_cast<int>(m->settings.max_batch);
   options.max_queue = static_cast<int>(m->settings.max_queue);
   if (profiling_.jobs != nullptr) {
-    m->runner->NameTensors(profiling_.observer->observer());
+    const std::vector<runtime::NamedTensor> named = m->runner->NamedTensors();
+    std::unique_ptr<profiler::ModelExecution> execution;
     if (profiling_.executor && device_ != nullptr && device_->backend() != nullptr) {
-      m->execution = ModelExecution::OnDevice(device_->backend(), m->runner->NamedTensors(), profiling_.execution,
-                                              m->runner->NewTensorBinding());
+      execution = profiler::ModelExecution::OnDevice(device_->backend(), named, profiling_.execution,
+                                                     m->runner->NewTensorBinding());
     } else if (profiling_.executor) {
-      ASSIGN_OR_RETURN(m->execution,
-                       ModelExecution::Mirror(profiling_.gpu, m->runner->NamedTensors(), profiling_.execution));
+      ASSIGN_OR_RETURN(execution, profiler::ModelExecution::Mirror(profiling_.gpu, named, profiling_.execution));
     }
-    m->profiler = std::make_unique<ModelProfiler>(
-        ProfileIdentity{m->digest, profiling_.gpu.name, m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes),
-                        m->settings.policy},
-        profiling_.jobs, profiling_.observer, m->execution.get());
-    options.hooks = m->profiler.get();
+    ASSIGN_OR_RETURN(m->session, profiler::ModelSession::Create(
+                                     {m->digest, profiling_.gpu.name,
+                                      m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes), m->settings.policy},
+                                     profiling_.jobs, named, std::move(execution)));
+    m->execution = m->session->execution();
+    options.hooks = m->session.get();
   }
   m->scheduler = std::make_unique<engine::Scheduler>(m->runner.get(), m->tokenizer.get(), options, clock_);
   return absl::OkStatus();

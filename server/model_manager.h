@@ -1,6 +1,7 @@
 // ModelManager: the models the daemon serves. It scans the model repository (writing the embedded tiny
 // default model first if configured and missing), loads each entry into a ServedModel — digest,
-// tokenizer, ModelRunner, ModelProfiler, Scheduler — and keeps the ones that fail to load listed with their error, so
+// tokenizer, ModelRunner, ModelSession (profiler/model_session.h), Scheduler — and keeps the ones that fail
+// to load listed with their error, so
 // one bad model never stops the others.
 //
 // Thread-safety: LoadAll runs once, on any thread; Find, List and Shutdown may be called concurrently
@@ -20,10 +21,10 @@
 #include "engine/model_config.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "profiler/model_execution.h"
+#include "profiler/model_session.h"
 #include "runtime/gpu_spec.h"
 #include "server/config.h"
-#include "server/model_execution.h"
-#include "server/model_profiler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace autouvm::server {
@@ -39,18 +40,18 @@ struct ServedModel {
   std::string digest;  // profiler::ModelDigest of model.pt and model.yaml
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<engine::ModelRunner> runner;
-  std::unique_ptr<ModelExecution> execution;  // null when plans are not followed; outlives the profiler
-  std::unique_ptr<ModelProfiler> profiler;    // null when profiling is off; outlives the scheduler
+  // The model's AutoUVM loop: null when profiling is off; outlives the scheduler.
+  std::unique_ptr<profiler::ModelSession> session;
+  profiler::ModelExecution* execution = nullptr;  // the session's, when plans are followed
   std::unique_ptr<engine::Scheduler> scheduler;
 };
 
 // What models need to be profiled; jobs == nullptr turns profiling off.
 struct ProfilingServices {
   profiler::ProfileJobs* jobs = nullptr;
-  IterationObserver* observer = nullptr;
   runtime::GpuSpec gpu;   // keys and device budgets are for this GPU
   bool executor = false;  // follow plans (on the CPU backend: through a simulated mirror on `gpu`)
-  ExecutionOptions execution;
+  profiler::ExecutionOptions execution;
 };
 
 struct ModelView {

@@ -87,7 +87,8 @@ grpc::Status ProfileAdmin::KeyOf(const ServedModel& model, const std::string& ke
   if (shape->phase() == autouvm::v1::PHASE_DECODE && shape->prompt_len() != 0) {
     return Invalid("shape.prompt_len: decode shapes have none (one decode profile serves every position)");
   }
-  const ProfileIdentity identity = model.profiler ? model.profiler->identity() : ProfileIdentity{model.digest};
+  const profiler::ProfileIdentity identity =
+      model.session ? model.session->identity() : profiler::ProfileIdentity{model.digest};
   *out = shape->phase() == autouvm::v1::PHASE_PREFILL
              ? profiler::PrefillKey(model.digest, 1, shape->prompt_len(), identity.gpu, identity.device_budget_bytes,
                                     identity.policy)
@@ -158,7 +159,7 @@ grpc::Status ProfileAdmin::Reprofile(const autouvm::v1::ReprofileRequest& reques
                                      autouvm::v1::ReprofileResponse* response) {
   const ServedModel* model = nullptr;
   if (grpc::Status s = ReadyModel(request.model(), &model); !s.ok()) return s;
-  if (jobs_ == nullptr || model->profiler == nullptr) {
+  if (jobs_ == nullptr || model->session == nullptr) {
     return {grpc::StatusCode::FAILED_PRECONDITION, "profiling is off (profiler.enabled: false)"};
   }
   std::vector<ProfileKey> keys;
@@ -169,7 +170,7 @@ grpc::Status ProfileAdmin::Reprofile(const autouvm::v1::ReprofileRequest& reques
   } else {
     // Every shape of this model under its current identity: those seen since start and those stored.
     std::map<std::string, ProfileKey> all;
-    const ProfileIdentity& id = model->profiler->identity();
+    const profiler::ProfileIdentity& id = model->session->identity();
     auto mine = [&](const ProfileKey& k) {
       return k.model_digest() == id.model_digest && k.gpu() == id.gpu &&
              k.device_budget_bytes() == id.device_budget_bytes && k.policy() == id.policy;
@@ -310,8 +311,8 @@ grpc::Status ProfileAdmin::Import(const autouvm::v1::ImportProfilesRequest& requ
 void ProfileAdmin::FillModelStatus(const ServedModel& model, autouvm::v1::ModelStatus* out) const {
   out->set_model_digest(model.digest);
   out->set_policy(model.settings.policy);
-  if (model.profiler == nullptr || jobs_ == nullptr) return;
-  out->set_device_budget_bytes(model.profiler->identity().device_budget_bytes);
+  if (model.session == nullptr || jobs_ == nullptr) return;
+  out->set_device_budget_bytes(model.session->identity().device_budget_bytes);
   for (const profiler::ProfileStatus& st : jobs_->All()) {
     if (st.key.model_digest() == model.digest) *out->add_profiles() = Summarize(model.name, st.key, nullptr, nullptr);
   }

@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/managed_memory.h"
+#include "runtime/serialized_backend.h"
 
 namespace autouvm::runtime {
 namespace {
@@ -41,7 +42,9 @@ class CudaDevice final : public ComputeDevice {
   int64_t managed_bytes() const override { return pool_->allocated_bytes(); }
   std::unique_ptr<ThreadScope> Enter() override { return std::make_unique<StreamScope>(stream_); }
 
-  std::unique_ptr<cuda::CudaBackend> backend_;
+  // The CUDA backend, behind one lock: each model's session drives it from the model's own thread
+  // (runtime/serialized_backend.h).
+  std::unique_ptr<SerializedBackend> backend_;
 
  private:
   std::unique_ptr<cuda::ManagedMemoryPool> pool_;
@@ -66,11 +69,12 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> OpenComputeDevice(const ComputeDe
                                   0, {.cap_bytes = cap, .allow_oversubscription = options.allow_oversubscription}));
   const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true);
   auto device = std::make_unique<CudaDevice>(std::move(pool), stream);
-  ASSIGN_OR_RETURN(device->backend_,
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> backend,
                    cuda::CudaBackend::Create({.spec = options.spec,
                                               .cap_bytes = cap,
                                               .allow_oversubscription = options.allow_oversubscription,
                                               .compute_stream = stream.stream()}));
+  device->backend_ = std::make_unique<SerializedBackend>(std::move(backend));
   return device;
 }
 

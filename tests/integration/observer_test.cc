@@ -6,6 +6,7 @@
 #include <torch/script.h>
 
 #include <set>
+#include <thread>
 
 #include "engine/llama_builder.h"
 #include "engine/model_runner.h"
@@ -52,10 +53,43 @@ class ObserverTest : public ::testing::Test {
   std::unique_ptr<Observer> observer_;
 };
 
-TEST_F(ObserverTest, OnlyOneObserverAtATime) {
+// Note [One global callback]: one observer per model, each model's iterations on its own thread, at once.
+// Each observer sees its own model's ops only, named by its own names, and counts what it saw alone.
+TEST_F(ObserverTest, ObserversOfTwoModelsOnTwoThreadsEachSeeTheirOwnIterations) {
+  auto a = Load(SmallConfig("obs-a", 1));
+  auto b = Load(SmallConfig("obs-b", 3));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
   auto second = Observer::Create();
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(second.ok()) << second.status();
+  b->NameTensors(second->get());
+  auto steps = [](engine::ModelRunner* runner, Observer* obs, int n, std::vector<AccessTrace>* out) {
+    std::vector<float> logits;
+    for (int i = 0; i < n; ++i) {
+      engine::ModelRunner::DecodeRow row{0, 5 + i, i};
+      obs->BeginIteration(i % 2 == 0 ? IterationMode::kRecord : IterationMode::kObserve);
+      EXPECT_TRUE(runner->Decode({&row, 1}, &logits).ok());
+      out->push_back(obs->EndIteration());
+    }
+  };
+  std::vector<AccessTrace> ta, tb;
+  std::thread ra([&] { steps(a.get(), observer_.get(), 6, &ta); });
+  std::thread rb([&] { steps(b.get(), second->get(), 6, &tb); });
+  ra.join();
+  rb.join();
+  // Alone, one step of each: what the traces above must equal.
+  std::vector<AccessTrace> alone_a, alone_b;
+  steps(a.get(), observer_.get(), 1, &alone_a);
+  steps(b.get(), second->get(), 1, &alone_b);
+  ASSERT_FALSE(alone_a[0].ops.empty());
+  EXPECT_GT(alone_b[0].ops.size(), alone_a[0].ops.size());  // three layers against one
+  EXPECT_GT(alone_b[0].named.size(), alone_a[0].named.size());
+  for (size_t i = 0; i < ta.size(); i += 2) {  // the recorded steps
+    EXPECT_EQ(ta[i].ops.size(), alone_a[0].ops.size()) << "step " << i;
+    EXPECT_EQ(ta[i].named.size(), alone_a[0].named.size()) << "step " << i;
+    EXPECT_EQ(tb[i].ops.size(), alone_b[0].ops.size()) << "step " << i;
+    EXPECT_EQ(tb[i].named.size(), alone_b[0].named.size()) << "step " << i;
+  }
 }
 
 TEST_F(ObserverTest, DecodeStepReadsNamedWeightsAndWritesTheCacheInPlace) {

@@ -1,6 +1,7 @@
 // ModelExecution: a served model's plans followed at its op boundaries — a runtime::Executor driven by a
-// PlanFollower from the Observer — on the backend the daemon runs the model with. ModelProfiler decides
-// which iterations follow which plan; this class owns the executor and what it has done.
+// PlanFollower from the Observer — on the backend the daemon runs the model with. ModelSession decides
+// (profiler/model_session.h) which iterations follow which plan; this class owns the executor and what
+// it has done.
 //
 // On the CPU daemon the backend is a mirror: a SimBackend on the configured GpuSpec in which every named
 // tensor of the model has a simulated managed range of its size, and every op of a followed iteration
@@ -44,11 +45,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/model_runner.h"
 #include "profiler/profile_jobs.h"
 #include "runtime/device_backend.h"
 #include "runtime/executor.h"
 #include "runtime/gpu_spec.h"
+#include "runtime/named_tensor.h"
 #include "runtime/observer.h"
 #include "runtime/op_timer.h"
 #include "runtime/runtime_monitor.h"
@@ -57,7 +58,7 @@ namespace autouvm::runtime::sim {
 class SimBackend;
 }
 
-namespace autouvm::server {
+namespace autouvm::profiler {
 
 struct ExecutionStats {
   std::string backend;               // "sim" (the CPU daemon's mirror) or "cuda"
@@ -91,13 +92,13 @@ struct ExecutionOptions {
 class ModelExecution {
  public:
   // The CPU daemon's mirror on `spec` (see above). INVALID_ARGUMENT for an unusable spec.
-  static absl::StatusOr<std::unique_ptr<ModelExecution>> Mirror(
-      const runtime::GpuSpec& spec, const std::vector<engine::ModelRunner::NamedTensor>& named,
-      ExecutionOptions options);
+  static absl::StatusOr<std::unique_ptr<ModelExecution>> Mirror(const runtime::GpuSpec& spec,
+                                                                const std::vector<runtime::NamedTensor>& named,
+                                                                ExecutionOptions options);
   // Over the model's own memory on `backend` (not owned; outlives this); `binding` (the runner's
   // NewTensorBinding; may be null) lets plans stream weights through a device buffer.
   static std::unique_ptr<ModelExecution> OnDevice(runtime::DeviceBackend* backend,
-                                                  const std::vector<engine::ModelRunner::NamedTensor>& named,
+                                                  const std::vector<runtime::NamedTensor>& named,
                                                   ExecutionOptions options,
                                                   std::unique_ptr<runtime::TensorBinding> binding = nullptr);
   // With its model, before the model's memory is freed: what is staged is dropped, not put back, and the
@@ -107,7 +108,7 @@ class ModelExecution {
   // Makes `key`'s plan the one followed (switching to it if another owns the residency), ready for the
   // iteration about to run: the subscribers to add to the observer for it, in order — none when it
   // need not be observed (Note [Plans with nothing to do per op], model_execution.cc).
-  absl::StatusOr<std::vector<runtime::OpSubscriber*>> Begin(const std::string& key, const profiler::PlanToFollow& plan);
+  absl::StatusOr<std::vector<runtime::OpSubscriber*>> Begin(const std::string& key, const PlanToFollow& plan);
   // After that iteration (its subscribers removed): why following stopped part way, OK if it did not.
   absl::Status End();
   // Whether the iteration End() just reported on may have read a staged weight's discarded range (it
@@ -173,4 +174,4 @@ class ModelExecution {
   ExecutionStats stats_ ABSL_GUARDED_BY(mu_);  // as of the last End() or switch
 };
 
-}  // namespace autouvm::server
+}  // namespace autouvm::profiler

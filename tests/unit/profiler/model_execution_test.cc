@@ -2,7 +2,7 @@
 // subscribers driven as the Observer drives them — moves bytes on the mirror and keeps the budget; the
 // runtime monitor brings back a pinned tensor evicted behind the executor's back; following another
 // key's plan is a switch; an iteration whose ops leave the plan is abandoned and said why.
-#include "server/model_execution.h"
+#include "profiler/model_execution.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "profiler/profile_key.h"
 #include "runtime/sim/sim_backend.h"
 
-namespace autouvm::server {
+namespace autouvm::profiler {
 namespace {
 
 constexpr int kWeights = 8;
@@ -41,8 +41,8 @@ runtime::AccessTrace Trace() {
   return t;
 }
 
-std::vector<engine::ModelRunner::NamedTensor> Named() {
-  std::vector<engine::ModelRunner::NamedTensor> out;
+std::vector<runtime::NamedTensor> Named() {
+  std::vector<runtime::NamedTensor> out;
   for (int i = 0; i < kWeights; ++i) out.push_back({"w" + std::to_string(i), 0, kWeight});
   return out;
 }
@@ -70,8 +70,8 @@ class ModelExecutionTest : public ::testing::Test {
   }
   // Over `sim` as if it were the model's own memory (the CUDA daemon's ModelExecution).
   std::unique_ptr<ModelExecution> OnDevice(runtime::sim::SimBackend& sim, int64_t monitor_every) {
-    std::vector<engine::ModelRunner::NamedTensor> named = Named();
-    for (engine::ModelRunner::NamedTensor& t : named) t.addr = *sim.AllocateManaged(t.bytes);
+    std::vector<runtime::NamedTensor> named = Named();
+    for (runtime::NamedTensor& t : named) t.addr = *sim.AllocateManaged(t.bytes);
     return ModelExecution::OnDevice(&sim, named, {.monitor_every = monitor_every});
   }
   void Drive(const std::vector<runtime::OpSubscriber*>& subscribers, int kernel_at = -1) {
@@ -264,4 +264,4 @@ TEST_F(ModelExecutionTest, AnotherKeysPlanTakesThePlacementAndAStrayOpAbandonsTh
 }
 
 }  // namespace
-}  // namespace autouvm::server
+}  // namespace autouvm::profiler

@@ -1,14 +1,14 @@
-#include "server/model_execution.h"
+#include "profiler/model_execution.h"
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/sim/sim_backend.h"
 #include "runtime/sim/trace_replay.h"
 
-namespace autouvm::server {
+namespace autouvm::profiler {
 namespace {
 
-std::string Id(const engine::ModelRunner::NamedTensor& t) { return absl::StrCat("param:", t.name); }
+std::string Id(const runtime::NamedTensor& t) { return absl::StrCat("param:", t.name); }
 
 }  // namespace
 
@@ -42,14 +42,14 @@ ModelExecution::ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<
   stats_.backend = std::string(backend_->kind());
 }
 
-absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(
-    const runtime::GpuSpec& spec, const std::vector<engine::ModelRunner::NamedTensor>& named,
-    ExecutionOptions options) {
+absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(const runtime::GpuSpec& spec,
+                                                                       const std::vector<runtime::NamedTensor>& named,
+                                                                       ExecutionOptions options) {
   // The mirror holds what the model holds whatever the card's size: the executor keeps the device
   // budget, and a model larger than the card is what the daemon is for.
   ASSIGN_OR_RETURN(auto sim, runtime::sim::SimBackend::Create({.spec = spec, .allow_oversubscription = true}));
   std::unordered_map<std::string, runtime::TensorRange> ranges;
-  for (const engine::ModelRunner::NamedTensor& t : named) {
+  for (const runtime::NamedTensor& t : named) {
     ASSIGN_OR_RETURN(uint64_t addr, sim->AllocateManaged(t.bytes));
     ranges[Id(t)] = {addr, t.bytes};
   }
@@ -58,11 +58,11 @@ absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(
 }
 
 std::unique_ptr<ModelExecution> ModelExecution::OnDevice(runtime::DeviceBackend* backend,
-                                                         const std::vector<engine::ModelRunner::NamedTensor>& named,
+                                                         const std::vector<runtime::NamedTensor>& named,
                                                          ExecutionOptions options,
                                                          std::unique_ptr<runtime::TensorBinding> binding) {
   std::unordered_map<std::string, runtime::TensorRange> ranges;
-  for (const engine::ModelRunner::NamedTensor& t : named) ranges[Id(t)] = {t.addr, t.bytes};
+  for (const runtime::NamedTensor& t : named) ranges[Id(t)] = {t.addr, t.bytes};
   std::unique_ptr<ModelExecution> self(new ModelExecution(backend, nullptr, std::move(ranges), options));
   self->binding_ = std::move(binding);
   return self;
@@ -123,7 +123,7 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
 }
 
 absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const std::string& key,
-                                                                          const profiler::PlanToFollow& plan) {
+                                                                          const PlanToFollow& plan) {
   untrusted_ = false;
   differing_ops_ = 0;
   ops_compared_ = 0;
@@ -262,4 +262,4 @@ ExecutionStats ModelExecution::stats() const {
   return stats_;
 }
 
-}  // namespace autouvm::server
+}  // namespace autouvm::profiler

@@ -1,0 +1,53 @@
+// What the daemon benchmarks share: starting autouvmd on a config file and waiting for its models, and
+// generating through it as a client does (gRPC streaming), timed.
+//
+//   DaemonUnderTest d = StartDaemon(AUTOUVMD_PATH, config_path, dir);   // Die()s if it does not start
+//   WaitModelReady(d, "bench-7b");
+//   DaemonRun r = GenerateThroughDaemon(d.generation.get(), "bench-7b", prompt, 64);
+//   StopDaemon(&d);                                                        // SIGTERM; its exit code
+//
+// Not thread-safe but for the stubs, which gRPC makes safe to share.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autouvm/v1/admin.grpc.pb.h"
+#include "autouvm/v1/generation.grpc.pb.h"
+
+namespace autouvm::bench {
+
+struct DaemonUnderTest {
+  pid_t pid = -1;
+  std::string log;  // its stderr and stdout
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<autouvm::v1::Generation::Stub> generation;
+  std::unique_ptr<autouvm::v1::Admin::Stub> admin;
+};
+
+struct DaemonRun {
+  std::vector<int32_t> tokens;
+  double decode_tokens_per_s = 0;
+  double ttft_ms = 0;
+};
+
+std::string ReadWholeFile(const std::string& path);
+// Starts `binary --config config_path --port-file dir/port`, its output in dir/daemon.log, and waits
+// (up to 60 s) for its port.
+DaemonUnderTest StartDaemon(const std::string& binary, const std::string& config_path, const std::string& dir);
+// Waits (up to 2 minutes) until `model` is READY; Die()s if it failed or the daemon exited.
+void WaitModelReady(const DaemonUnderTest& d, const std::string& model);
+// Whether the model's batch-1 decode profile is ready (its plan can be followed).
+bool DecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model);
+autouvm::v1::ModelStatus ModelStatusOf(autouvm::v1::Admin::Stub* admin, const std::string& model);
+// Greedy, EOS ignored, `tokens` tokens after `prompt` (token ids, no bos added).
+DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,
+                                const std::vector<int32_t>& prompt, int tokens);
+// SIGTERM, then waits; the exit code (-1 if it died by a signal).
+int StopDaemon(DaemonUnderTest* d);
+
+}  // namespace autouvm::bench

@@ -1,0 +1,24 @@
+// IterationHooks: what a model's scheduler calls around every forward pass (a prefill or a decode
+// step), so that the model's session (profiler/model_session.h) can record it, check it against a
+// stored profile, or follow its plan.
+//
+// Thread-safety: called on the model's scheduler thread only.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace autouvm::profiler {
+
+enum class IterationPhase { kPrefill, kDecode };
+
+class IterationHooks {
+ public:
+  virtual ~IterationHooks() = default;
+  virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
+  // True: the iteration's result must not be used, run it again (once; its hooks are called again).
+  virtual bool AfterIteration(const absl::Status& status) = 0;
+};
+
+}  // namespace autouvm::profiler
