@@ -88,6 +88,33 @@ bool DecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model) {
   return admin->GetProfile(&ctx, req, &resp).ok() && resp.summary().state() == autouvm::v1::PROFILE_STATE_READY;
 }
 
+bool WaitDecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model, absl::Duration timeout) {
+  for (int i = 0; i < timeout / absl::Milliseconds(100); ++i) {
+    if (DecodeReady(admin, model)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return DecodeReady(admin, model);
+}
+
+std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& repo, const std::string& gpu,
+                                  const std::string& models_yaml) {
+  const std::string path = dir + "/autouvmd.yaml";
+  std::ofstream f(path);
+  f << "server: {listen: 127.0.0.1:0, metrics_listen: \"\"}\n"
+    << "repository: {path: " << repo << ", generate_default_model: \"\"}\n"
+    << "state_dir: " << dir << "/state\n"
+    << "runtime: {backend: cuda, gpu: " << gpu << "}\n"
+    << models_yaml << "\n";
+  if (!f) Die("cannot write " + path);
+  return path;
+}
+
+std::vector<int32_t> BenchPrompt(int len) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < len; ++i) prompt.push_back(1 + (i * 7919) % 31999);
+  return prompt;
+}
+
 DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,
                                 const std::vector<int32_t>& prompt, int tokens) {
   autouvm::v1::GenerateRequest req;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "autouvm/v1/admin.grpc.pb.h"
 #include "autouvm/v1/generation.grpc.pb.h"
 
@@ -43,6 +44,15 @@ DaemonUnderTest StartDaemon(const std::string& binary, const std::string& config
 void WaitModelReady(const DaemonUnderTest& d, const std::string& model);
 // Whether the model's batch-1 decode profile is ready (its plan can be followed).
 bool DecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model);
+// Polls DecodeReady every 100 ms for up to `timeout`; whether it became ready.
+bool WaitDecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model, absl::Duration timeout);
+// Writes dir/autouvmd.yaml for a daemon on CUDA with `gpu`'s spec, serving `repo` (no default model),
+// its state under dir/state, and `models_yaml` as its last line (a `models:` or `model_defaults:`
+// mapping); the path.
+std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& repo, const std::string& gpu,
+                                  const std::string& models_yaml);
+// The benches' prompt: `len` token ids spread over a 32k vocabulary, no bos.
+std::vector<int32_t> BenchPrompt(int len);
 autouvm::v1::ModelStatus ModelStatusOf(autouvm::v1::Admin::Stub* admin, const std::string& model);
 // Greedy, EOS ignored, `tokens` tokens after `prompt` (token ids, no bos added).
 DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,

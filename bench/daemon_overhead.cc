@@ -25,7 +25,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -51,7 +50,6 @@ using autouvm::profiler::IterationPhase;
 
 using autouvm::bench::Check;
 using autouvm::bench::DaemonRun;
-using autouvm::bench::DecodeReady;
 using autouvm::bench::Die;
 using autouvm::bench::GenerateThroughDaemon;
 using autouvm::bench::Median;
@@ -173,8 +171,7 @@ int main(int argc, char** argv) {
   Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
   const std::string entry = repo + "/" + c.name;
   const std::string digest = Check(autouvm::profiler::ModelDigest(entry), "digest");
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < prompt_len; ++i) prompt.push_back(1 + (i * 7919) % 31999);
+  const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
 
   const auto spec = Check(autouvm::runtime::FindGpuSpec("h200-pcie5"), "spec");
   std::vector<Run> bare_runs;
@@ -202,15 +199,9 @@ int main(int argc, char** argv) {
       (long long)bare_stats.reclassified_ops, bare_stats.repinned_bytes / double(1 << 20));
 
   // The daemon on the same entry and budget.
-  const std::string config_path = root + "/autouvmd.yaml";
-  {
-    std::ofstream f(config_path);
-    f << "server: {listen: 127.0.0.1:0, metrics_listen: \"\"}\n"
-      << "repository: {path: " << repo << ", generate_default_model: \"\"}\n"
-      << "state_dir: " << root << "/state\n"
-      << "runtime: {backend: cuda, gpu: " << spec.name << "}\n"
-      << "models: {" << c.name << ": {max_batch: 1, policy: autouvm, device_budget: " << budget << "}}\n";
-  }
+  const std::string config_path = autouvm::bench::WriteCudaDaemonConfig(
+      root, repo, spec.name,
+      absl::StrCat("models: {", c.name, ": {max_batch: 1, policy: autouvm, device_budget: ", budget, "}}"));
   autouvm::bench::DaemonUnderTest daemon = autouvm::bench::StartDaemon(daemon_path, config_path, root);
   autouvm::v1::Generation::Stub* gen = daemon.generation.get();
   autouvm::v1::Admin::Stub* admin = daemon.admin.get();
@@ -218,9 +209,7 @@ int main(int argc, char** argv) {
   autouvm::bench::WaitModelReady(daemon, c.name);
   std::vector<DaemonRun> daemon_runs;
   GenerateThroughDaemon(gen, c.name, prompt, tokens);  // profiles
-  for (int i = 0; i < 300 && !DecodeReady(admin, c.name); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  autouvm::bench::WaitDecodeReady(admin, c.name, absl::Seconds(30));
   GenerateThroughDaemon(gen, c.name, prompt, tokens);  // warm
   for (int i = 0; i < repeats; ++i) daemon_runs.push_back(GenerateThroughDaemon(gen, c.name, prompt, tokens));
   const autouvm::v1::ModelStatus status = autouvm::bench::ModelStatusOf(admin, c.name);

@@ -18,7 +18,6 @@
 #include <barrier>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -83,19 +82,12 @@ int main(int argc, char** argv) {
     }
   }
   const int64_t budget = static_cast<int64_t>(static_cast<double>(named) / factor);
-  const std::string config_path = root + "/autouvmd.yaml";
-  {
-    std::ofstream f(config_path);
-    f << "server: {listen: 127.0.0.1:0, metrics_listen: \"\"}\n"
-      << "repository: {path: " << repo << ", generate_default_model: \"\"}\n"
-      << "state_dir: " << root << "/state\n"
-      << "runtime: {backend: cuda, gpu: " << spec.name << "}\n"
-      << "model_defaults: {max_batch: 1, policy: autouvm, device_budget: " << budget << "}\n";
-  }
+  const std::string config_path = autouvm::bench::WriteCudaDaemonConfig(
+      root, repo, spec.name,
+      absl::StrCat("model_defaults: {max_batch: 1, policy: autouvm, device_budget: ", budget, "}"));
   autouvm::bench::DaemonUnderTest daemon = autouvm::bench::StartDaemon(daemon_path, config_path, root);
   for (const PerModel& m : per) autouvm::bench::WaitModelReady(daemon, m.name);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < prompt_len; ++i) prompt.push_back(1 + (i * 7919) % 31999);
+  const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
 
   std::barrier timed(models);
   std::vector<std::thread> clients;
@@ -104,9 +96,7 @@ int main(int argc, char** argv) {
       autouvm::v1::Generation::Stub* gen = daemon.generation.get();
       autouvm::v1::Admin::Stub* admin = daemon.admin.get();
       autouvm::bench::GenerateThroughDaemon(gen, m.name, prompt, tokens);  // profiles
-      for (int i = 0; i < 600 && !autouvm::bench::DecodeReady(admin, m.name); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
+      autouvm::bench::WaitDecodeReady(admin, m.name, absl::Seconds(60));
       autouvm::bench::GenerateThroughDaemon(gen, m.name, prompt, tokens);  // warm
       timed.arrive_and_wait();                                             // every model timed at once
       m.before = autouvm::bench::ModelStatusOf(admin, m.name).execution();

@@ -31,7 +31,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationParam
         absl::StrCat("the model's queue is full (", options_.max_queue, " requests waiting); retry later"));
   }
   queue_.push_back(std::move(s));
-  ++stats_.requests_total;
+  ++requests_total_;
   return handle;
 }
 
@@ -46,7 +46,8 @@ void Scheduler::Shutdown(absl::Duration grace) {
 
 SchedulerStats Scheduler::Stats() const {
   absl::MutexLock lock(&mu_);
-  SchedulerStats s = stats_;
+  SchedulerStats s;
+  s.requests_total = requests_total_;
   s.active = active_count_;
   s.queued = static_cast<int>(queue_.size());
   const PolicyCounters& c = policy_.counters();

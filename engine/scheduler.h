@@ -82,7 +82,7 @@ class Scheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time force_stop_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int active_count_ ABSL_GUARDED_BY(mu_) = 0;
-  SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+  uint64_t requests_total_ ABSL_GUARDED_BY(mu_) = 0;  // the rest of the stats are the policy's counters
 
   // Owned by the scheduler thread; read in TakeWork's wait condition only while that thread waits.
   StepPolicy policy_;

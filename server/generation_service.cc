@@ -2,12 +2,10 @@
 
 #include <chrono>
 #include <deque>
-#include <random>
 
 #include "absl/functional/function_ref.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "proto/lenient_parse.h"
 #include "server/grpc_status.h"

@@ -6,7 +6,7 @@
 // protobuf first makes sentencepiece's version check fail (FatalException on Load and Train). Its
 // header also cannot share a translation unit with Debian's Abseil (both declare absl::string_view).
 // RTLD_DEEPBIND is not enough either: the plugin then writes to libstdc++'s own std::cerr rather than
-// the executable's copy-relocated one, and crashes. So the engine loads the plugin with
+// the executable's copy-relocated one, and crashes. So the tokenizer (sentencepiece_model.cc) loads it with
 // dlmopen(LM_ID_NEWLM): a separate link-map namespace with its own libstdc++ and protobuf, and nothing
 // shared. Only plain C types cross, and memory is always owned by the side that allocated it.
 #pragma once

@@ -11,11 +11,13 @@
 #include "base/clock.h"
 #include "engine/llama_builder.h"
 #include "engine/model_runner.h"
+#include "tests/testing/recording_sink.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::engine {
 namespace {
 
+using autouvm::testing::RecordingSink;
 using ::testing::HasSubstr;
 
 class FakeDirectory final : public ModelDirectory {
@@ -28,19 +30,6 @@ class FakeDirectory final : public ModelDirectory {
     return *it->second;
   }
   std::map<std::string, absl::StatusOr<GenerationTarget>> models_;
-};
-
-// Records what the scheduler tells the call.
-class Sink final : public GenerationSink {
- public:
-  void OnToken(int32_t token, const std::string&) override { tokens.push_back(token); }
-  void OnFinish(const std::string&, const GenerationResult& r) override {
-    result = r;
-    done.Notify();
-  }
-  std::vector<int32_t> tokens;
-  GenerationResult result;
-  absl::Notification done;
 };
 
 class GenerationFrontendTest : public ::testing::Test {
@@ -80,27 +69,27 @@ class GenerationFrontendTest : public ::testing::Test {
 
 TEST_F(GenerationFrontendTest, AnAdmittedRequestRunsToItsSinkWithAnId) {
   GenerationFrontend frontend(&models_, {}, &gate_);
-  Sink sink;
+  RecordingSink sink;
   GenerationCall call(&frontend);
   ASSERT_TRUE(call.Submit(Request("Hello", 4), grpc_, &sink).ok());
   EXPECT_EQ(call.model(), "tiny");
   EXPECT_THAT(call.request_id(), ::testing::MatchesRegex("req-[0-9a-f]{16}"));
   sink.done.WaitForNotification();
-  EXPECT_TRUE(sink.result.status.ok()) << sink.result.status;
-  EXPECT_EQ(sink.tokens.size(), 4u);
-  EXPECT_EQ(sink.result.prompt_tokens, 6);  // bos + 5 bytes
+  EXPECT_TRUE(sink.Result().status.ok()) << sink.Result().status;
+  EXPECT_EQ(sink.Tokens().size(), 4u);
+  EXPECT_EQ(sink.Result().prompt_tokens, 6);  // bos + 5 bytes
 }
 
 TEST_F(GenerationFrontendTest, TheModelsDefaultMaxTokensAndTheRequestsOwnId) {
   GenerationFrontend frontend(&models_, {});
-  Sink sink;
+  RecordingSink sink;
   GenerationCall call(&frontend);
   GenerationRequest r = Request("Hi", 0);
   r.request_id = "mine-1";
   ASSERT_TRUE(call.Submit(std::move(r), grpc_, &sink).ok());
   EXPECT_EQ(call.request_id(), "mine-1");
   sink.done.WaitForNotification();
-  EXPECT_EQ(sink.tokens.size(), 5u);  // default_max_tokens
+  EXPECT_EQ(sink.Tokens().size(), 5u);  // default_max_tokens
 }
 
 TEST_F(GenerationFrontendTest, RefusalsNeverReachTheSink) {
@@ -129,7 +118,7 @@ TEST_F(GenerationFrontendTest, RefusalsNeverReachTheSink) {
        "sampling.top_k: not a number"},
   };
   for (const Case& c : cases) {
-    Sink sink;
+    RecordingSink sink;
     GenerationCall call(&frontend);
     const absl::Status s = call.Submit(c.request, grpc_, &sink, c.defect);
     EXPECT_EQ(s.code(), c.code) << s;
@@ -146,7 +135,7 @@ TEST_F(GenerationFrontendTest, FieldsAreNamedInTheTransportsSpelling) {
   http.stop = "stop";
   GenerationRequest r = Request("x", 1);
   r.top_p = 1.5f;
-  Sink sink;
+  RecordingSink sink;
   GenerationCall call(&frontend);
   EXPECT_EQ(call.Submit(r, http, &sink).message(), "top_p: must be in (0, 1], got 1.5");
   GenerationCall grpc_call(&frontend);
@@ -156,7 +145,7 @@ TEST_F(GenerationFrontendTest, FieldsAreNamedInTheTransportsSpelling) {
 TEST_F(GenerationFrontendTest, ADrainingGateTurnsNewCallsAway) {
   GenerationFrontend frontend(&models_, {}, &gate_);
   gate_.StartDraining();
-  Sink sink;
+  RecordingSink sink;
   GenerationCall call(&frontend);
   const absl::Status s = call.Submit(Request("x", 1), grpc_, &sink);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
@@ -165,13 +154,13 @@ TEST_F(GenerationFrontendTest, ADrainingGateTurnsNewCallsAway) {
 
 TEST_F(GenerationFrontendTest, ACancelBeforeSubmitCancelsTheRequestOnceAdmitted) {
   GenerationFrontend frontend(&models_, {});
-  Sink sink;
+  RecordingSink sink;
   GenerationCall call(&frontend);
   call.Cancel();  // the client went away while the call was being admitted
   ASSERT_TRUE(call.Submit(Request("Hello", 60), grpc_, &sink).ok());
   sink.done.WaitForNotification();
-  EXPECT_EQ(sink.result.status.code(), absl::StatusCode::kCancelled) << sink.result.status;
-  EXPECT_LT(sink.tokens.size(), 60u);
+  EXPECT_EQ(sink.Result().status.code(), absl::StatusCode::kCancelled) << sink.Result().status;
+  EXPECT_LT(sink.Tokens().size(), 60u);
 }
 
 }  // namespace

@@ -10,36 +10,15 @@
 #include "absl/synchronization/notification.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_step_runner.h"
+#include "tests/testing/recording_sink.h"
 
 namespace autouvm::engine {
 namespace {
 
 using autouvm::testing::FakeClock;
 using autouvm::testing::FakeStepRunner;
+using autouvm::testing::RecordingSink;
 using ::testing::ElementsAre;
-
-class Sink final : public GenerationSink {
- public:
-  void OnToken(int32_t token, const std::string&) override {
-    absl::MutexLock lock(&mu);
-    tokens.push_back(token);
-  }
-  void OnFinish(const std::string&, const GenerationResult& r) override {
-    {
-      absl::MutexLock lock(&mu);
-      result = r;
-    }
-    done.Notify();
-  }
-  std::vector<int32_t> Tokens() {
-    absl::MutexLock lock(&mu);
-    return tokens;
-  }
-  absl::Mutex mu;
-  std::vector<int32_t> tokens;
-  GenerationResult result;
-  absl::Notification done;
-};
 
 GenerationParams Params(int32_t first, int32_t max_tokens) {
   GenerationParams p;
@@ -58,11 +37,11 @@ class SchedulerTest : public ::testing::Test {
 TEST_F(SchedulerTest, RunsARequestToItsLengthAndCountsIt) {
   FakeStepRunner runner(2);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
-  Sink sink;
+  RecordingSink sink;
   ASSERT_TRUE(sched.Submit(Params(10, 4), &sink).ok());
   sink.done.WaitForNotification();
-  EXPECT_TRUE(sink.result.status.ok());
-  EXPECT_EQ(sink.result.reason, FinishReason::kLength);
+  EXPECT_TRUE(sink.Result().status.ok());
+  EXPECT_EQ(sink.Result().reason, FinishReason::kLength);
   EXPECT_THAT(sink.Tokens(), ElementsAre(11, 12, 13, 14));
   const SchedulerStats s = sched.Stats();
   EXPECT_EQ(s.requests_total, 1u);
@@ -74,7 +53,7 @@ TEST_F(SchedulerTest, AFullQueueIsRefusedWhileTheModelIsBusy) {
   FakeStepRunner runner(1);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 1, .max_queue = 2}, &clock_);
   runner.Hold();
-  Sink running, q1, q2, refused;
+  RecordingSink running, q1, q2, refused;
   ASSERT_TRUE(sched.Submit(Params(1, 2), &running).ok());
   runner.AwaitPasses(1);  // its prefill holds the only slot
   ASSERT_TRUE(sched.Submit(Params(2, 1), &q1).ok());
@@ -84,7 +63,7 @@ TEST_F(SchedulerTest, AFullQueueIsRefusedWhileTheModelIsBusy) {
   EXPECT_EQ(full.status().message(), "the model's queue is full (2 requests waiting); retry later");
   EXPECT_EQ(sched.Stats().queued, 2);
   runner.Release();
-  for (Sink* s : {&running, &q1, &q2}) s->done.WaitForNotification();
+  for (RecordingSink* s : {&running, &q1, &q2}) s->done.WaitForNotification();
   EXPECT_FALSE(refused.done.HasBeenNotified());
 }
 
@@ -92,13 +71,13 @@ TEST_F(SchedulerTest, ALaterRequestJoinsTheRunningDecodeStepAndReusesAFreedSlot)
   FakeStepRunner runner(2);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
   runner.Hold();
-  Sink a, b, c;
+  RecordingSink a, b, c;
   ASSERT_TRUE(sched.Submit(Params(10, 6), &a).ok());
   runner.AwaitPasses(1);
   ASSERT_TRUE(sched.Submit(Params(20, 3), &b).ok());
   ASSERT_TRUE(sched.Submit(Params(30, 2), &c).ok());  // waits: both slots are taken
   runner.Release();
-  for (Sink* s : {&a, &b, &c}) s->done.WaitForNotification();
+  for (RecordingSink* s : {&a, &b, &c}) s->done.WaitForNotification();
   EXPECT_THAT(a.Tokens(), ElementsAre(11, 12, 13, 14, 15, 16));
   EXPECT_THAT(b.Tokens(), ElementsAre(21, 22, 23));
   EXPECT_THAT(c.Tokens(), ElementsAre(31, 32));
@@ -117,7 +96,7 @@ TEST_F(SchedulerTest, CancellationAndDeadlineEndARunningRequest) {
   FakeStepRunner runner(2);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
   runner.Hold();
-  Sink gone, late;
+  RecordingSink gone, late;
   auto handle = sched.Submit(Params(1, 40), &gone);
   ASSERT_TRUE(handle.ok());
   GenerationParams p = Params(2, 40);
@@ -129,9 +108,9 @@ TEST_F(SchedulerTest, CancellationAndDeadlineEndARunningRequest) {
   runner.Release();
   gone.done.WaitForNotification();
   late.done.WaitForNotification();
-  EXPECT_EQ(gone.result.status.code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(gone.result.status.message(), "cancelled by the client");
-  EXPECT_EQ(late.result.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(gone.Result().status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(gone.Result().status.message(), "cancelled by the client");
+  EXPECT_EQ(late.Result().status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_LT(gone.Tokens().size(), 40u);
   EXPECT_LT(late.Tokens().size(), 40u);
 }
@@ -139,14 +118,14 @@ TEST_F(SchedulerTest, CancellationAndDeadlineEndARunningRequest) {
 TEST_F(SchedulerTest, ShutdownLetsRequestsFinishWithinTheGraceAndRefusesNewOnes) {
   FakeStepRunner runner(1);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 1}, &clock_);
-  Sink a, b;
+  RecordingSink a, b;
   ASSERT_TRUE(sched.Submit(Params(1, 5), &a).ok());
   ASSERT_TRUE(sched.Submit(Params(2, 5), &b).ok());
   sched.Shutdown(absl::Hours(1));  // the fake clock never reaches the end of the grace
-  EXPECT_TRUE(a.result.status.ok());
-  EXPECT_TRUE(b.result.status.ok()) << "a queued request ended early: " << b.result.status;
+  EXPECT_TRUE(a.Result().status.ok());
+  EXPECT_TRUE(b.Result().status.ok()) << "a queued request ended early: " << b.Result().status;
   EXPECT_EQ(b.Tokens().size(), 5u);
-  Sink late;
+  RecordingSink late;
   EXPECT_EQ(sched.Submit(Params(3, 1), &late).status().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -154,7 +133,7 @@ TEST_F(SchedulerTest, ShutdownPastTheGraceEndsEveryRequestUnavailable) {
   FakeStepRunner runner(1);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 1}, &clock_);
   runner.Hold();
-  Sink running, queued;
+  RecordingSink running, queued;
   ASSERT_TRUE(sched.Submit(Params(1, 50), &running).ok());
   runner.AwaitPasses(1);
   ASSERT_TRUE(sched.Submit(Params(2, 50), &queued).ok());
@@ -166,9 +145,9 @@ TEST_F(SchedulerTest, ShutdownPastTheGraceEndsEveryRequestUnavailable) {
   }
   runner.Release();
   stop.join();
-  EXPECT_EQ(running.result.status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(queued.result.status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(queued.result.status.message(), "the server is shutting down");
+  EXPECT_EQ(running.Result().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(queued.Result().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(queued.Result().status.message(), "the server is shutting down");
   EXPECT_TRUE(queued.Tokens().empty());
 }
 

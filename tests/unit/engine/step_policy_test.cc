@@ -7,29 +7,19 @@
 
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_step_runner.h"
+#include "tests/testing/recording_sink.h"
 
 namespace autouvm::engine {
 namespace {
 
 using autouvm::testing::FakeClock;
 using autouvm::testing::FakeStepRunner;
+using autouvm::testing::RecordingSink;
 using ::testing::ElementsAre;
-
-class Sink final : public GenerationSink {
- public:
-  void OnToken(int32_t token, const std::string&) override { tokens.push_back(token); }
-  void OnFinish(const std::string&, const GenerationResult& r) override {
-    result = r;
-    ++finishes;
-  }
-  std::vector<int32_t> tokens;
-  GenerationResult result;
-  int finishes = 0;
-};
 
 class StepPolicyTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Sequence> Seq(std::vector<int32_t> prompt, int32_t max_tokens, Sink* sink) {
+  std::unique_ptr<Sequence> Seq(std::vector<int32_t> prompt, int32_t max_tokens, RecordingSink* sink) {
     GenerationParams p;
     p.prompt = std::move(prompt);
     p.max_tokens = max_tokens;
@@ -65,7 +55,7 @@ class StepPolicyTest : public ::testing::Test {
 
 TEST_F(StepPolicyTest, ARoundPrefillsWhatWasAdmittedThenDecodesEveryRunningSequence) {
   StepPolicy policy({.slots = 4, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
-  Sink a, b;
+  RecordingSink a, b;
   std::vector<std::unique_ptr<Sequence>> admitted;
   admitted.push_back(Seq({256, 10}, 3, &a));
   admitted.push_back(Seq({256, 20, 21}, 3, &b));
@@ -82,22 +72,22 @@ TEST_F(StepPolicyTest, ARoundPrefillsWhatWasAdmittedThenDecodesEveryRunningSeque
   EXPECT_EQ(plans[2].rows[0].token, 11);  // a's first token, written at the position after its prompt
   EXPECT_EQ(plans[2].rows[0].pos, 2);
   EXPECT_EQ(plans[2].rows[1].token, 22);
-  EXPECT_THAT(a.tokens, ElementsAre(11, 12));
-  EXPECT_THAT(b.tokens, ElementsAre(22, 23));
+  EXPECT_THAT(a.Tokens(), ElementsAre(11, 12));
+  EXPECT_THAT(b.Tokens(), ElementsAre(22, 23));
   EXPECT_EQ(policy.counters().decode_steps.load(), 1u);
   EXPECT_EQ(policy.counters().batched_rows.load(), 2u);
 }
 
 TEST_F(StepPolicyTest, ARequestThatFinishesFreesItsSlotForTheNextAndAStopTokenIsNotEmitted) {
   StepPolicy policy({.slots = 1, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
-  Sink a, b;
+  RecordingSink a, b;
   std::vector<std::unique_ptr<Sequence>> first;
   first.push_back(Seq({256, 40}, 10, &a));
   first.back()->params.stop_token_ids = {43};
   policy.Admit(std::move(first), clock_.Now());
-  while (a.finishes == 0) Round(policy);
-  EXPECT_THAT(a.tokens, ElementsAre(41, 42));  // 43 stops it and is not streamed
-  EXPECT_EQ(a.result.reason, FinishReason::kStop);
+  while (a.finishes() == 0) Round(policy);
+  EXPECT_THAT(a.Tokens(), ElementsAre(41, 42));  // 43 stops it and is not streamed
+  EXPECT_EQ(a.Result().reason, FinishReason::kStop);
   EXPECT_EQ(policy.free_slots(), 1);
   std::vector<std::unique_ptr<Sequence>> second;
   second.push_back(Seq({256, 50}, 1, &b));
@@ -105,13 +95,13 @@ TEST_F(StepPolicyTest, ARequestThatFinishesFreesItsSlotForTheNextAndAStopTokenIs
   const std::vector<StepPlan> plans = Round(policy);
   ASSERT_FALSE(plans.empty());
   EXPECT_EQ(plans[0].slot, 0);  // the slot the first request gave back
-  EXPECT_EQ(b.result.reason, FinishReason::kLength);
-  EXPECT_THAT(b.tokens, ElementsAre(51));
+  EXPECT_EQ(b.Result().reason, FinishReason::kLength);
+  EXPECT_THAT(b.Tokens(), ElementsAre(51));
 }
 
 TEST_F(StepPolicyTest, APastDeadlineAndACancellationStopASequenceBeforeItsNextPass) {
   StepPolicy policy({.slots = 2, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
-  Sink late, gone;
+  RecordingSink late, gone;
   std::vector<std::unique_ptr<Sequence>> admitted;
   admitted.push_back(Seq({256, 1}, 50, &late));
   admitted.back()->params.deadline = clock_.Now() + absl::Seconds(1);
@@ -119,37 +109,37 @@ TEST_F(StepPolicyTest, APastDeadlineAndACancellationStopASequenceBeforeItsNextPa
   RequestHandle* handle = admitted.back()->handle.get();
   policy.Admit(std::move(admitted), clock_.Now());
   Round(policy);
-  EXPECT_EQ(late.finishes + gone.finishes, 0);
+  EXPECT_EQ(late.finishes() + gone.finishes(), 0);
   clock_.Advance(absl::Seconds(2));
   handle->Cancel();
   const std::vector<StepPlan> plans = Round(policy);
   EXPECT_TRUE(plans.empty()) << "a pass was planned for sequences that had stopped";
-  EXPECT_EQ(late.result.status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(gone.result.status.code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(gone.result.reason, FinishReason::kCancelled);
+  EXPECT_EQ(late.Result().status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(gone.Result().status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(gone.Result().reason, FinishReason::kCancelled);
   EXPECT_EQ(policy.free_slots(), 2);
   EXPECT_EQ(policy.running(), 0);
 }
 
 TEST_F(StepPolicyTest, IdleIterationsWaitForFreeSlotsAndTouchNoRequest) {
   StepPolicy policy({.slots = 2, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
-  Sink a;
+  RecordingSink a;
   std::vector<std::unique_ptr<Sequence>> admitted;
   admitted.push_back(Seq({256, 1}, 3, &a));
   policy.Admit(std::move(admitted), clock_.Now());
   policy.QueueIdle({IterationPhase::kDecode, 2, 0});  // needs both slots: waits for a to finish
   std::vector<StepPlan::Kind> kinds;
-  while (a.finishes == 0 || policy.idle_fits()) {
+  while (a.finishes() == 0 || policy.idle_fits()) {
     for (const StepPlan& p : Round(policy)) kinds.push_back(p.kind);
   }
   EXPECT_THAT(kinds, ElementsAre(StepPlan::Kind::kPrefill, StepPlan::Kind::kDecode, StepPlan::Kind::kDecode,
                                  StepPlan::Kind::kIdle));
-  EXPECT_THAT(a.tokens, ElementsAre(2, 3, 4));
+  EXPECT_THAT(a.Tokens(), ElementsAre(2, 3, 4));
 }
 
 TEST_F(StepPolicyTest, FinishAllEndsRunningAndQueuedRequestsWithTheStatus) {
   StepPolicy policy({.slots = 1, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
-  Sink running, queued;
+  RecordingSink running, queued;
   std::vector<std::unique_ptr<Sequence>> admitted;
   admitted.push_back(Seq({256, 1}, 50, &running));
   policy.Admit(std::move(admitted), clock_.Now());
@@ -157,9 +147,9 @@ TEST_F(StepPolicyTest, FinishAllEndsRunningAndQueuedRequestsWithTheStatus) {
   std::vector<std::unique_ptr<Sequence>> rest;
   rest.push_back(Seq({256, 2}, 50, &queued));
   policy.FinishAll(absl::UnavailableError("the server is shutting down"), std::move(rest), clock_.Now());
-  EXPECT_EQ(running.result.status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(queued.result.status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(running.finishes + queued.finishes, 2);
+  EXPECT_EQ(running.Result().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(queued.Result().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(running.finishes() + queued.finishes(), 2);
   EXPECT_EQ(policy.free_slots(), 1);
 }
 
