@@ -18,6 +18,7 @@
 #include "profiler/profile_key.h"
 #include "profiler/reuse.h"
 #include "runtime/sim/trace_replay.h"
+#include "runtime/storage_binding.h"
 
 namespace autouvm::bench {
 namespace {
@@ -138,60 +139,88 @@ absl::StatusOr<std::unique_ptr<BudgetPolicy>> BudgetPolicy::Create(const std::st
                                                                    int64_t batch) {
   if (!Known(policy)) return absl::InvalidArgumentError(absl::StrCat("policy ", policy, ": not a budget policy"));
   std::unique_ptr<BudgetPolicy> self(new BudgetPolicy());
-  const auto ranges = m.ranges();
   const bool under_budget = budget < m.named_bytes;
   if (under_budget && policy != "autouvm") {
-    self->eviction_ = std::make_unique<runtime::DriverEviction>(backend, trace, ranges, budget);
+    self->eviction_ = std::make_unique<runtime::DriverEviction>(backend, trace, m.ranges(), budget);
   }
   if (policy == "stock") {
-    if (self->eviction_) {
-      self->hook_.eviction = self->eviction_.get();
-      self->subscriber_ = &self->hook_;
-    }
+    self->hook_.eviction = self->eviction_.get();
     return self;
   }
   const bool paper = policy != "autouvm";
   const auto key = profiler::DecodeKey(m.config.name, static_cast<int32_t>(batch), std::string(backend->spec().name),
                                        budget, paper ? "paper" : "autouvm");
+  self->key_ = profiler::EncodeKey(key);
+  self->follow_.trace = trace;
   if (paper) {
     // The paper's plan and its ablation: tensor prefetch only, + affinity pinning, + the roofline gate.
     autouvm::v1::Profile stock_classes;
-    profiler::Classify(trace, backend->spec(), profiler::PinnedResidency(autouvm::v1::Plan()), &stock_classes);
-    self->plan_ =
+    profiler::Classify(trace, backend->spec(), profiler::PinnedResidency(runtime::Plan()), &stock_classes);
+    self->follow_.plan =
         profiler::MakePaperPlan(key, trace, profiler::ReuseDistances(trace), stock_classes,
                                 {.affinity_pinning = policy != "paper-prefetch", .roofline_gate = policy == "paper"});
   } else {
     profiler::Analysis analysis = profiler::Analyze(key, trace, backend->spec(), absl::Now());
-    self->plan_ = std::move(analysis.plan);
-    self->profile_ = std::move(analysis.profile);
+    self->follow_.plan = std::move(analysis.plan);
+    self->follow_.profile = std::move(analysis.profile);
   }
-  self->executor_ = std::make_unique<runtime::Executor>(backend, self->plan_, trace, ranges);
-  if (self->eviction_) self->executor_->set_driver_eviction(self->eviction_.get());
-  self->binding_ = std::make_unique<runtime::StorageBinding>(ModelStorages(m));
-  self->executor_->set_binding(self->binding_.get());
-  RETURN_IF_ERROR(self->executor_->Prepare());
-  if (self->executor_->follows_ops()) {
-    self->follower_ = std::make_unique<runtime::PlanFollower>(self->executor_.get(), trace);
-    self->subscriber_ = self->follower_.get();
+  std::vector<runtime::NamedTensor> named;
+  for (const auto& [id, r] : m.named) {
+    if (!absl::StartsWith(id, "param:")) return absl::InternalError(absl::StrCat(id, ": not a param: id"));
+    named.push_back({id.substr(6), r.addr, r.bytes});
   }
+  self->execution_ =
+      profiler::ModelExecution::OnDevice(backend, named, {.monitor_every = 0, .driver_eviction = self->eviction_.get()},
+                                         std::make_unique<runtime::StorageBinding>(ModelStorages(m)));
+  RETURN_IF_ERROR(self->Begin());
   return self;
 }
 
+BudgetPolicy::~BudgetPolicy() {
+  // Deliberately unchecked: a benchmark ending its run has no one to tell; the next run's MoveAllToHost
+  // and its token check would show weights that did not come back.
+  if (execution_ != nullptr) (void)execution_->Suspend();
+}
+
+absl::Status BudgetPolicy::Begin() {
+  auto subscribers = execution_->Begin(key_, follow_);
+  if (!subscribers.ok()) {
+    begun_ = subscribers.status();
+    iteration_.clear();
+    return begun_;
+  }
+  iteration_ = *std::move(subscribers);
+  forwards_ = forwards_ || !iteration_.empty();
+  return absl::OkStatus();
+}
+
+void BudgetPolicy::BeforeOp(int64_t index) {
+  if (hook_.eviction != nullptr) hook_.BeforeOp(index);
+  for (runtime::OpSubscriber* s : iteration_) s->BeforeOp(index);
+}
+
+void BudgetPolicy::OnOp(const runtime::OpEvent& op) {
+  for (runtime::OpSubscriber* s : iteration_) s->OnOp(op);
+}
+
 absl::Status BudgetPolicy::EndIteration() {
-  if (follower_) return follower_->EndIteration();
-  return hook_.status;
+  if (execution_ == nullptr) return hook_.status;
+  if (!begun_.ok()) return begun_;
+  absl::Status why = execution_->End();
+  absl::Status next = Begin();
+  return why.ok() ? next : why;
 }
 
 int64_t BudgetPolicy::resident_bytes() const {
-  return eviction_ ? eviction_->resident_bytes() : executor_ ? executor_->resident_bytes() : 0;
+  return eviction_ ? eviction_->resident_bytes() : execution_ ? execution_->resident_bytes() : 0;
 }
 
 int64_t BudgetPolicy::peak_resident_bytes() const {
-  return eviction_ ? eviction_->peak_resident_bytes() : executor_ ? executor_->peak_resident_bytes() : 0;
+  return eviction_ ? eviction_->peak_resident_bytes() : execution_ ? execution_->peak_resident_bytes() : 0;
 }
 
 double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
-                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor,
+                        const runtime::Plan* plan, int64_t budget, int64_t activations, double factor,
                         runtime::UvmCounters* moved, TransferSummary* transfers) {
   runtime::sim::ReplayOptions o{.policy = "stock", .device_bytes = budget + activations, .iterations = 3};
   std::unique_ptr<TransferLog> log;  // over the replay's simulator, summarized before it goes
@@ -219,11 +248,11 @@ double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpe
   return sim.ok() ? sim->iterations.back().seconds : 0;
 }
 
-std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes) {
-  std::string cell = absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes() / kGiB, plan.remote_bytes() / kGiB,
-                                     plan.streamed_bytes() / kGiB);
-  if (plan.staged()) absl::StrAppend(&cell, plan.device_buffer() ? " buffered" : " staged");
-  if (plan.staged() && staged_bytes >= 0) absl::StrAppendFormat(&cell, " (%.2f staged)", staged_bytes / kGiB);
+std::string PlanCell(const runtime::Plan& plan, int64_t staged_bytes) {
+  std::string cell = absl::StrFormat("%.2f / %.2f / %.2f", plan.pinned_bytes / kGiB, plan.remote_bytes / kGiB,
+                                     plan.streamed_bytes / kGiB);
+  if (plan.staged) absl::StrAppend(&cell, plan.device_buffer ? " buffered" : " staged");
+  if (plan.staged && staged_bytes >= 0) absl::StrAppendFormat(&cell, " (%.2f staged)", staged_bytes / kGiB);
   return cell;
 }
 

@@ -26,13 +26,14 @@
 #include "autouvm/v1/profile.pb.h"
 #include "bench/transfer_log.h"
 #include "engine/model_config.h"
+#include "profiler/model_execution.h"
+#include "profiler/profile_jobs.h"
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/driver_eviction.h"
-#include "runtime/executor.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
-#include "runtime/storage_binding.h"
+#include "runtime/plan.h"
 
 namespace autouvm::bench {
 
@@ -67,28 +68,37 @@ std::vector<c10::Storage> ModelStorages(const DecodeModel& m);
 // Every named tensor back in host memory, with no advice left on it (the state a cold start begins in).
 absl::Status MoveAllToHost(runtime::DeviceBackend* backend, const DecodeModel& m);
 
-// A driver-managed policy under a device budget (named bytes the device may hold).
-class BudgetPolicy {
+// A driver-managed policy under a device budget (named bytes the device may hold). `paper` and
+// `autouvm` follow their plan through profiler::ModelExecution, the daemon's own wiring of the executor
+// (no second one here); what the bench fixes is which iterations follow it: every observed one, the
+// plan made up front from `trace` (the daemon's ModelSession records and plans in the background,
+// bench/daemon_overhead measures that). The runtime monitor is off (its timed iterations would be
+// measured as steps).
+class BudgetPolicy final : private runtime::OpSubscriber {
  public:
   static bool Known(const std::string& policy);  // stock, paper-prefetch, paper-pin, paper, autouvm
   // The model's named tensors must be on the host (MoveAllToHost). For budgets below the named bytes,
-  // stock and paper get the emulated driver eviction.
+  // stock and paper get the emulated driver eviction. The plan is prepared here, ready for the first
+  // iteration.
   static absl::StatusOr<std::unique_ptr<BudgetPolicy>> Create(const std::string& policy,
                                                               runtime::DeviceBackend* backend,
                                                               const runtime::AccessTrace& trace, const DecodeModel& m,
                                                               int64_t budget, int64_t batch);
+  // Staged weights go back into managed memory (the model lives on for the next policy).
+  ~BudgetPolicy() override;
 
   // To add to the Observer for observed iterations; null when the policy does nothing per op.
-  runtime::OpSubscriber* subscriber() { return subscriber_; }
+  runtime::OpSubscriber* subscriber() { return forwards_ || hook_.eviction != nullptr ? this : nullptr; }
   // After each observed iteration: why the policy stopped following its plan, or the eviction's error.
+  // Readies the plan for the next iteration.
   absl::Status EndIteration();
   // The named bytes the policy has placed on the device, now and at most (its account).
   int64_t resident_bytes() const;
   int64_t peak_resident_bytes() const;
   // The bytes the executor staged (autouvm; 0 for the others).
-  int64_t staged_bytes() const { return executor_ != nullptr ? executor_->staged_bytes() : 0; }
-  const autouvm::v1::Plan& plan() const { return plan_; }           // empty for stock
-  const autouvm::v1::Profile& profile() const { return profile_; }  // the op classes under plan() (autouvm)
+  int64_t staged_bytes() const { return execution_ != nullptr ? execution_->stats().staged_bytes : 0; }
+  const runtime::Plan& plan() const { return follow_.plan; }               // empty for stock
+  const autouvm::v1::Profile& profile() const { return follow_.profile; }  // the op classes under plan() (autouvm)
 
  private:
   struct EvictionHook : runtime::OpSubscriber {
@@ -98,15 +108,20 @@ class BudgetPolicy {
     void OnOp(const runtime::OpEvent&) override {}
   };
   BudgetPolicy() = default;
+  // The iteration's subscribers, in the order the execution gave them (or the eviction hook).
+  void BeforeOp(int64_t index) override;
+  void OnOp(const runtime::OpEvent& op) override;
+  // Makes the plan ready for the next iteration.
+  absl::Status Begin();
 
-  autouvm::v1::Plan plan_;
-  autouvm::v1::Profile profile_;
-  std::unique_ptr<runtime::StorageBinding> binding_;  // destroyed after the executor that binds through it
-  std::unique_ptr<runtime::Executor> executor_;
-  std::unique_ptr<runtime::PlanFollower> follower_;
-  std::unique_ptr<runtime::DriverEviction> eviction_;
+  profiler::PlanToFollow follow_;
+  std::string key_;                                    // encoded
+  std::unique_ptr<runtime::DriverEviction> eviction_;  // outlives the execution, whose executor calls it
+  std::unique_ptr<profiler::ModelExecution> execution_;
+  std::vector<runtime::OpSubscriber*> iteration_;  // this iteration's, from the execution
+  absl::Status begun_;                             // why the plan could not be readied
+  bool forwards_ = false;                          // the plan acts at op boundaries
   EvictionHook hook_;
-  runtime::OpSubscriber* subscriber_ = nullptr;
 };
 
 // What the benchmarks print beside a measured row (offload_bench's decode, ttft_runs' prefill):
@@ -116,11 +131,11 @@ class BudgetPolicy {
 // driver's eviction emulated as the GPU benchmark does. 0 if the replay fails. `moved`, if given, gets
 // what that iteration moved; `transfers`, its policy's transfers (bench/transfer_log.h).
 double SimulatedSeconds(const runtime::AccessTrace& trace, const runtime::GpuSpec& spec, const std::string& policy,
-                        const autouvm::v1::Plan* plan, int64_t budget, int64_t activations, double factor,
+                        const runtime::Plan* plan, int64_t budget, int64_t activations, double factor,
                         runtime::UvmCounters* moved = nullptr, TransferSummary* transfers = nullptr);
 // A plan's GiB pinned / remote / streamed, "staged" or "buffered" (Plan.device_buffer) if it stages,
 // and the GiB the executor staged when it prepared the plan (`staged_bytes`, unless negative).
-std::string PlanCell(const autouvm::v1::Plan& plan, int64_t staged_bytes = -1);
+std::string PlanCell(const runtime::Plan& plan, int64_t staged_bytes = -1);
 
 // What the planner needs beside a budget for the named tensors: the activations' room it sets aside
 // (profiler::PeakActivationBytes) and the step's inputs (token ids, positions: persistent but not

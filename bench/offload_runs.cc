@@ -112,7 +112,7 @@ struct OffloadRuns::Prepared {
   std::unique_ptr<BudgetPolicy> managed;  // stock, paper (and ablation), autouvm
   std::unique_ptr<ExplicitOffload> offload;
   ZeroCopy zerocopy;
-  autouvm::v1::Plan plan;
+  runtime::Plan plan;
   int64_t staged_bytes = -1;  // what the executor staged once prepared (autouvm)
   runtime::OpSubscriber* follow = nullptr;
   double prepare_s = 0;
@@ -235,7 +235,7 @@ OffloadRuns::Prepared OffloadRuns::Prepare(const BatchState& b, const std::strin
               policy.c_str());
     p.plan = p.managed->plan();
     for (const auto& [id, rg] : m_->named) {
-      if (std::find(p.plan.remote().begin(), p.plan.remote().end(), id) != p.plan.remote().end()) {
+      if (std::find(p.plan.remote.begin(), p.plan.remote.end(), id) != p.plan.remote.end()) {
         mapped_from_host_.push_back(rg);
       }
     }
@@ -374,7 +374,7 @@ void OffloadRuns::PrintOpTimes(const BatchState& b, const std::string& policy, c
                                const std::vector<double>& op_seconds) {
   std::vector<std::string> remote_ids;
   if (Planned(policy)) {
-    remote_ids.assign(p.plan.remote().begin(), p.plan.remote().end());
+    remote_ids.assign(p.plan.remote.begin(), p.plan.remote.end());
   } else if (policy == "explicit") {
     remote_ids = p.offload->offloaded_ids();
   } else if (policy == "zerocopy") {

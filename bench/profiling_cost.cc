@@ -36,6 +36,7 @@
 #include "profiler/profile_store.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
+#include "runtime/plan_proto.h"
 #include "runtime/sim/trace_replay.h"
 #include "runtime/trace_proto.h"
 
@@ -231,13 +232,13 @@ int main(int argc, char** argv) {
                                                       static_cast<int64_t>(footprint / oversubscription), "autouvm");
         const double t0 = Now();
         autouvm::profiler::Analysis a = autouvm::profiler::Analyze(key, trace, spec, clock.Now());
-        if (!repository.Put(a.profile, a.plan.SerializeAsString()).ok()) return 1;
+        if (!repository.Put(a.profile, autouvm::runtime::ToProto(a.plan, key).SerializeAsString()).ok()) return 1;
         times.push_back(Now() - t0);
         if (t == 0) {
-          std::printf("its plan at %.2fx: %lld of %lld tensor bytes pinned, %lld streamed per iteration, %d fetches\n",
-                      oversubscription, static_cast<long long>(a.plan.pinned_bytes()),
+          std::printf("its plan at %.2fx: %lld of %lld tensor bytes pinned, %lld streamed per iteration, %zu fetches\n",
+                      oversubscription, static_cast<long long>(a.plan.pinned_bytes),
                       static_cast<long long>(a.profile.bytes_per_iteration()),
-                      static_cast<long long>(a.plan.streamed_bytes()), a.plan.prefetches_size());
+                      static_cast<long long>(a.plan.streamed_bytes), a.plan.prefetches.size());
         }
       }
       analysis = Median(times);

@@ -155,7 +155,7 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
       ASSIGN_OR_RETURN(const runtime::UvmCounters after, backend->ReadCounters());
       const runtime::UvmCounters moved = after - before_last;
       const double ttft_s = Median(std::vector<double>(times.begin() + 1, times.end()));
-      const autouvm::v1::Plan* plan = managed != nullptr && policy != "stock" ? &managed->plan() : nullptr;
+      const runtime::Plan* plan = managed != nullptr && policy != "stock" ? &managed->plan() : nullptr;
       const double sim_s =
           managed != nullptr ? SimulatedSeconds(trace, spec, policy, plan, budget, activations, factor) : 0;
       const std::string plan_cell = plan != nullptr ? PlanCell(*plan, managed->staged_bytes())
@@ -176,9 +176,9 @@ absl::Status RunTtft(DecodeModel& m, runtime::DeviceBackend* backend, runtime::O
         // explicit offloading's copied layers.
         std::vector<std::string> crossing;
         if (plan != nullptr) {
-          crossing.assign(plan->remote().begin(), plan->remote().end());
-          for (const autouvm::v1::Prefetch& f : plan->prefetches()) {
-            crossing.insert(crossing.end(), f.tensors().begin(), f.tensors().end());
+          crossing.assign(plan->remote.begin(), plan->remote.end());
+          for (const runtime::Prefetch& f : plan->prefetches) {
+            crossing.insert(crossing.end(), f.tensors.begin(), f.tensors.end());
           }
         } else if (offload) {
           crossing = offload->offloaded_ids();

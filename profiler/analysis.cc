@@ -16,7 +16,7 @@ Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace&
   std::vector<autouvm::v1::TensorReuse> reuse = ReuseDistances(trace);
   if (key.policy() == "paper") {
     autouvm::v1::Profile stock;
-    Classify(trace, spec, PinnedResidency(autouvm::v1::Plan()), &stock);
+    Classify(trace, spec, PinnedResidency(runtime::Plan()), &stock);
     a.plan = MakePaperPlan(key, trace, reuse, stock);
   } else {
     a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes(), {.spec = &spec});

@@ -4,7 +4,7 @@
 // on its background thread.
 //
 //   Analysis a = Analyze(key, trace, spec, clock.Now());
-//   RETURN_IF_ERROR(repository.Put(a.profile, a.plan.SerializeAsString()));
+//   RETURN_IF_ERROR(repository.Put(a.profile, runtime::ToProto(a.plan, key).SerializeAsString()));
 //
 // A pure function; thread-safe.
 #pragma once
@@ -13,12 +13,13 @@
 #include "autouvm/v1/profile.pb.h"
 #include "runtime/access_trace.h"
 #include "runtime/gpu_spec.h"
+#include "runtime/plan.h"
 
 namespace autouvm::profiler {
 
 struct Analysis {
   autouvm::v1::Profile profile;
-  autouvm::v1::Plan plan;
+  runtime::Plan plan;
 };
 
 // The key's device_budget_bytes is the budget planned for.

@@ -1,5 +1,7 @@
 #include "profiler/model_execution.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/sim/sim_backend.h"
@@ -107,6 +109,7 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
     released_evicted_ += executor_->evicted_bytes();
     stats_.prefetched_bytes = released_prefetched_;
     stats_.evicted_bytes = released_evicted_;
+    stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, executor_->peak_resident_bytes());
     stats_.resident_bytes = 0;
     stats_.staged_bytes = 0;
     stats_.in_place_bytes = 0;
@@ -143,6 +146,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       trace_ = std::make_unique<runtime::AccessTrace>(plan.trace);
       executor_ = std::make_unique<runtime::Executor>(backend_, plan.plan, *trace_, ranges_);
       executor_->set_binding(binding_.get());
+      if (options_.driver_eviction != nullptr) executor_->set_driver_eviction(options_.driver_eviction);
       s = executor_->Prepare();
       if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("preparing the plan of ", key, ": ", s.message()));
     }
@@ -167,6 +171,10 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     ++stats_.plan_switches;
     stats_.following = key;
     stats_.host_copy_bytes = host_copies;
+    // What the preparation placed, before any iteration ends.
+    stats_.resident_bytes = executor_->resident_bytes();
+    stats_.staged_bytes = executor_->staged_bytes();
+    stats_.in_place_bytes = executor_->in_place_bytes();
   }
   // Note [Plans with nothing to do per op]: a plan that pins or reads in place everything (a model
   // within its budget) does nothing at op boundaries once prepared; observing each op to follow it
@@ -213,6 +221,7 @@ absl::Status ModelExecution::End() {
   stats_.prefetched_bytes = released_prefetched_ + executor_->prefetched_bytes();
   stats_.evicted_bytes = released_evicted_ + executor_->evicted_bytes();
   stats_.resident_bytes = executor_->resident_bytes();
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, executor_->peak_resident_bytes());
   stats_.staged_bytes = executor_->staged_bytes();
   stats_.in_place_bytes = executor_->in_place_bytes();
   return why;
@@ -255,6 +264,14 @@ absl::Status ModelExecution::Suspend() {
 absl::Status ModelExecution::Drop(const std::string& key) {
   if (key != key_) return absl::OkStatus();
   return ReleaseExecutor();
+}
+
+int64_t ModelExecution::resident_bytes() const { return executor_ != nullptr ? executor_->resident_bytes() : 0; }
+
+int64_t ModelExecution::peak_resident_bytes() const {
+  const int64_t now = executor_ != nullptr ? executor_->peak_resident_bytes() : 0;
+  absl::MutexLock lock(&mu_);
+  return std::max(now, stats_.peak_resident_bytes);
 }
 
 ExecutionStats ModelExecution::stats() const {

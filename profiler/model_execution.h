@@ -47,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "profiler/profile_jobs.h"
 #include "runtime/device_backend.h"
+#include "runtime/driver_eviction.h"
 #include "runtime/executor.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/named_tensor.h"
@@ -68,7 +69,8 @@ struct ExecutionStats {
   int64_t plan_switches = 0;         // executors prepared (Note [One plan owns the residency])
   int64_t prefetched_bytes = 0;
   int64_t evicted_bytes = 0;
-  int64_t resident_bytes = 0;  // named bytes the executor holds on the device now
+  int64_t resident_bytes = 0;       // named bytes the executor holds on the device now
+  int64_t peak_resident_bytes = 0;  // the most it has held, over every plan followed
   int64_t staged_bytes = 0;
   // Pinned host memory held for the model's weights' host copies: staged now or kept for the next plan
   // (Note [Host copies outlive staging], runtime/device_backend.h); as of the last switch.
@@ -87,6 +89,10 @@ struct ExecutionStats {
 
 struct ExecutionOptions {
   int64_t monitor_every = 64;  // time one followed iteration in this many for the runtime monitor; 0: never
+  // Not null: the driver's eviction under a budget, emulated at op boundaries (runtime/driver_eviction.h),
+  // for plans that leave eviction to the driver (`paper`). The benchmarks' stand-in for a card smaller
+  // than the one they run on (bench/decode_harness.h); the daemon leaves it to the real driver. Not owned.
+  runtime::DriverEviction* driver_eviction = nullptr;
 };
 
 class ModelExecution {
@@ -125,6 +131,10 @@ class ModelExecution {
   absl::Status Drop(const std::string& key);
 
   ExecutionStats stats() const;
+  // The named bytes the followed plan's executor holds on the device now, and the most held over every
+  // plan followed, up to this op (scheduler thread only; stats() has them as of the last End()).
+  int64_t resident_bytes() const;
+  int64_t peak_resident_bytes() const;
   // The backend the executor drives (the mirror's SimBackend on the CPU), and where it placed a named
   // tensor ("param:<name>"); null for an unknown id.
   runtime::DeviceBackend* backend() const { return backend_; }

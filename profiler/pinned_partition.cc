@@ -150,60 +150,60 @@ class Partition {
     return window;
   }
 
-  void AddRemote(autouvm::v1::Plan* plan) {
+  void AddRemote(runtime::Plan* plan) {
     for (size_t t = 0; t < reuse_.size(); ++t) {
       if (transient_[t] || pinned_[t] || !remote_ok_[t]) continue;
       remote_[t] = true;
-      plan->add_remote(reuse_[t].id());
-      plan->set_remote_bytes(plan->remote_bytes() + reuse_[t].bytes());
+      plan->remote.push_back(reuse_[t].id());
+      plan->remote_bytes += reuse_[t].bytes();
     }
   }
 
   // A streamed tensor is fetched at its first use, and again at a use the window has not kept it for.
   // The bytes fetched for each op, for IssueEarly.
-  std::vector<int64_t> AddFetches(int64_t window, autouvm::v1::Plan* plan) const {
+  std::vector<int64_t> AddFetches(int64_t window, runtime::Plan* plan) const {
     std::vector<int64_t> need(static_cast<size_t>(n_), 0);
     std::vector<int64_t> last(reuse_.size(), -1);
     for (int64_t i = 0; i < n_; ++i) {
-      autouvm::v1::Prefetch f;
+      runtime::Prefetch f;
       for (int t : touched_[static_cast<size_t>(i)]) {
         const auto u = static_cast<size_t>(t);
         if (pinned_[u] || transient_[u] || remote_[u]) continue;
         const int64_t prev = last[u];
         last[u] = i;
         if (prev >= 0 && Between(prev, i) <= window) continue;
-        f.add_tensors(reuse_[u].id());
-        f.set_bytes(f.bytes() + reuse_[u].bytes());
+        f.tensors.push_back(reuse_[u].id());
+        f.bytes += reuse_[u].bytes();
       }
-      if (f.tensors_size() == 0) continue;
-      f.set_for_op(i);
-      need[static_cast<size_t>(i)] = f.bytes();
-      *plan->add_prefetches() = std::move(f);
+      if (f.tensors.empty()) continue;
+      f.for_op = i;
+      need[static_cast<size_t>(i)] = f.bytes;
+      plan->prefetches.push_back(std::move(f));
     }
     return need;
   }
 
   // Each fetch is issued as far back (wrapping into the previous iteration) as everything fetched for
   // the ops from there to its own still fits in the window.
-  void IssueEarly(int64_t window, const std::vector<int64_t>& need, autouvm::v1::Plan* plan) const {
-    for (autouvm::v1::Prefetch& f : *plan->mutable_prefetches()) {
-      int64_t queued = f.bytes(), issue = f.for_op();
+  void IssueEarly(int64_t window, const std::vector<int64_t>& need, runtime::Plan* plan) const {
+    for (runtime::Prefetch& f : plan->prefetches) {
+      int64_t queued = f.bytes, issue = f.for_op;
       for (int64_t step = 1; step < n_; ++step) {
-        const int64_t j = ((f.for_op() - step) % n_ + n_) % n_;
+        const int64_t j = ((f.for_op - step) % n_ + n_) % n_;
         if (queued + need[static_cast<size_t>(j)] > window) break;
         queued += need[static_cast<size_t>(j)];
         issue = j;
       }
-      f.set_issue_at_op(issue);
-      plan->set_streamed_bytes(plan->streamed_bytes() + f.bytes());
+      f.issue_at_op = issue;
+      plan->streamed_bytes += f.bytes;
     }
   }
 
-  void AddPinned(autouvm::v1::Plan* plan) const {
+  void AddPinned(runtime::Plan* plan) const {
     for (size_t t = 0; t < reuse_.size(); ++t) {
       if (!pinned_[t]) continue;
-      plan->add_pinned(reuse_[t].id());
-      plan->set_pinned_bytes(plan->pinned_bytes() + reuse_[t].bytes());
+      plan->pinned.push_back(reuse_[t].id());
+      plan->pinned_bytes += reuse_[t].bytes();
     }
   }
 
@@ -275,12 +275,11 @@ class Partition {
 
 }  // namespace
 
-autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                                const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes, bool stage,
-                                bool read_weights_in_place, int64_t largest_streamed) {
-  autouvm::v1::Plan plan;
-  *plan.mutable_key() = key;
-  plan.set_budget_bytes(budget_bytes);
+runtime::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                            const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes, bool stage,
+                            bool read_weights_in_place, int64_t largest_streamed) {
+  runtime::Plan plan;
+  plan.budget_bytes = budget_bytes;
   if (key.policy() == "stock") return plan;
   Partition p(trace, reuse, stage, read_weights_in_place, largest_streamed);
   // Activations live from their first use to their last and are placed anew by the allocator: the plan
@@ -291,13 +290,13 @@ autouvm::v1::Plan PartitionPlan(const autouvm::v1::ProfileKey& key, const runtim
   } else {
     p.FindRemoteOk();
     const int64_t window = p.ChooseWindow(room_total);
-    plan.set_window_bytes(window);
+    plan.window_bytes = window;
     p.AddRemote(&plan);
     const std::vector<int64_t> need = p.AddFetches(window, &plan);
     p.IssueEarly(window, need, &plan);
   }
-  plan.set_staged(stage && plan.prefetches_size() > 0);
-  plan.set_device_buffer(plan.staged());
+  plan.staged = stage && !plan.prefetches.empty();
+  plan.device_buffer = plan.staged;
   p.AddPinned(&plan);
   return plan;
 }

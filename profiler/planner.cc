@@ -65,19 +65,19 @@ int64_t PeakActivationBytes(const runtime::AccessTrace& trace, const std::vector
 // runtime/device_backend.h): copies at the link's rate with nothing populated or discarded, which the
 // estimate assumes; an executor that cannot bind the model's tensors stages into their own ranges
 // instead.
-autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
-                           const PlanOptions& options) {
+runtime::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                       const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
+                       const PlanOptions& options) {
   const bool stage = options.spec != nullptr && options.spec->uvm.staged_copy_bytes_per_s > 0;
-  autouvm::v1::Plan in_place = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/true);
+  runtime::Plan in_place = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/true);
   if (!stage) return in_place;
   // Where no weight could be read in place, the plan that may is the staged one already.
-  const bool any_in_place = in_place.remote_size() > 0;
-  std::vector<autouvm::v1::Plan> plans = {std::move(in_place)};
+  const bool any_in_place = !in_place.remote.empty();
+  std::vector<runtime::Plan> plans = {std::move(in_place)};
   if (any_in_place) {
     plans.push_back(PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/false));
   }
-  if (!plans.back().staged()) return std::move(plans.front());
+  if (!plans.back().staged) return std::move(plans.front());
   // Note [The window's widest weight]: a staged plan's window is twice the widest op's streamed bytes,
   // and everything in it crosses the link each iteration beyond what the budget forces (pinned bytes
   // are the room less the window). One large weight streamed (the 7B's 250 MiB embedding or output
@@ -89,8 +89,8 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
     std::unordered_map<std::string, int64_t> bytes;
     for (const autouvm::v1::TensorReuse& r : reuse) bytes[r.id()] = r.bytes();
     std::set<int64_t, std::greater<>> sizes;
-    for (const autouvm::v1::Prefetch& p : plans.back().prefetches()) {
-      for (const std::string& id : p.tensors()) sizes.insert(bytes[id]);
+    for (const runtime::Prefetch& p : plans.back().prefetches) {
+      for (const std::string& id : p.tensors) sizes.insert(bytes[id]);
     }
     auto next = sizes.begin();
     for (int k = 0; k < 2 && next != sizes.end() && std::next(next) != sizes.end(); ++k) {
@@ -100,7 +100,7 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   }
   if (plans.size() == 1) return std::move(plans.front());
   // The simulator's steady iteration under each where it can replay them all, else the estimate.
-  auto simulated = [&](const autouvm::v1::Plan& plan) {
+  auto simulated = [&](const runtime::Plan& plan) {
     runtime::sim::ReplayOptions o{.policy = "autouvm",
                                   .make_plan = [&plan](int64_t) { return plan; },
                                   .device_bytes = budget_bytes,
@@ -109,7 +109,7 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
     return replay.ok() ? replay->iterations.back().seconds : -1.0;
   };
   std::vector<double> seconds;
-  for (const autouvm::v1::Plan& plan : plans) seconds.push_back(simulated(plan));
+  for (const runtime::Plan& plan : plans) seconds.push_back(simulated(plan));
   if (*std::min_element(seconds.begin(), seconds.end()) <= 0) {
     for (size_t k = 0; k < plans.size(); ++k) seconds[k] = EstimateStepSeconds(plans[k], trace, *options.spec);
   }
@@ -117,9 +117,8 @@ autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Ac
   return std::move(plans[best]);
 }
 
-double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessTrace& trace,
-                           const runtime::GpuSpec& spec) {
-  const std::unordered_set<std::string> remote(plan.remote().begin(), plan.remote().end());
+double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec) {
+  const std::unordered_set<std::string> remote(plan.remote.begin(), plan.remote.end());
   double ops = 0, remote_s = 0;
   const double remote_rate =
       spec.uvm.remote_matrix_bytes_per_s > 0 ? spec.uvm.remote_matrix_bytes_per_s : spec.uvm.remote_bytes_per_s;
@@ -138,15 +137,15 @@ double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessT
   }
   constexpr double kBlock = 2 << 20;
   double copies = 0, discards = 0;
-  for (const autouvm::v1::Prefetch& f : plan.prefetches()) {
-    const double blocks = std::ceil(static_cast<double>(f.bytes()) / kBlock);
-    if (plan.staged() && plan.device_buffer()) {
-      copies += static_cast<double>(f.bytes()) / spec.link_bytes_per_s;
-    } else if (plan.staged()) {
-      copies += static_cast<double>(f.bytes()) / spec.uvm.staged_copy_bytes_per_s + blocks * spec.uvm.populate_block_s;
+  for (const runtime::Prefetch& f : plan.prefetches) {
+    const double blocks = std::ceil(static_cast<double>(f.bytes) / kBlock);
+    if (plan.staged && plan.device_buffer) {
+      copies += static_cast<double>(f.bytes) / spec.link_bytes_per_s;
+    } else if (plan.staged) {
+      copies += static_cast<double>(f.bytes) / spec.uvm.staged_copy_bytes_per_s + blocks * spec.uvm.populate_block_s;
       discards += blocks * spec.uvm.discard_block_s;
     } else {
-      copies += static_cast<double>(f.bytes()) / spec.link_bytes_per_s;
+      copies += static_cast<double>(f.bytes) / spec.link_bytes_per_s;
     }
   }
   return std::max(ops + remote_s + discards, copies + discards);  // copies in flight lose the discards' time
@@ -159,13 +158,12 @@ double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessT
 // included), while the copy crosses the link — a decode step's weight one op ahead;
 // it advises the tensors reused within a window of ops to stay on the device (affinity pinning:
 // preferred location device), which the driver then avoids evicting; everything else faults.
-autouvm::v1::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                                const std::vector<autouvm::v1::TensorReuse>& reuse,
-                                const autouvm::v1::Profile& stock_classes, const PaperOptions& options) {
-  autouvm::v1::Plan plan;
-  *plan.mutable_key() = key;
-  plan.set_budget_bytes(key.device_budget_bytes());
-  plan.set_driver_evicts(true);
+runtime::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                            const std::vector<autouvm::v1::TensorReuse>& reuse,
+                            const autouvm::v1::Profile& stock_classes, const PaperOptions& options) {
+  runtime::Plan plan;
+  plan.budget_bytes = key.device_budget_bytes();
+  plan.driver_evicts = true;
   const int64_t n = static_cast<int64_t>(trace.ops.size());
   const std::vector<std::vector<int>> touched = TensorsPerOp(trace, reuse);
   std::vector<bool> affinity(reuse.size(), false);
@@ -175,7 +173,7 @@ autouvm::v1::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtim
         continue;
       }
       affinity[t] = true;
-      plan.add_affinity(reuse[t].id());
+      plan.affinity.push_back(reuse[t].id());
     }
   }
   auto op_seconds = [&](int64_t i) {  // the op's time by its roofline, its own link time included
@@ -188,15 +186,15 @@ autouvm::v1::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtim
         stock_classes.ops(static_cast<int>(i)).bound() != autouvm::v1::BOUND_LINK) {
       continue;
     }
-    autouvm::v1::Prefetch f;
+    runtime::Prefetch f;
     for (int t : touched[static_cast<size_t>(i)]) {
       const auto u = static_cast<size_t>(t);
       if (IsTransient(reuse[u].id()) || affinity[u]) continue;
-      f.add_tensors(reuse[u].id());
-      f.set_bytes(f.bytes() + reuse[u].bytes());
+      f.tensors.push_back(reuse[u].id());
+      f.bytes += reuse[u].bytes();
     }
-    if (f.tensors_size() == 0) continue;
-    f.set_for_op(i);
+    if (f.tensors.empty()) continue;
+    f.for_op = i;
     // Look ahead as far as the ops in between take to compute while this copy crosses the link.
     const double copy_s = i < stock_classes.ops_size() ? stock_classes.ops(static_cast<int>(i)).link_seconds() : 0;
     double covered = 0;
@@ -205,18 +203,18 @@ autouvm::v1::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtim
       issue = ((i - step) % n + n) % n;
       covered += op_seconds(issue);
     }
-    f.set_issue_at_op(issue);
-    plan.set_streamed_bytes(plan.streamed_bytes() + f.bytes());
-    *plan.add_prefetches() = std::move(f);
+    f.issue_at_op = issue;
+    plan.streamed_bytes += f.bytes;
+    plan.prefetches.push_back(std::move(f));
   }
   return plan;
 }
 
 bool IsTransient(const std::string& id) { return absl::StartsWith(id, "act:"); }
 
-Residency PinnedResidency(const autouvm::v1::Plan& plan) {
-  auto ids = std::make_shared<std::unordered_set<std::string>>(plan.pinned().begin(), plan.pinned().end());
-  ids->insert(plan.affinity().begin(), plan.affinity().end());
+Residency PinnedResidency(const runtime::Plan& plan) {
+  auto ids = std::make_shared<std::unordered_set<std::string>>(plan.pinned.begin(), plan.pinned.end());
+  ids->insert(plan.affinity.begin(), plan.affinity.end());
   return [ids](const std::string& id) { return IsTransient(id) || ids->count(id) > 0; };
 }
 

@@ -2,7 +2,7 @@
 // the executor follows and the residency the profile is classified under.
 //
 //   std::vector<TensorReuse> reuse = ReuseDistances(trace);
-//   autouvm::v1::Plan plan = MakePlan(key, trace, reuse, budget_bytes, {.spec = &spec});
+//   runtime::Plan plan = MakePlan(key, trace, reuse, budget_bytes, {.spec = &spec});
 //   Classify(trace, spec, PinnedResidency(plan), &profile);
 //
 // Policies: `stock` plans nothing (the driver alone decides); `autouvm` pins a fixed partition, reads
@@ -21,6 +21,7 @@
 #include "profiler/roofline.h"
 #include "runtime/access_trace.h"
 #include "runtime/gpu_spec.h"
+#include "runtime/plan.h"
 
 namespace autouvm::profiler {
 
@@ -32,9 +33,9 @@ struct PlanOptions {
   const runtime::GpuSpec* spec = nullptr;
 };
 
-autouvm::v1::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                           const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
-                           const PlanOptions& options = {});
+runtime::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                       const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
+                       const PlanOptions& options = {});
 
 // The most activation bytes alive at once in the iteration: what a plan sets aside from its budget
 // before placing the persistent tensors.
@@ -43,8 +44,7 @@ int64_t PeakActivationBytes(const runtime::AccessTrace& trace, const std::vector
 // A steady iteration's time under `plan` on `spec`, as the planner weighs plans: the ops' own time (each
 // the most of its host launch, FLOPs and HBM bytes) plus remote reads at the remote rate, which hold
 // their op; staged copies run on the copy stream beside that, populated and discarded per block.
-double EstimateStepSeconds(const autouvm::v1::Plan& plan, const runtime::AccessTrace& trace,
-                           const runtime::GpuSpec& spec);
+double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec);
 
 // AutoUVM as published, and the steps of its ablation.
 struct PaperOptions {
@@ -55,13 +55,13 @@ struct PaperOptions {
 
 // `stock_classes`: the trace classified with no persistent tensor resident (PinnedResidency of an empty
 // plan): which ops are link-bound, and each op's times for the look-ahead.
-autouvm::v1::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
-                                const std::vector<autouvm::v1::TensorReuse>& reuse,
-                                const autouvm::v1::Profile& stock_classes, const PaperOptions& options = {});
+runtime::Plan MakePaperPlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
+                            const std::vector<autouvm::v1::TensorReuse>& reuse,
+                            const autouvm::v1::Profile& stock_classes, const PaperOptions& options = {});
 
 // Resident = pinned (or, in a paper plan, advised to stay) by the plan, or an activation (made on the device by the op
 // that produces it).
-Residency PinnedResidency(const autouvm::v1::Plan& plan);
+Residency PinnedResidency(const runtime::Plan& plan);
 // An activation ("act:..."): placed anew by the allocator each iteration, so never pinned or streamed;
 // the plan leaves room for the most of them alive at once.
 bool IsTransient(const std::string& id);

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
+#include "runtime/plan_proto.h"
 #include "runtime/trace_proto.h"
 
 namespace autouvm::profiler {
@@ -192,8 +193,15 @@ absl::StatusOr<PlanToFollow> ProfileJobs::ReadPlan(const autouvm::v1::ProfileKey
   auto plan_bytes = repository_->GetPlan(key);
   if (!plan_bytes.ok()) return damaged(std::string(plan_bytes.status().message()));
   if (!profile->has_value() || !plan_bytes->has_value()) return damaged("the profile or its plan is gone");
+  autouvm::v1::Plan stored;
+  if (!stored.ParseFromString(**plan_bytes)) return damaged("the stored plan does not parse");
+  if (EncodeKey(stored.key()) != EncodeKey(key)) {
+    return damaged(absl::StrCat("the stored plan was made for ", EncodeKey(stored.key())));
+  }
+  auto plan = runtime::FromProto(stored);
+  if (!plan.ok()) return damaged(std::string(plan.status().message()));
   PlanToFollow out;
-  if (!out.plan.ParseFromString(**plan_bytes)) return damaged("the stored plan does not parse");
+  out.plan = *std::move(plan);
   out.trace = runtime::FromProto((*profile)->trace());
   out.profile = std::move(**profile);
   out.profile.clear_trace();
@@ -263,7 +271,7 @@ void ProfileJobs::RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job) 
   Analysis a = Analyze(key, job.trace, spec_, clock_->Now());
   a.profile.set_profiling_seconds(job.recording_seconds +
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  absl::Status written = repository_->Put(a.profile, a.plan.SerializeAsString());
+  absl::Status written = repository_->Put(a.profile, runtime::ToProto(a.plan, key).SerializeAsString());
   absl::MutexLock lock(&mu_);
   profiling_seconds_[key.model_digest()] += a.profile.profiling_seconds();
   // Marked stale or forgotten while it was analysed: the key records again rather than trust this one.

@@ -37,6 +37,7 @@
 #include "profiler/profile_repository.h"
 #include "runtime/access_trace.h"
 #include "runtime/gpu_spec.h"
+#include "runtime/plan.h"
 
 namespace autouvm::profiler {
 
@@ -63,7 +64,7 @@ struct ProfileStatus {
 // A stored plan and the trace it was made from: what a runtime::Executor follows; and the profile's op
 // classes under the plan, what a runtime::RuntimeMonitor checks the ops' times against.
 struct PlanToFollow {
-  autouvm::v1::Plan plan;
+  runtime::Plan plan;
   runtime::AccessTrace trace;
   autouvm::v1::Profile profile;  // its trace cleared (`trace` holds it)
 };

@@ -12,14 +12,14 @@ namespace autouvm::runtime {
 
 constexpr int64_t kStageAlignment = int64_t{2} << 20;  // a VA block
 
-Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const AccessTrace& trace,
+Executor::Executor(DeviceBackend* backend, const Plan& plan, const AccessTrace& trace,
                    std::unordered_map<std::string, TensorRange> ranges)
     : backend_(backend),
       ops_(static_cast<int64_t>(trace.ops.size())),
-      driver_evicts_(plan.driver_evicts()),
-      stage_(plan.staged() && !plan.driver_evicts() && backend->can_stage()),
-      want_buffer_(plan.device_buffer() && plan.staged() && plan.window_bytes() > 0),
-      window_bytes_(plan.window_bytes()),
+      driver_evicts_(plan.driver_evicts),
+      stage_(plan.staged && !plan.driver_evicts && backend->can_stage()),
+      want_buffer_(plan.device_buffer && plan.staged && plan.window_bytes > 0),
+      window_bytes_(plan.window_bytes),
       issue_at_(trace.ops.size()),
       needed_by_(trace.ops.size()),
       evict_after_(trace.ops.size()) {
@@ -48,31 +48,31 @@ Executor::Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const 
     }
   }
 
-  for (const std::string& id : plan.pinned()) {
+  for (const std::string& id : plan.pinned) {
     if (auto it = index.find(id); it != index.end()) pinned_.push_back(it->second);
   }
-  for (const std::string& id : plan.remote()) {
+  for (const std::string& id : plan.remote) {
     if (auto it = index.find(id); it != index.end()) remote_.push_back(it->second);
   }
-  for (const std::string& id : plan.affinity()) {
+  for (const std::string& id : plan.affinity) {
     if (auto it = index.find(id); it != index.end()) affinity_.push_back(it->second);
   }
   // Where each streamed tensor is fetched: an op it is fetched for needs it fresh; the use before that
   // fetch (cyclically) is its last use in the window, after which it is evicted.
   std::unordered_map<size_t, std::set<int64_t>> fetched_for;
-  for (const autouvm::v1::Prefetch& p : plan.prefetches()) {
-    if (p.for_op() < 0 || p.for_op() >= ops_ || p.issue_at_op() < 0 || p.issue_at_op() >= ops_) continue;
+  for (const Prefetch& p : plan.prefetches) {
+    if (p.for_op < 0 || p.for_op >= ops_ || p.issue_at_op < 0 || p.issue_at_op >= ops_) continue;
     Fetch f;
-    for (const std::string& id : p.tensors()) {
+    for (const std::string& id : p.tensors) {
       if (auto it = index.find(id); it != index.end()) {
         f.tensors.push_back(it->second);
-        fetched_for[it->second].insert(p.for_op());
+        fetched_for[it->second].insert(p.for_op);
       }
     }
     if (f.tensors.empty()) continue;
-    f.for_op = p.for_op();
-    issue_at_[static_cast<size_t>(p.issue_at_op())].push_back(fetches_.size());
-    needed_by_[static_cast<size_t>(p.for_op())].push_back(fetches_.size());
+    f.for_op = p.for_op;
+    issue_at_[static_cast<size_t>(p.issue_at_op)].push_back(fetches_.size());
+    needed_by_[static_cast<size_t>(p.for_op)].push_back(fetches_.size());
     fetches_.push_back(std::move(f));
   }
   fetch_order_.resize(fetches_.size());

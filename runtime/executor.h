@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "autouvm/v1/profile.pb.h"
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/observer.h"
+#include "runtime/plan.h"
 #include "runtime/tensor_binding.h"
 
 namespace autouvm::runtime {
@@ -43,7 +43,7 @@ struct TensorRange {
 
 class Executor {
  public:
-  Executor(DeviceBackend* backend, const autouvm::v1::Plan& plan, const AccessTrace& trace,
+  Executor(DeviceBackend* backend, const Plan& plan, const AccessTrace& trace,
            std::unordered_map<std::string, TensorRange> ranges);
   ~Executor();  // Release()s, ignoring its errors
   Executor(const Executor&) = delete;

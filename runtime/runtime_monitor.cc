@@ -5,12 +5,12 @@
 
 namespace autouvm::runtime {
 
-RuntimeMonitor::RuntimeMonitor(const AccessTrace& trace, const autouvm::v1::Profile& profile,
-                               const autouvm::v1::Plan& plan, const GpuSpec& spec, Options options)
+RuntimeMonitor::RuntimeMonitor(const AccessTrace& trace, const autouvm::v1::Profile& profile, const Plan& plan,
+                               const GpuSpec& spec, Options options)
     : options_(options) {
-  const std::unordered_set<std::string> pinned(plan.pinned().begin(), plan.pinned().end());
+  const std::unordered_set<std::string> pinned(plan.pinned.begin(), plan.pinned.end());
   std::unordered_set<std::string> streamed;
-  for (const autouvm::v1::Prefetch& p : plan.prefetches()) streamed.insert(p.tensors().begin(), p.tensors().end());
+  for (const Prefetch& p : plan.prefetches) streamed.insert(p.tensors.begin(), p.tensors.end());
   std::unordered_set<std::string> named;
   for (const TensorUse& n : trace.named) named.insert(n.id);
   ops_.resize(trace.ops.size());

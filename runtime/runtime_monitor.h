@@ -29,6 +29,7 @@
 #include "autouvm/v1/profile.pb.h"
 #include "runtime/access_trace.h"
 #include "runtime/gpu_spec.h"
+#include "runtime/plan.h"
 
 namespace autouvm::runtime {
 
@@ -48,8 +49,8 @@ class RuntimeMonitor {
     double min_seconds = 50e-6;
   };
   // `profile`: the op classes under `plan` (profiler::Analyze's pair).
-  RuntimeMonitor(const AccessTrace& trace, const autouvm::v1::Profile& profile, const autouvm::v1::Plan& plan,
-                 const GpuSpec& spec, Options options);
+  RuntimeMonitor(const AccessTrace& trace, const autouvm::v1::Profile& profile, const Plan& plan, const GpuSpec& spec,
+                 Options options);
 
   // One timed iteration (seconds per op index; shorter vectors judge the ops they cover).
   std::vector<Reclassified> Observe(const std::vector<double>& op_seconds);

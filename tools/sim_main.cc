@@ -134,16 +134,16 @@ double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
 // What the plan a replay followed keeps and moves: its partition and the `n` tensors it fetches the
 // most bytes of per iteration.
-void PrintPlan(const AccessTrace& trace, const autouvm::v1::Plan& plan, const std::string& label, int n) {
+void PrintPlan(const AccessTrace& trace, const autouvm::runtime::Plan& plan, const std::string& label, int n) {
   std::printf(
-      "\nplan, %s: budget %.2f GiB, window %.2f GiB; pinned %.2f GiB (%d tensors), read in place %.2f GiB (%d), "
-      "streamed %.2f GiB per iteration in %d fetches%s\n",
-      label.c_str(), GiB(plan.budget_bytes()), GiB(plan.window_bytes()), GiB(plan.pinned_bytes()), plan.pinned_size(),
-      GiB(plan.remote_bytes()), plan.remote_size(), GiB(plan.streamed_bytes()), plan.prefetches_size(),
-      plan.staged() ? (plan.device_buffer() ? ", staged through a device buffer" : ", staged") : "");
+      "\nplan, %s: budget %.2f GiB, window %.2f GiB; pinned %.2f GiB (%zu tensors), read in place %.2f GiB (%zu), "
+      "streamed %.2f GiB per iteration in %zu fetches%s\n",
+      label.c_str(), GiB(plan.budget_bytes), GiB(plan.window_bytes), GiB(plan.pinned_bytes), plan.pinned.size(),
+      GiB(plan.remote_bytes), plan.remote.size(), GiB(plan.streamed_bytes), plan.prefetches.size(),
+      plan.staged ? (plan.device_buffer ? ", staged through a device buffer" : ", staged") : "");
   std::map<std::string, std::pair<int, int64_t>> fetched;  // id → fetches, bytes
-  for (const autouvm::v1::Prefetch& f : plan.prefetches()) {
-    for (const std::string& id : f.tensors()) ++fetched[id].first;
+  for (const autouvm::runtime::Prefetch& f : plan.prefetches) {
+    for (const std::string& id : f.tensors) ++fetched[id].first;
   }
   std::vector<std::pair<std::string, int>> order(fetched.size());
   std::transform(fetched.begin(), fetched.end(), order.begin(), [](const auto& kv) {
@@ -200,7 +200,7 @@ absl::Status Replay(const ReplayArgs& a) {
         options.emulated_eviction_budget = static_cast<int64_t>(static_cast<double>(named) / factor);
       }
       // `paper`, `autouvm`: the profiler's plan for this trace, made for the capacity the replay runs with.
-      autouvm::v1::Plan followed;
+      autouvm::runtime::Plan followed;
       options.make_plan = [&trace, &spec, &a, &followed](int64_t device_bytes) {
         const auto key = autouvm::profiler::DecodeKey("replay", 1, spec.name, device_bytes, a.policy);
         followed = autouvm::profiler::Analyze(key, trace, spec, absl::Now()).plan;

@@ -70,19 +70,19 @@ class Layout {
 };
 
 // Where each tensor of the trace lives and when.
-struct Plan {
+struct Lifetimes {
   std::vector<std::pair<std::string, int64_t>> persistent;  // allocated up front, in order
   std::unordered_map<std::string, int64_t> bytes;           // storage bytes each tensor needs
   std::vector<std::vector<std::string>> born;               // activations allocated at op i
   std::vector<std::vector<std::string>> dead;               // activations freed after op i
 };
 
-Plan MakePlan(const AccessTrace& trace) {
-  Plan plan;
+Lifetimes MakeLifetimes(const AccessTrace& trace) {
+  Lifetimes lives;
   std::set<std::string> placed;
   for (const TensorUse& n : trace.named) {
-    if (placed.insert(n.id).second) plan.persistent.push_back({n.id, n.bytes});
-    plan.bytes[n.id] = std::max(plan.bytes[n.id], n.bytes);
+    if (placed.insert(n.id).second) lives.persistent.push_back({n.id, n.bytes});
+    lives.bytes[n.id] = std::max(lives.bytes[n.id], n.bytes);
   }
   std::unordered_map<std::string, size_t> first, last;
   std::vector<std::string> order;
@@ -94,22 +94,22 @@ Plan MakePlan(const AccessTrace& trace) {
           order.push_back(u.id);
         }
         last[u.id] = i;
-        plan.bytes[u.id] = std::max(plan.bytes[u.id], u.end());
+        lives.bytes[u.id] = std::max(lives.bytes[u.id], u.end());
       }
     }
   }
-  plan.born.resize(trace.ops.size());
-  plan.dead.resize(trace.ops.size());
+  lives.born.resize(trace.ops.size());
+  lives.dead.resize(trace.ops.size());
   for (const std::string& id : order) {
     if (absl::StartsWith(id, "act:")) {
-      plan.born[first[id]].push_back(id);
-      plan.dead[last[id]].push_back(id);
+      lives.born[first[id]].push_back(id);
+      lives.dead[last[id]].push_back(id);
     } else if (placed.insert(id).second) {  // a weight never named, or an input of the iteration
-      plan.persistent.push_back({id, plan.bytes[id]});
+      lives.persistent.push_back({id, lives.bytes[id]});
     }
   }
-  for (auto& [id, size] : plan.persistent) size = std::max(size, plan.bytes[id]);
-  return plan;
+  for (auto& [id, size] : lives.persistent) size = std::max(size, lives.bytes[id]);
+  return lives;
 }
 
 // Note [Fault entries per kernel]: how many fault-buffer entries a kernel raises per 64 KiB page it
@@ -163,9 +163,9 @@ namespace {
 
 // Runs `iterations` of the trace on `backend` (nullptr: only lays the tensors out) and returns the
 // layout's segment bytes.
-absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBackend* backend, int iterations,
+absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Lifetimes& lives, SimBackend* backend, int iterations,
                             std::vector<IterationReport>* reports, std::vector<double>* op_seconds = nullptr,
-                            const autouvm::v1::Plan* follow = nullptr, int64_t emulated_eviction_budget = 0,
+                            const Plan* follow = nullptr, int64_t emulated_eviction_budget = 0,
                             const ReplayOptions* hooks = nullptr) {
   uint64_t fake_next = 0;
   Layout layout([&](int64_t bytes) -> absl::StatusOr<uint64_t> {
@@ -174,7 +174,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
     return fake_next - static_cast<uint64_t>(bytes);
   });
   std::unordered_map<std::string, uint64_t> where;
-  for (const auto& [id, bytes] : plan.persistent) {
+  for (const auto& [id, bytes] : lives.persistent) {
     ASSIGN_OR_RETURN(where[id], layout.Allocate(bytes));
   }
   std::unique_ptr<Executor> executor;
@@ -182,7 +182,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
   if (backend != nullptr) {
     DeviceBackend* policy_backend = hooks != nullptr && hooks->through ? hooks->through(backend) : backend;
     std::unordered_map<std::string, TensorRange> ranges;
-    for (const auto& [id, bytes] : plan.persistent) ranges[id] = {where.at(id), bytes};
+    for (const auto& [id, bytes] : lives.persistent) ranges[id] = {where.at(id), bytes};
     // The named tensors, as the GPU benchmark's emulator manages them; they are laid out first, in
     // the trace's order.
     if (emulated_eviction_budget > 0) {
@@ -190,7 +190,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
     }
     if (follow != nullptr) {
       executor = std::make_unique<Executor>(policy_backend, *follow, trace, std::move(ranges));
-      if (eviction != nullptr && follow->driver_evicts()) executor->set_driver_eviction(eviction.get());
+      if (eviction != nullptr && follow->driver_evicts) executor->set_driver_eviction(eviction.get());
     }
   }
   for (int it = 0; it < iterations; ++it) {
@@ -201,15 +201,15 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
     // The first iteration pays for bringing the pinned tensors in (a cold start).
     if (executor && it == 0) RETURN_IF_ERROR(executor->Prepare());
     for (size_t i = 0; i < trace.ops.size(); ++i) {
-      for (const std::string& id : plan.born[i]) {
-        ASSIGN_OR_RETURN(where[id], layout.Allocate(plan.bytes.at(id)));
+      for (const std::string& id : lives.born[i]) {
+        ASSIGN_OR_RETURN(where[id], layout.Allocate(lives.bytes.at(id)));
       }
       if (backend != nullptr) {
         const OpRecord& op = trace.ops[i];
         const SimKernel k = TraceKernel(op, where);
         if (executor) RETURN_IF_ERROR(executor->BeforeOp(static_cast<int64_t>(i)));
         // Without an executor that drives it, the emulated driver makes room for the op's faults.
-        if (eviction && !(executor && follow->driver_evicts())) {
+        if (eviction && !(executor && follow->driver_evicts)) {
           RETURN_IF_ERROR(eviction->BeforeOp(static_cast<int64_t>(i)));
         }
         const KernelTime t = backend->Launch(k, Stream::kCompute, backend->spec().framework_op_s);
@@ -217,7 +217,7 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Plan& plan, SimBacke
         report.fault_seconds += t.fault_s;
         if (op_seconds != nullptr && it == iterations - 1) op_seconds->push_back(t.end_s - t.start_s);
       }
-      for (const std::string& id : plan.dead[i]) layout.Free(where.at(id), plan.bytes.at(id));
+      for (const std::string& id : lives.dead[i]) layout.Free(where.at(id), lives.bytes.at(id));
     }
     if (backend != nullptr) {
       RETURN_IF_ERROR(backend->Synchronize());
@@ -254,10 +254,10 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   if (options.device_bytes <= 0 && !(options.oversubscription > 0 && options.oversubscription <= 1000)) {
     return absl::InvalidArgumentError("oversubscription must be a factor in (0, 1000]");
   }
-  const Plan plan = MakePlan(trace);
+  const Lifetimes lives = MakeLifetimes(trace);
   ReplayReport report;
   report.ops = static_cast<int64_t>(trace.ops.size());
-  ASSIGN_OR_RETURN(report.footprint_bytes, Run(trace, plan, nullptr, 1, nullptr));
+  ASSIGN_OR_RETURN(report.footprint_bytes, Run(trace, lives, nullptr, 1, nullptr));
   report.device_bytes =
       options.device_bytes > 0
           ? options.device_bytes
@@ -267,7 +267,7 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   {
     ASSIGN_OR_RETURN(auto roomy, SimBackend::Create({.spec = spec, .device_budget_bytes = 2 * report.footprint_bytes}));
     std::vector<IterationReport> warm;
-    RETURN_IF_ERROR(Run(trace, plan, roomy.get(), 2, &warm).status());
+    RETURN_IF_ERROR(Run(trace, lives, roomy.get(), 2, &warm).status());
     report.resident_seconds = warm.back().seconds;
   }
   const double streamed = static_cast<double>(std::max<int64_t>(0, report.footprint_bytes - report.device_bytes));
@@ -280,9 +280,9 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
       auto sim, SimBackend::Create({.spec = spec,
                                     .device_budget_bytes = emulated ? 2 * report.footprint_bytes : report.device_bytes,
                                     .allow_oversubscription = true}));
-  autouvm::v1::Plan follow;
+  Plan follow;
   if (options.policy != "stock") follow = options.make_plan(report.device_bytes);
-  RETURN_IF_ERROR(Run(trace, plan, sim.get(), options.iterations, &report.iterations, &report.op_seconds,
+  RETURN_IF_ERROR(Run(trace, lives, sim.get(), options.iterations, &report.iterations, &report.op_seconds,
                       options.policy != "stock" ? &follow : nullptr, emulated_budget, &options)
                       .status());
   return report;

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autouvm/v1/profile.pb.h"
 #include "runtime/access_trace.h"
 #include "runtime/device_backend.h"
 #include "runtime/gpu_spec.h"
+#include "runtime/plan.h"
 #include "runtime/sim/sim_backend.h"
 
 namespace autouvm::runtime::sim {
@@ -33,7 +33,7 @@ struct ReplayOptions {
   // returns for the capacity the replay runs with (runtime/executor.h; a paper plan leaves eviction to
   // the simulated driver).
   std::string policy = "stock";
-  std::function<autouvm::v1::Plan(int64_t device_bytes)> make_plan;
+  std::function<Plan(int64_t device_bytes)> make_plan;
   // Device capacity for managed memory: footprint / oversubscription, unless device_bytes is set.
   double oversubscription = 1.0;
   int64_t device_bytes = 0;

@@ -68,8 +68,7 @@ struct Fixture {
   }
 };
 
-inline autouvm::v1::Plan PlanFor(const AccessTrace& t, int64_t budget,
-                                 const GpuSpec& spec = *FindGpuSpec("h200-pcie5")) {
+inline runtime::Plan PlanFor(const AccessTrace& t, int64_t budget, const GpuSpec& spec = *FindGpuSpec("h200-pcie5")) {
   const auto key = profiler::DecodeKey("test", 1, spec.name, budget, "autouvm");
   return profiler::Analyze(key, t, spec, absl::Now()).plan;
 }

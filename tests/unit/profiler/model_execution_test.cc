@@ -90,8 +90,8 @@ class ModelExecutionTest : public ::testing::Test {
 TEST_F(ModelExecutionTest, APlanIsFollowedOnTheMirrorWithinItsBudget) {
   constexpr int64_t kBudget = 40 << 20;  // of 64 MiB of weights
   const auto plan = Plan(kBudget);
-  ASSERT_GT(plan.plan.pinned_size(), 0);
-  ASSERT_GT(plan.plan.prefetches_size(), 0);
+  ASSERT_GT(std::ssize(plan.plan.pinned), 0);
+  ASSERT_GT(std::ssize(plan.plan.prefetches), 0);
   auto ex = Mirror(/*monitor_every=*/2);
   EXPECT_EQ(ex->stats().backend, "sim");
   for (int it = 0; it < 3; ++it) ASSERT_TRUE(Iterate(*ex, "k", plan).ok());
@@ -101,7 +101,7 @@ TEST_F(ModelExecutionTest, APlanIsFollowedOnTheMirrorWithinItsBudget) {
   EXPECT_EQ(s.abandoned_iterations, 0);
   EXPECT_EQ(s.plan_switches, 1);
   // Streamed weights cross the simulated link every iteration; the pinned ones once.
-  EXPECT_GE(s.prefetched_bytes, 3 * plan.plan.streamed_bytes()) << s.prefetched_bytes;
+  EXPECT_GE(s.prefetched_bytes, 3 * plan.plan.streamed_bytes) << s.prefetched_bytes;
   EXPECT_GT(s.evicted_bytes, 0);
   EXPECT_GT(s.resident_bytes, 0);
   EXPECT_LE(s.resident_bytes, kBudget);
@@ -126,9 +126,9 @@ TEST_F(ModelExecutionTest, APlanIsFollowedOnTheMirrorWithinItsBudget) {
 TEST_F(ModelExecutionTest, StreamedWeightsTheBackendCannotStageAreReadInPlaceAndReported) {
   constexpr int64_t kBudget = 40 << 20;
   const auto plan = Plan(kBudget);
-  ASSERT_TRUE(plan.plan.staged());
+  ASSERT_TRUE(plan.plan.staged);
   std::set<std::string> streamed;
-  for (const autouvm::v1::Prefetch& p : plan.plan.prefetches()) streamed.insert(p.tensors().begin(), p.tensors().end());
+  for (const runtime::Prefetch& p : plan.plan.prefetches) streamed.insert(p.tensors.begin(), p.tensors.end());
   ASSERT_FALSE(streamed.empty());
   runtime::GpuSpec unstaged = spec_;
   unstaged.uvm.staged_copy_bytes_per_s = 0;
@@ -141,8 +141,8 @@ TEST_F(ModelExecutionTest, StreamedWeightsTheBackendCannotStageAreReadInPlaceAnd
   EXPECT_EQ(s.followed_iterations, 2);
   EXPECT_EQ(s.in_place_bytes, static_cast<int64_t>(streamed.size()) * kWeight);
   EXPECT_EQ(s.staged_bytes, 0);
-  EXPECT_EQ(s.prefetched_bytes, plan.plan.pinned_bytes());  // the pinned weights, once
-  EXPECT_EQ(s.resident_bytes, plan.plan.pinned_bytes());
+  EXPECT_EQ(s.prefetched_bytes, plan.plan.pinned_bytes);  // the pinned weights, once
+  EXPECT_EQ(s.resident_bytes, plan.plan.pinned_bytes);
   EXPECT_LE(s.resident_bytes, kBudget);
   ASSERT_TRUE(ex->Drop("k").ok());
   EXPECT_EQ(ex->stats().in_place_bytes, 0);
@@ -150,7 +150,7 @@ TEST_F(ModelExecutionTest, StreamedWeightsTheBackendCannotStageAreReadInPlaceAnd
 
 TEST_F(ModelExecutionTest, TheMonitorBringsBackAPinnedWeightEvictedBehindTheExecutor) {
   const auto plan = Plan(40 << 20);
-  const std::string pinned = plan.plan.pinned(0);
+  const std::string pinned = plan.plan.pinned[0];
   auto ex = Mirror(/*monitor_every=*/1);
   ASSERT_TRUE(Iterate(*ex, "k", plan).ok());
   const runtime::TensorRange* r = ex->range(pinned);
@@ -185,8 +185,8 @@ TEST_F(ModelExecutionTest, APlanWithNothingToDoPerOpIsObservedOnlyWhenTheMonitor
   auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
   auto ex = OnDevice(*sim, /*monitor_every=*/2);
   const auto roomy = Plan(128 << 20), tight = Plan(24 << 20);
-  ASSERT_EQ(roomy.plan.prefetches_size(), 0);
-  ASSERT_GT(tight.plan.prefetches_size(), 0);
+  ASSERT_EQ(std::ssize(roomy.plan.prefetches), 0);
+  ASSERT_GT(std::ssize(tight.plan.prefetches), 0);
   std::vector<size_t> observed;
   for (int it = 0; it < 4; ++it) {
     auto subscribers = ex->Begin("roomy", roomy);
@@ -249,7 +249,7 @@ TEST_F(ModelExecutionTest, AnotherKeysPlanTakesThePlacementAndAStrayOpAbandonsTh
   EXPECT_NE(stray.message().find("op 3 is aten::add#0"), std::string::npos) << stray;
   // Its weights are whole 2 MiB blocks, staged on this spec: the stray op may have read a discarded
   // range, so the iteration's result must not be used.
-  ASSERT_TRUE(tight.plan.staged());
+  ASSERT_TRUE(tight.plan.staged);
   EXPECT_TRUE(ex->last_iteration_untrusted());
   s = ex->stats();
   EXPECT_EQ(s.abandoned_iterations, 1);

@@ -38,24 +38,24 @@ runtime::AccessTrace Loop(double flops_per_byte = 1024) {
   return t;
 }
 
-autouvm::v1::Plan Plan(const runtime::AccessTrace& t, const std::string& policy, int64_t budget) {
+runtime::Plan Plan(const runtime::AccessTrace& t, const std::string& policy, int64_t budget) {
   const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", budget, policy);
   return MakePlan(key, t, ReuseDistances(t), budget);
 }
 
 TEST(PlannerTest, EverythingIsPinnedWhenItFits) {
   const auto p = Plan(Loop(), "autouvm", 90 * kMiB);
-  EXPECT_EQ(p.pinned_size(), 9);
-  EXPECT_EQ(p.pinned_bytes(), 90 * kMiB);
-  EXPECT_EQ(p.streamed_bytes(), 0);
-  EXPECT_EQ(p.prefetches_size(), 0);
+  EXPECT_EQ(std::ssize(p.pinned), 9);
+  EXPECT_EQ(p.pinned_bytes, 90 * kMiB);
+  EXPECT_EQ(p.streamed_bytes, 0);
+  EXPECT_EQ(std::ssize(p.prefetches), 0);
   EXPECT_TRUE(PinnedResidency(p)("param:w7"));
 }
 
 TEST(PlannerTest, StockPlansNothing) {
   const auto p = Plan(Loop(), "stock", 90 * kMiB);
-  EXPECT_EQ(p.pinned_size(), 0);
-  EXPECT_EQ(p.prefetches_size(), 0);
+  EXPECT_EQ(std::ssize(p.pinned), 0);
+  EXPECT_EQ(std::ssize(p.prefetches), 0);
   EXPECT_FALSE(PinnedResidency(p)("param:w0"));
 }
 
@@ -64,22 +64,22 @@ TEST(PlannerTest, OverBudgetTheReusedTensorAndTheFirstWeightsArePinnedAndTheRest
   // again), then weights by first use. w7 would not fit; streaming it needs a window of twice the widest
   // op's streamed bytes (20 MiB), so 60 MiB are pinned: the cache and w0..w4.
   const auto p = Plan(Loop(), "autouvm", 80 * kMiB);
-  EXPECT_EQ(p.window_bytes(), 20 * kMiB);
-  EXPECT_EQ(std::vector<std::string>(p.pinned().begin(), p.pinned().end()),
+  EXPECT_EQ(p.window_bytes, 20 * kMiB);
+  EXPECT_EQ(std::vector<std::string>(p.pinned.begin(), p.pinned.end()),
             (std::vector<std::string>{"param:w0", "param:kv", "param:w1", "param:w2", "param:w3", "param:w4"}));
-  EXPECT_EQ(p.pinned_bytes(), 60 * kMiB);
-  EXPECT_EQ(p.remote_size(), 0);  // a prefill's products read their weights many times
+  EXPECT_EQ(p.pinned_bytes, 60 * kMiB);
+  EXPECT_EQ(std::ssize(p.remote), 0);  // a prefill's products read their weights many times
   // w5..w7 stream: 30 MiB per iteration, one fetch each, for ops 5..7.
-  EXPECT_EQ(p.streamed_bytes(), 30 * kMiB);
-  ASSERT_EQ(p.prefetches_size(), 3);
+  EXPECT_EQ(p.streamed_bytes, 30 * kMiB);
+  ASSERT_EQ(std::ssize(p.prefetches), 3);
   for (int k = 0; k < 3; ++k) {
-    EXPECT_EQ(p.prefetches(k).for_op(), 5 + k);
-    EXPECT_EQ(p.prefetches(k).tensors(0), "param:w" + std::to_string(5 + k));
+    EXPECT_EQ(p.prefetches[k].for_op, 5 + k);
+    EXPECT_EQ(p.prefetches[k].tensors[0], "param:w" + std::to_string(5 + k));
   }
   // The 20 MiB window holds two fetches. w5's walks back over ops 4..0 (nothing fetched there) into the
   // previous iteration, past w7's: issued at op 7 of the iteration before. w7's has w6's ahead: op 6.
-  EXPECT_EQ(p.prefetches(0).issue_at_op(), 7);
-  EXPECT_EQ(p.prefetches(2).issue_at_op(), 6);
+  EXPECT_EQ(p.prefetches[0].issue_at_op, 7);
+  EXPECT_EQ(p.prefetches[2].issue_at_op, 6);
 }
 
 TEST(PlannerTest, AFetchIsIssuedInThePreviousIterationWhenTheWindowAllows) {
@@ -89,36 +89,36 @@ TEST(PlannerTest, AFetchIsIssuedInThePreviousIterationWhenTheWindowAllows) {
   for (int i = 0; i < 4; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i)}, 10));
   for (int i = 4; i < 8; ++i) t.ops.push_back(Op(i, {"param:s" + std::to_string(i)}, 1));
   const auto p = Plan(t, "autouvm", 42 * kMiB);
-  EXPECT_EQ(p.window_bytes(), 2 * kMiB);
-  EXPECT_EQ(std::vector<std::string>(p.pinned().begin(), p.pinned().end()),
+  EXPECT_EQ(p.window_bytes, 2 * kMiB);
+  EXPECT_EQ(std::vector<std::string>(p.pinned.begin(), p.pinned.end()),
             (std::vector<std::string>{"param:w0", "param:w1", "param:w2", "param:w3"}));
-  EXPECT_EQ(p.streamed_bytes(), 4 * kMiB);
-  ASSERT_EQ(p.prefetches_size(), 4);
-  EXPECT_EQ(p.prefetches(0).for_op(), 4);
+  EXPECT_EQ(p.streamed_bytes, 4 * kMiB);
+  ASSERT_EQ(std::ssize(p.prefetches), 4);
+  EXPECT_EQ(p.prefetches[0].for_op, 4);
   // s4 walks back over ops 3..0 and into the previous iteration, over op 7 (s7: 2 MiB queued), and
   // stops at op 6 (s6 would make 3 > 2): issued at op 7 of the previous iteration.
-  EXPECT_EQ(p.prefetches(0).issue_at_op(), 7);
-  EXPECT_EQ(p.prefetches(3).issue_at_op(), 6);
+  EXPECT_EQ(p.prefetches[0].issue_at_op, 7);
+  EXPECT_EQ(p.prefetches[3].issue_at_op, 6);
 }
 
 TEST(PlannerTest, ADecodeStepsWeightsThatAreNotPinnedAreReadInPlace) {
   // The cache is used by every op and cannot be read in place: pinned first; then w0..w6 by first use;
   // w7 is read over the link where it is. Nothing streams, so no window is set aside.
   const auto p = Plan(Loop(/*flops_per_byte=*/1), "autouvm", 80 * kMiB);
-  EXPECT_EQ(p.window_bytes(), 0);
-  EXPECT_EQ(p.pinned_bytes(), 80 * kMiB);
-  EXPECT_EQ(p.pinned(1), "param:kv");
-  EXPECT_EQ(std::vector<std::string>(p.remote().begin(), p.remote().end()), std::vector<std::string>{"param:w7"});
-  EXPECT_EQ(p.remote_bytes(), 10 * kMiB);
-  EXPECT_EQ(p.prefetches_size(), 0);
-  EXPECT_EQ(p.streamed_bytes(), 0);
+  EXPECT_EQ(p.window_bytes, 0);
+  EXPECT_EQ(p.pinned_bytes, 80 * kMiB);
+  EXPECT_EQ(p.pinned[1], "param:kv");
+  EXPECT_EQ(std::vector<std::string>(p.remote.begin(), p.remote.end()), std::vector<std::string>{"param:w7"});
+  EXPECT_EQ(p.remote_bytes, 10 * kMiB);
+  EXPECT_EQ(std::ssize(p.prefetches), 0);
+  EXPECT_EQ(p.streamed_bytes, 0);
   // A weight written during the iteration cannot be read in place: it is pinned ahead of those that
   // can, and the last of them is read in place instead.
   runtime::AccessTrace t = Loop(1);
   t.ops[7].writes.push_back({"param:w7", 10 * kMiB, 0, 10 * kMiB});
   const auto q = Plan(t, "autouvm", 80 * kMiB);
-  EXPECT_EQ(std::vector<std::string>(q.remote().begin(), q.remote().end()), std::vector<std::string>{"param:w6"});
-  EXPECT_EQ(q.prefetches_size(), 0);
+  EXPECT_EQ(std::vector<std::string>(q.remote.begin(), q.remote.end()), std::vector<std::string>{"param:w6"});
+  EXPECT_EQ(std::ssize(q.prefetches), 0);
 }
 
 TEST(PlannerTest, AStagedPlanStreamsThroughADeviceBufferAndSpreadsWhatItPinsOverTheIteration) {
@@ -130,11 +130,11 @@ TEST(PlannerTest, AStagedPlanStreamsThroughADeviceBufferAndSpreadsWhatItPinsOver
   const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 200 * kMiB, "autouvm");
   const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
   const auto p = MakePlan(key, t, ReuseDistances(t), 200 * kMiB, {.spec = &spec});
-  ASSERT_TRUE(p.staged());
-  EXPECT_TRUE(p.device_buffer());
-  EXPECT_NE(std::find(p.pinned().begin(), p.pinned().end(), "param:kv_cache.k"), p.pinned().end());
+  ASSERT_TRUE(p.staged);
+  EXPECT_TRUE(p.device_buffer);
+  EXPECT_NE(std::find(p.pinned.begin(), p.pinned.end(), "param:kv_cache.k"), p.pinned.end());
   std::vector<bool> pinned(32, false);
-  for (const std::string& id : p.pinned()) {
+  for (const std::string& id : p.pinned) {
     if (id != "param:kv_cache.k") pinned[static_cast<size_t>(std::stoi(id.substr(7)))] = true;
   }
   int first_half = 0, second_half = 0, longest_run = 0, run = 0;
@@ -146,8 +146,8 @@ TEST(PlannerTest, AStagedPlanStreamsThroughADeviceBufferAndSpreadsWhatItPinsOver
   EXPECT_GT(first_half, 0);
   EXPECT_LE(std::abs(first_half - second_half), 1) << first_half << " pinned in the first half, " << second_half;
   EXPECT_LE(longest_run, 2);
-  EXPECT_LE(p.pinned_bytes() + p.window_bytes(), 200 * kMiB);
-  EXPECT_EQ(p.pinned_bytes() + p.streamed_bytes(), 33 * 10 * kMiB);  // each unpinned weight once
+  EXPECT_LE(p.pinned_bytes + p.window_bytes, 200 * kMiB);
+  EXPECT_EQ(p.pinned_bytes + p.streamed_bytes, 33 * 10 * kMiB);  // each unpinned weight once
 }
 
 TEST(PlannerTest, AStagedPlanPinsTheOneLargeWeightRatherThanWidenItsWindowForIt) {
@@ -162,18 +162,18 @@ TEST(PlannerTest, AStagedPlanPinsTheOneLargeWeightRatherThanWidenItsWindowForIt)
   const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", budget, "autouvm");
   const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
   const auto p = MakePlan(key, t, ReuseDistances(t), budget, {.spec = &spec});
-  ASSERT_TRUE(p.staged());
-  EXPECT_NE(std::find(p.pinned().begin(), p.pinned().end(), "param:big"), p.pinned().end());
-  EXPECT_EQ(p.window_bytes(), 16 * kMiB);
-  EXPECT_LE(p.pinned_bytes() + p.window_bytes(), budget);
-  EXPECT_EQ(p.pinned_bytes() + p.streamed_bytes(), (64 + 31 * 8) * kMiB);
+  ASSERT_TRUE(p.staged);
+  EXPECT_NE(std::find(p.pinned.begin(), p.pinned.end(), "param:big"), p.pinned.end());
+  EXPECT_EQ(p.window_bytes, 16 * kMiB);
+  EXPECT_LE(p.pinned_bytes + p.window_bytes, budget);
+  EXPECT_EQ(p.pinned_bytes + p.streamed_bytes, (64 + 31 * 8) * kMiB);
 }
 
 // The paper's plan for Loop() at decode intensity: every op reads its weight and the cache.
-autouvm::v1::Plan PaperPlan(const runtime::AccessTrace& t, PaperOptions options) {
+runtime::Plan PaperPlan(const runtime::AccessTrace& t, PaperOptions options) {
   const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 80 * kMiB, "paper");
   autouvm::v1::Profile stock;
-  Classify(t, *runtime::FindGpuSpec("h200-pcie5"), PinnedResidency(autouvm::v1::Plan()), &stock);
+  Classify(t, *runtime::FindGpuSpec("h200-pcie5"), PinnedResidency(runtime::Plan()), &stock);
   return MakePaperPlan(key, t, ReuseDistances(t), stock, options);
 }
 
@@ -182,23 +182,23 @@ TEST(PlannerTest, ThePapersPlanPrefetchesLinkBoundOpsAndAdvisesTheReusedCacheToS
   // Op 3 becomes compute-bound: the roofline gate leaves it to fault.
   t.ops[3].flops = 1e15;
   const auto full = PaperPlan(t, {});
-  EXPECT_TRUE(full.driver_evicts());
-  EXPECT_EQ(full.pinned_size(), 0);  // it knows no budget: nothing is placed for good
-  EXPECT_EQ(std::vector<std::string>(full.affinity().begin(), full.affinity().end()),
+  EXPECT_TRUE(full.driver_evicts);
+  EXPECT_EQ(std::ssize(full.pinned), 0);  // it knows no budget: nothing is placed for good
+  EXPECT_EQ(std::vector<std::string>(full.affinity.begin(), full.affinity.end()),
             std::vector<std::string>{"param:kv"});  // used by every op: within any window
-  ASSERT_EQ(full.prefetches_size(), 7);
-  for (const auto& f : full.prefetches()) {
-    EXPECT_NE(f.for_op(), 3);
-    EXPECT_EQ(std::vector<std::string>(f.tensors().begin(), f.tensors().end()),
-              std::vector<std::string>{"param:w" + std::to_string(f.for_op())});
-    EXPECT_NE(f.issue_at_op(), f.for_op());  // ahead of its op
+  ASSERT_EQ(std::ssize(full.prefetches), 7);
+  for (const auto& f : full.prefetches) {
+    EXPECT_NE(f.for_op, 3);
+    EXPECT_EQ(std::vector<std::string>(f.tensors.begin(), f.tensors.end()),
+              std::vector<std::string>{"param:w" + std::to_string(f.for_op)});
+    EXPECT_NE(f.issue_at_op, f.for_op);  // ahead of its op
   }
   // The ablation: no gate prefetches for op 3 too; no affinity pinning prefetches the cache as well.
   const auto no_gate = PaperPlan(t, {.roofline_gate = false});
-  EXPECT_EQ(no_gate.prefetches_size(), 8);
+  EXPECT_EQ(std::ssize(no_gate.prefetches), 8);
   const auto prefetch_only = PaperPlan(t, {.affinity_pinning = false, .roofline_gate = false});
-  EXPECT_EQ(prefetch_only.affinity_size(), 0);
-  EXPECT_EQ(prefetch_only.prefetches(0).tensors_size(), 2);
+  EXPECT_EQ(std::ssize(prefetch_only.affinity), 0);
+  EXPECT_EQ(std::ssize(prefetch_only.prefetches[0].tensors), 2);
   EXPECT_TRUE(PinnedResidency(full)("param:kv"));
   EXPECT_FALSE(PinnedResidency(full)("param:w0"));
 }

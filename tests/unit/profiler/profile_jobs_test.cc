@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "profiler/profile_key.h"
+#include "runtime/plan_proto.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::profiler {
@@ -70,10 +71,9 @@ TEST_F(ProfileJobsTest, APlanIsReadToFollowOnlyOnceReadyAndChecked) {
     EXPECT_EQ(jobs->ReadPlan(key).status().code(), absl::StatusCode::kNotFound);  // recording
     jobs->Submit(key, Trace(), 0);
     jobs->Drain();
-    auto plan = jobs->ReadPlan(key);  // recorded here: checked by construction
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(EncodeKey(plan->plan.key()), EncodeKey(key));
-    EXPECT_EQ(plan->plan.budget_bytes(), 12 << 20);
+    auto plan = jobs->ReadPlan(key);          // recorded here: checked by construction
+    ASSERT_TRUE(plan.ok()) << plan.status();  // its stored message names this key (else DATA_LOSS, below)
+    EXPECT_EQ(plan->plan.budget_bytes, 12 << 20);
     EXPECT_EQ(plan->trace.ops, Trace().ops);
   }
   // After a restart the stored profile is ready but unchecked, then being checked, then followed.
@@ -148,6 +148,28 @@ TEST_F(ProfileJobsTest, TheHistoryWalksFromUnprofiledToReadyAndThePlanIsStoredBe
   autouvm::v1::Plan p;
   ASSERT_TRUE(p.ParseFromString(**plan));
   EXPECT_EQ(p.key().SerializeAsString(), key_.SerializeAsString());
+}
+
+// The plan is stored under its key and names the key it was made for; a value under one key that was
+// made for another (a store written by hand, a bad import) is damage: not followed, the key stale.
+TEST_F(ProfileJobsTest, AStoredPlanMadeForAnotherKeyIsNotFollowedAndItsKeyGoesStale) {
+  const auto key = DecodeKey(std::string(64, 'e'), 2, "h200-pcie5", 12 << 20, "autouvm");
+  const auto other = DecodeKey(std::string(64, 'e'), 4, "h200-pcie5", 12 << 20, "autouvm");
+  auto jobs = Jobs();
+  ASSERT_TRUE(jobs->ShouldRecord(key));
+  jobs->Submit(key, Trace(), 0);
+  jobs->Drain();
+  ASSERT_TRUE(jobs->ReadPlan(key).ok());
+  auto profile = repo_->Get(key);
+  ASSERT_TRUE(profile.ok() && profile->has_value()) << profile.status();
+  runtime::Plan plan;
+  plan.budget_bytes = 12 << 20;
+  ASSERT_TRUE(repo_->Put(**profile, runtime::ToProto(plan, other).SerializeAsString()).ok());
+  auto read = jobs->ReadPlan(key);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
+  EXPECT_NE(read.status().message().find("the stored plan was made for " + EncodeKey(other)), std::string::npos)
+      << read.status();
+  EXPECT_EQ(jobs->Status(key).state, ProfileState::kStale);
 }
 
 TEST_F(ProfileJobsTest, AProfileFromTheStoreIsVerifiedOnceAndAMismatchMakesItStale) {

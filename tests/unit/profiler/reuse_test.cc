@@ -114,7 +114,7 @@ TEST(AnalysisTest, AProfileCarriesItsKeyTraceClassesAndReuse) {
   const auto key = DecodeKey(std::string(64, 'c'), 1, "h200-pcie5", 0, "stock");
   const Analysis a = Analyze(key, t, *runtime::FindGpuSpec("h200-pcie5"), absl::FromUnixMillis(1234));
   const autouvm::v1::Profile& p = a.profile;
-  EXPECT_EQ(a.plan.pinned_size(), 0);  // stock plans nothing
+  EXPECT_EQ(std::ssize(a.plan.pinned), 0);  // stock plans nothing
   EXPECT_EQ(p.key().SerializeAsString(), key.SerializeAsString());
   EXPECT_EQ(p.trace().ops_size(), 3);
   EXPECT_EQ(p.ops_size(), 3);

@@ -92,14 +92,14 @@ TEST(ExecutorTest, WithoutStagingADecodeStepReadsWhatIsNotPinnedInPlace) {
   const AccessTrace t = DecodeLike(16, 64);
   const int64_t budget = 16 * 64 * kMiB / 2;
   Fixture f(t, Unstaged());
-  const autouvm::v1::Plan plan = PlanFor(t, budget, Unstaged());
-  EXPECT_FALSE(plan.staged());
-  EXPECT_GT(plan.remote_size(), 0);
-  EXPECT_EQ(plan.prefetches_size(), 0);
-  EXPECT_EQ(plan.window_bytes(), 0);
+  const runtime::Plan plan = PlanFor(t, budget, Unstaged());
+  EXPECT_FALSE(plan.staged);
+  EXPECT_GT(std::ssize(plan.remote), 0);
+  EXPECT_EQ(std::ssize(plan.prefetches), 0);
+  EXPECT_EQ(plan.window_bytes, 0);
   int64_t pinned_named = 0;  // the plan also pins the step's input, which has no range here
-  for (const std::string& id : plan.pinned()) pinned_named += f.ranges.count(id) ? f.ranges[id].bytes : 0;
-  EXPECT_EQ(plan.remote_bytes() + pinned_named, 16 * 64 * kMiB);
+  for (const std::string& id : plan.pinned) pinned_named += f.ranges.count(id) ? f.ranges[id].bytes : 0;
+  EXPECT_EQ(plan.remote_bytes + pinned_named, 16 * 64 * kMiB);
   Executor ex(f.sim.get(), plan, t, f.ranges);
   ASSERT_TRUE(ex.Prepare().ok());
   EXPECT_FALSE(ex.follows_ops());
@@ -112,17 +112,17 @@ TEST(ExecutorTest, WithoutStagingADecodeStepReadsWhatIsNotPinnedInPlace) {
   EXPECT_EQ(f.AllResident(), pinned_named);
   const UvmCounters moved = *f.sim->ReadCounters();
   EXPECT_EQ(moved.gpu_faults, 0);
-  EXPECT_GE(moved.remote_bytes, 2 * plan.remote_bytes());
+  EXPECT_GE(moved.remote_bytes, 2 * plan.remote_bytes);
 }
 
 TEST(ExecutorTest, StagedWeightsStreamThroughTheBudgetWithNothingMigratedAndComeBackOnRelease) {
   const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
   const int64_t budget = 16 * 64 * kMiB / 2;
   Fixture f(t);
-  const autouvm::v1::Plan plan = PlanFor(t, budget);
-  EXPECT_TRUE(plan.staged());
-  EXPECT_EQ(plan.remote_size(), 0);  // a staged copy overlaps compute; a remote read does not
-  ASSERT_GT(plan.prefetches_size(), 0);
+  const runtime::Plan plan = PlanFor(t, budget);
+  EXPECT_TRUE(plan.staged);
+  EXPECT_EQ(std::ssize(plan.remote), 0);  // a staged copy overlaps compute; a remote read does not
+  ASSERT_GT(std::ssize(plan.prefetches), 0);
   {
     Executor ex(f.sim.get(), plan, t, f.ranges);
     ASSERT_TRUE(ex.Prepare().ok());
@@ -132,21 +132,21 @@ TEST(ExecutorTest, StagedWeightsStreamThroughTheBudgetWithNothingMigratedAndCome
     // Every streamed byte came in as a staged copy, each iteration (and those of the next one issued
     // in the last); nothing faulted, migrated or went back.
     EXPECT_EQ(moved.h2d(MigrationCause::kStaged), ex.prefetched_bytes() - pinned_in);
-    EXPECT_GE(moved.h2d(MigrationCause::kStaged), 3 * plan.streamed_bytes());
+    EXPECT_GE(moved.h2d(MigrationCause::kStaged), 3 * plan.streamed_bytes);
     EXPECT_EQ(moved.h2d_total(), moved.h2d(MigrationCause::kStaged));
     EXPECT_EQ(moved.gpu_faults, 0);
     EXPECT_EQ(moved.d2h_total(), 0);
     EXPECT_EQ(moved.dropped_bytes, ex.evicted_bytes());
     EXPECT_GT(ex.evicted_bytes(), 0);
     // A staged range cannot be staged twice, nor brought in under another size.
-    const std::string streamed = plan.prefetches(0).tensors(0);
+    const std::string streamed = plan.prefetches[0].tensors[0];
     const TensorRange r = f.ranges[streamed];
     EXPECT_EQ(f.sim->StageOut(r.addr, r.bytes).code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(f.sim->StageIn(r.addr, r.bytes / 2, Stream::kCopy).code(), absl::StatusCode::kFailedPrecondition);
   }
   // The executor gone, its staged weights are managed memory again (on the host): nothing is left staged.
-  for (const autouvm::v1::Prefetch& p : plan.prefetches()) {
-    for (const std::string& id : p.tensors()) {
+  for (const runtime::Prefetch& p : plan.prefetches) {
+    for (const std::string& id : p.tensors) {
       const TensorRange r = f.ranges[id];
       EXPECT_EQ(f.sim->Unstage(r.addr, r.bytes, Location::kHost).code(), absl::StatusCode::kFailedPrecondition) << id;
       EXPECT_EQ(f.Resident(id), 0) << id;
@@ -186,14 +186,14 @@ class RecordingBinding final : public TensorBinding {
 TEST(ExecutorTest, StagedWeightsGoThroughOneDeviceBufferBoundForTheirOpsFasterThanIntoTheirOwnRanges) {
   const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
   const int64_t budget = 16 * 64 * kMiB / 2;
-  const autouvm::v1::Plan plan = PlanFor(t, budget);
-  ASSERT_TRUE(plan.staged());
-  ASSERT_TRUE(plan.device_buffer());
+  const runtime::Plan plan = PlanFor(t, budget);
+  ASSERT_TRUE(plan.staged);
+  ASSERT_TRUE(plan.device_buffer);
   std::set<std::string> streamed;
-  for (const autouvm::v1::Prefetch& p : plan.prefetches()) streamed.insert(p.tensors().begin(), p.tensors().end());
+  for (const runtime::Prefetch& p : plan.prefetches) streamed.insert(p.tensors.begin(), p.tensors.end());
   ASSERT_FALSE(streamed.empty());
 
-  auto run = [&](const autouvm::v1::Plan& followed, RecordingBinding* binding) {
+  auto run = [&](const runtime::Plan& followed, RecordingBinding* binding) {
     Fixture f(t);
     if (binding != nullptr) {
       for (const auto& [id, r] : f.ranges) binding->bytes_of[r.addr] = r.bytes;
@@ -201,7 +201,7 @@ TEST(ExecutorTest, StagedWeightsGoThroughOneDeviceBufferBoundForTheirOpsFasterTh
     Executor ex(f.sim.get(), followed, t, f.ranges);
     ex.set_binding(binding);
     EXPECT_TRUE(ex.Prepare().ok());
-    EXPECT_EQ(ex.uses_device_buffer(), followed.device_buffer());
+    EXPECT_EQ(ex.uses_device_buffer(), followed.device_buffer);
     const UvmCounters before = *f.sim->ReadCounters();
     const double start = f.sim->Elapsed();
     for (int iteration = 0; iteration < 3; ++iteration) {
@@ -220,7 +220,7 @@ TEST(ExecutorTest, StagedWeightsGoThroughOneDeviceBufferBoundForTheirOpsFasterTh
     }
     EXPECT_TRUE(f.sim->Synchronize().ok());
     const UvmCounters moved = *f.sim->ReadCounters() - before;
-    EXPECT_GE(moved.h2d(MigrationCause::kStaged), 3 * plan.streamed_bytes());
+    EXPECT_GE(moved.h2d(MigrationCause::kStaged), 3 * plan.streamed_bytes);
     EXPECT_EQ(moved.h2d_total(), moved.h2d(MigrationCause::kStaged));
     EXPECT_EQ(moved.gpu_faults, 0);
     EXPECT_EQ(moved.d2h_total(), 0);
@@ -231,10 +231,10 @@ TEST(ExecutorTest, StagedWeightsGoThroughOneDeviceBufferBoundForTheirOpsFasterTh
   const double buffered = run(plan, &binding);
   EXPECT_EQ(binding.error, "");
   EXPECT_GE(binding.binds, 3 * static_cast<int64_t>(streamed.size()));
-  EXPECT_LE(static_cast<int64_t>(binding.highest - binding.lowest), plan.window_bytes());  // one buffer
+  EXPECT_LE(static_cast<int64_t>(binding.highest - binding.lowest), plan.window_bytes);  // one buffer
   EXPECT_TRUE(binding.bound.empty());  // the executor gone, every tensor reads its own range again
-  autouvm::v1::Plan into_ranges = plan;
-  into_ranges.set_device_buffer(false);
+  runtime::Plan into_ranges = plan;
+  into_ranges.device_buffer = false;
   const double staged = run(into_ranges, nullptr);
   // The same copies without a populate before and a discard after each: faster.
   EXPECT_LT(buffered, 0.9 * staged) << buffered << " s against " << staged;
@@ -242,9 +242,9 @@ TEST(ExecutorTest, StagedWeightsGoThroughOneDeviceBufferBoundForTheirOpsFasterTh
 
 TEST(ExecutorTest, ADeviceBufferWithoutRoomForAnOpsWeightStopsTheFollowerSayingSo) {
   const AccessTrace t = testing::DecodeLikeTrace(8, 64, 1, /*elementwise=*/200);
-  autouvm::v1::Plan plan = PlanFor(t, 8 * 64 * kMiB / 2);
-  ASSERT_TRUE(plan.device_buffer());
-  plan.set_window_bytes(32 * kMiB);  // less than one 64 MiB weight
+  runtime::Plan plan = PlanFor(t, 8 * 64 * kMiB / 2);
+  ASSERT_TRUE(plan.device_buffer);
+  plan.window_bytes = 32 * kMiB;  // less than one 64 MiB weight
   Fixture f(t);
   Executor ex(f.sim.get(), plan, t, f.ranges);
   ASSERT_TRUE(ex.Prepare().ok());
@@ -265,8 +265,8 @@ TEST(ExecutorTest, APlanThatStagesFallsBackToReadMostlyStreamingOnABackendThatCa
   const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
   const int64_t budget = 16 * 64 * kMiB / 2;
   Fixture f(t, Unstaged());
-  const autouvm::v1::Plan plan = PlanFor(t, budget);  // made for a platform that stages
-  ASSERT_TRUE(plan.staged());
+  const runtime::Plan plan = PlanFor(t, budget);  // made for a platform that stages
+  ASSERT_TRUE(plan.staged);
   Executor ex(f.sim.get(), plan, t, f.ranges);
   ASSERT_TRUE(ex.Prepare().ok());
   EXPECT_FALSE(ex.stages());
@@ -289,29 +289,29 @@ TEST(ExecutorTest, WeightsThatDoNotFillWholeBlocksAreStagedOnlyThroughTheDeviceB
   // place what it does not pin (the simulator finds these small weights faster read in place).
   GpuSpec slow_remote = *FindGpuSpec("h200-pcie5");
   slow_remote.uvm.remote_bytes_per_s = slow_remote.uvm.remote_matrix_bytes_per_s = 1e9;
-  autouvm::v1::Plan plan = PlanFor(t, budget, slow_remote);
-  ASSERT_TRUE(plan.staged());
-  ASSERT_TRUE(plan.device_buffer());
+  runtime::Plan plan = PlanFor(t, budget, slow_remote);
+  ASSERT_TRUE(plan.staged);
+  ASSERT_TRUE(plan.device_buffer);
   {
     Fixture f(t);
     Executor ex(f.sim.get(), plan, t, f.ranges);
     ASSERT_TRUE(ex.Prepare().ok());
     EXPECT_TRUE(ex.uses_device_buffer());
     const UvmCounters moved = MovedWhileFollowing(f, t, ex, 2, budget);
-    EXPECT_GE(moved.h2d(MigrationCause::kStaged), 2 * plan.streamed_bytes());
+    EXPECT_GE(moved.h2d(MigrationCause::kStaged), 2 * plan.streamed_bytes);
     EXPECT_EQ(moved.h2d(MigrationCause::kUserPrefetch), 0);
     EXPECT_EQ(moved.gpu_faults, 0);
     ASSERT_TRUE(ex.Release().ok());
     EXPECT_EQ(ex.staged_bytes(), 0);
     // The kept copies are gone with the release; the ranges were never staged out.
-    const std::string streamed = plan.prefetches(0).tensors(0);
+    const std::string streamed = plan.prefetches[0].tensors[0];
     EXPECT_EQ(f.sim->Unstage(f.ranges[streamed].addr, f.ranges[streamed].bytes, Location::kHost).code(),
               absl::StatusCode::kFailedPrecondition);
   }
-  plan.set_device_buffer(false);
+  plan.device_buffer = false;
   Fixture f(t);
   // One of them left read-mostly on the device by someone before: its duplicate goes too.
-  const std::string duplicated = plan.prefetches(0).tensors(0);
+  const std::string duplicated = plan.prefetches[0].tensors[0];
   const TensorRange w = f.ranges[duplicated];
   ASSERT_TRUE(f.sim->Advise(w.addr, w.bytes, Advice::kReadMostly, true, Location::kDevice).ok());
   ASSERT_TRUE(f.sim->Prefetch(w.addr, w.bytes, Location::kDevice, Stream::kCopy).ok());
@@ -321,13 +321,13 @@ TEST(ExecutorTest, WeightsThatDoNotFillWholeBlocksAreStagedOnlyThroughTheDeviceB
   ASSERT_TRUE(ex.Prepare().ok());
   EXPECT_EQ(f.Resident(duplicated), 0);
   EXPECT_FALSE(ex.uses_device_buffer());
-  EXPECT_EQ(ex.in_place_bytes(), plan.streamed_bytes());
+  EXPECT_EQ(ex.in_place_bytes(), plan.streamed_bytes);
   // Within the budget after every op by the simulated driver's own count (RunWithin): a read-mostly
   // copy would have stayed on the device after its "eviction", as it does on the H200.
   const UvmCounters moved = MovedWhileFollowing(f, t, ex, 2, budget);
   EXPECT_EQ(moved.h2d(MigrationCause::kStaged), 0);
   EXPECT_EQ(moved.h2d(MigrationCause::kUserPrefetch), 0);
-  EXPECT_GE(moved.remote_bytes, 2 * plan.streamed_bytes());
+  EXPECT_GE(moved.remote_bytes, 2 * plan.streamed_bytes);
   EXPECT_EQ(moved.gpu_faults, 0);
   EXPECT_EQ(f.Resident(duplicated), 0);
 }
@@ -337,14 +337,13 @@ TEST(ExecutorTest, WeightsThatDoNotFillWholeBlocksAreStagedOnlyThroughTheDeviceB
 TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCopiesAndMakesNoNewCopies) {
   const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
   const int64_t named = 16 * 64 * kMiB;
-  const autouvm::v1::Plan a = PlanFor(t, named / 2), b = PlanFor(t, named * 3 / 4);
-  ASSERT_TRUE(a.staged());
-  ASSERT_TRUE(b.staged());
-  const std::set<std::string> pinned_a(a.pinned().begin(), a.pinned().end()),
-      pinned_b(b.pinned().begin(), b.pinned().end());
+  const runtime::Plan a = PlanFor(t, named / 2), b = PlanFor(t, named * 3 / 4);
+  ASSERT_TRUE(a.staged);
+  ASSERT_TRUE(b.staged);
+  const std::set<std::string> pinned_a(a.pinned.begin(), a.pinned.end()), pinned_b(b.pinned.begin(), b.pinned.end());
   std::set<std::string> staged_a, staged_b;
-  for (const autouvm::v1::Prefetch& p : a.prefetches()) staged_a.insert(p.tensors().begin(), p.tensors().end());
-  for (const autouvm::v1::Prefetch& p : b.prefetches()) staged_b.insert(p.tensors().begin(), p.tensors().end());
+  for (const runtime::Prefetch& p : a.prefetches) staged_a.insert(p.tensors.begin(), p.tensors.end());
+  for (const runtime::Prefetch& p : b.prefetches) staged_b.insert(p.tensors.begin(), p.tensors.end());
   std::vector<std::string> a_stages_b_pins, b_stages_a_pins;
   for (const std::string& id : staged_a) {
     if (pinned_b.count(id)) a_stages_b_pins.push_back(id);
@@ -356,11 +355,11 @@ TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCo
   ASSERT_FALSE(b_stages_a_pins.empty());
   const std::string one_of_b = *staged_b.begin();
   Fixture f(t);
-  auto follow = [&](const autouvm::v1::Plan& plan) {
+  auto follow = [&](const runtime::Plan& plan) {
     auto ex = std::make_unique<Executor>(f.sim.get(), plan, t, f.ranges);
     EXPECT_TRUE(ex->Prepare().ok());
     // Every op finds its weights: nothing faults in the steady iteration, within the plan's budget.
-    const UvmCounters moved = MovedWhileFollowing(f, t, *ex, 2, plan.budget_bytes());
+    const UvmCounters moved = MovedWhileFollowing(f, t, *ex, 2, plan.budget_bytes);
     EXPECT_EQ(moved.gpu_faults, 0);
     return ex;
   };
@@ -385,13 +384,13 @@ TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCo
   EXPECT_GE(prepared.h2d(MigrationCause::kStaged), handed_bytes);
   EXPECT_EQ(f.sim->put_back_bytes(), 0);  // nothing went through managed memory on the host
   EXPECT_EQ(prepared.d2h_total(), 0);
-  EXPECT_EQ(MovedWhileFollowing(f, t, *ex, 2, b.budget_bytes()).gpu_faults, 0);
+  EXPECT_EQ(MovedWhileFollowing(f, t, *ex, 2, b.budget_bytes).gpu_faults, 0);
   const int64_t filled_by_b = f.sim->host_copies_filled_bytes();
   EXPECT_GT(filled_by_b, filled_by_a);  // what only B stages was copied out once
   ASSERT_TRUE(ex->Release(Executor::Staged::kKeepStaged).ok());
   ex.reset();
   // Back to A and to B again: every weight either plan stages has a host copy already.
-  for (const autouvm::v1::Plan* plan : {&a, &b}) {
+  for (const runtime::Plan* plan : {&a, &b}) {
     ex = follow(*plan);
     ASSERT_TRUE(ex->Release(Executor::Staged::kKeepStaged).ok());
     ex.reset();
@@ -424,9 +423,9 @@ TEST(ExecutorTest, APaperPlanUnderAnEmulatedDriverStaysWithinTheBudgetAndEvictsN
   const int64_t budget = 4 * 16 * kMiB;
   Fixture f(t);
   const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", budget, "paper");
-  const autouvm::v1::Plan plan = profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
-  ASSERT_TRUE(plan.driver_evicts());
-  ASSERT_GT(plan.prefetches_size(), 0);
+  const runtime::Plan plan = profiler::Analyze(key, t, *FindGpuSpec("h200-pcie5"), absl::Now()).plan;
+  ASSERT_TRUE(plan.driver_evicts);
+  ASSERT_GT(std::ssize(plan.prefetches), 0);
   DriverEviction ev(f.sim.get(), t, f.ranges, budget);
   Executor ex(f.sim.get(), plan, t, f.ranges);
   ex.set_driver_eviction(&ev);

@@ -100,14 +100,14 @@ TEST(RuntimeMonitorTest, ARemoteWeightFoundOnTheDeviceRunsAtHbmSpeed) {
   Fixture f(t, Unstaged());
   const auto key = profiler::DecodeKey("test", 1, "h200-pcie5", budget, "autouvm");
   const profiler::Analysis a = profiler::Analyze(key, t, f.sim->spec(), absl::Now());
-  ASSERT_GT(a.plan.remote_size(), 0);
+  ASSERT_GT(std::ssize(a.plan.remote), 0);
   Executor ex(f.sim.get(), a.plan, t, f.ranges);
   ASSERT_TRUE(ex.Prepare().ok());
   ASSERT_TRUE(f.sim->Synchronize().ok());
   RuntimeMonitor monitor(t, a.profile, a.plan, f.sim->spec(), {});
   EXPECT_THAT(monitor.Observe(TimedIteration(f, t)), ::testing::IsEmpty());  // remote reads as planned
 
-  const std::string remote = a.plan.remote(0);
+  const std::string remote = a.plan.remote[0];
   const TensorRange r = f.ranges[remote];
   DeviceBackend* gpu = f.sim.get();  // the interface (its default arguments)
   ASSERT_TRUE(gpu->Advise(r.addr, r.bytes, Advice::kPreferredLocation, false).ok());

@@ -93,13 +93,13 @@ TEST(TraceReplayTest, ActivationBlocksAreReusedAfterTheirLastUse) {
 }
 
 // The profiler's plan for the trace and a capacity, as autouvm-sim makes it.
-std::function<autouvm::v1::Plan(int64_t)> ProfilerPlan(const AccessTrace& t, const GpuSpec& spec) {
+std::function<runtime::Plan(int64_t)> ProfilerPlan(const AccessTrace& t, const GpuSpec& spec) {
   return [t, spec](int64_t device_bytes) {
     const auto key = profiler::DecodeKey("test", 1, spec.name, device_bytes, "autouvm");
     return profiler::Analyze(key, t, spec, absl::Now()).plan;
   };
 }
-std::function<autouvm::v1::Plan(int64_t)> ProfilerPlan(const AccessTrace& t) { return ProfilerPlan(t, H200()); }
+std::function<runtime::Plan(int64_t)> ProfilerPlan(const AccessTrace& t) { return ProfilerPlan(t, H200()); }
 
 GpuSpec Unstaged() {  // a platform that cannot stage weights (CUDA before 13)
   GpuSpec s = H200();
@@ -133,9 +133,9 @@ TEST(TraceReplayTest, FollowingThePlanStagesWhatIsNotPinnedWithoutFaultsAndBeats
 
 TEST(TraceReplayTest, WhereNothingHidesTheCopiesThePlanReadsInPlaceRatherThanGiveUpPinnedRoomForAWindow) {
   const AccessTrace t = DecodeLike(16, 64);  // a product per weight and nothing else
-  const autouvm::v1::Plan plan = ProfilerPlan(t)(16 * 64 * (int64_t{1} << 20) * 2 / 3);
-  EXPECT_FALSE(plan.staged());
-  EXPECT_GT(plan.remote_size(), 0);
+  const runtime::Plan plan = ProfilerPlan(t)(16 * 64 * (int64_t{1} << 20) * 2 / 3);
+  EXPECT_FALSE(plan.staged);
+  EXPECT_GT(std::ssize(plan.remote), 0);
 }
 
 TEST(TraceReplayTest, WithoutStagingFollowingThePlanReadsInPlaceWithoutFaultsAndBeatsStock) {
