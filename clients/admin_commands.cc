@@ -66,6 +66,8 @@ void PrintStatus(const ModelStatus& status) {
   line("kv_cache_bytes", status.kv_cache_bytes());
   line("decode_steps_total", status.decode_steps_total());
   line("decode_rows_total", status.decode_rows_total());
+  line("prefill_passes_total", status.prefill_passes_total());
+  line("prefill_rows_total", status.prefill_rows_total());
   line("model_digest", status.model_digest());
   line("policy", status.policy());
   line("device_budget_bytes", status.device_budget_bytes());

@@ -3,9 +3,11 @@
 #include <ATen/Parallel.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "engine/generated_weights.h"
 #include "engine/torch_dtype.h"
 #include "runtime/storage_binding.h"
@@ -48,12 +50,18 @@ struct ModelRunner::Impl {
   }
   torch::Tensor On(const torch::Tensor& t) const { return t.to(torch_device); }
 
-  // Runs forward over tokens [B, T] for `slots` starting at `start_pos`; returns logits [B, T, V] on the host.
-  torch::Tensor Forward(const torch::Tensor& tokens, const torch::Tensor& slots, const torch::Tensor& start_pos) {
+  // Runs forward over tokens [B, T] for `slots` starting at `start_pos`; returns logits [B, T, V] on the host,
+  // or, given `last` ([B]: a position in 0..T-1 per row), each row's logits at it ([B, V]).
+  torch::Tensor Forward(const torch::Tensor& tokens, const torch::Tensor& slots, const torch::Tensor& start_pos,
+                        const torch::Tensor* last = nullptr) {
     torch::NoGradGuard no_grad;
     auto on = Enter();
     std::vector<torch::jit::IValue> inputs{On(tokens), On(slots), On(start_pos), k_cache, v_cache};
-    return module.forward(inputs).toTensor().to(torch::kCPU);
+    torch::Tensor logits = module.forward(inputs).toTensor();
+    if (last != nullptr) {
+      logits = logits.index({torch::arange(tokens.size(0), logits.options().dtype(torch::kLong)), On(*last)});
+    }
+    return logits.to(torch::kCPU);
   }
 };
 
@@ -178,12 +186,62 @@ absl::StatusOr<std::vector<float>> ModelRunner::ForwardAll(int32_t slot, absl::S
   }
 }
 
+// Note [Padded prefill rows]: the prompts of one prefill pass are laid out as one [rows, longest] tensor,
+// each padded at its end. A padding token takes a position after its row's prompt and writes the slot's
+// cache there; nothing reads it: attention masks every key past the query's position (llama_module.cc),
+// so the row's own tokens never see it, and the row's next token is written at that position before any
+// query reaches it. Each row's logits are taken at its own last token.
+absl::Status ModelRunner::Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) {
+  if (rows.empty()) return absl::InvalidArgumentError("no prefill rows");
+  int64_t longest = 0;
+  std::vector<bool> used(static_cast<size_t>(max_batch_), false);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PrefillRow& r = rows[i];
+    if (r.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("prefill row ", i, ": no tokens"));
+    if (r.slot < 0 || r.slot >= max_batch_) {
+      return absl::OutOfRangeError(absl::StrCat("prefill row ", i, ": slot ", r.slot, " out of range"));
+    }
+    if (used[static_cast<size_t>(r.slot)]) {
+      return absl::InvalidArgumentError(absl::StrCat("prefill row ", i, ": slot ", r.slot, " given twice"));
+    }
+    used[static_cast<size_t>(r.slot)] = true;
+    longest = std::max(longest, static_cast<int64_t>(r.tokens.size()));
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  auto tokens = torch::zeros({n, longest}, torch::kLong);
+  auto slots = torch::empty({n}, torch::kLong);
+  auto start = torch::empty({n}, torch::kLong);
+  auto last = torch::empty({n}, torch::kLong);
+  int64_t* sp = slots.data_ptr<int64_t>();
+  int64_t* st = start.data_ptr<int64_t>();
+  int64_t* lp = last.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const PrefillRow& r = rows[static_cast<size_t>(i)];
+    if (r.start_pos < 0 || r.start_pos + longest > config_.max_seq) {
+      return absl::OutOfRangeError(absl::StrCat("prefill row ", i, ": positions ", r.start_pos, "..",
+                                                r.start_pos + longest - 1,
+                                                " (padded to the longest row) beyond max_seq ", config_.max_seq));
+    }
+    int64_t* tp = tokens[i].data_ptr<int64_t>();
+    for (size_t k = 0; k < r.tokens.size(); ++k) tp[k] = r.tokens[k];
+    sp[i] = r.slot;
+    st[i] = r.start_pos;
+    lp[i] = static_cast<int64_t>(r.tokens.size()) - 1;
+  }
+  try {
+    *logits = ToVector(impl_->Forward(tokens, slots, start, &last));
+  } catch (const std::exception& e) {
+    return TorchError("prefill", e);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<float>> ModelRunner::Prefill(int32_t slot, absl::Span<const int32_t> tokens,
                                                         int64_t start_pos) {
-  auto all = ForwardAll(slot, tokens, start_pos);
-  if (!all.ok()) return all.status();
-  const size_t v = static_cast<size_t>(config_.vocab_size);
-  return std::vector<float>(all->end() - v, all->end());
+  std::vector<float> logits;
+  const PrefillRow row{slot, tokens, start_pos};
+  RETURN_IF_ERROR(Prefill(absl::MakeConstSpan(&row, 1), &logits));
+  return logits;
 }
 
 absl::Status ModelRunner::Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) {

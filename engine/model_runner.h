@@ -3,6 +3,7 @@
 //
 //   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8, device));
 //   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
+//   RETURN_IF_ERROR(runner->Prefill({{slot, prompt, 0}, ...}, &logits));  // several prompts in one pass
 //   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
 //
 // On a CUDA ComputeDevice the weights (generated ones made on the GPU), the caches and every activation
@@ -39,8 +40,9 @@ class ModelRunner final : public StepRunner {
   ~ModelRunner() override;
 
   // StepRunner (engine/step_runner.h).
-  absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens,
-                                             int64_t start_pos = 0) override;
+  absl::Status Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) override;
+  // One prompt: its last position's logits.
+  absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos = 0);
   absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) override;
   int max_batch() const override { return max_batch_; }
   int64_t vocab_size() const override { return config_.vocab_size; }

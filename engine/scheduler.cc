@@ -14,7 +14,8 @@ Scheduler::Scheduler(StepRunner* runner, const tokenizer::Tokenizer* tokenizer, 
       policy_({.slots = std::min(options.max_batch, runner->max_batch()),
                .vocab_size = runner->vocab_size(),
                .max_seq = runner->max_seq(),
-               .bos_id = runner->bos_id()},
+               .bos_id = runner->bos_id(),
+               .prefill_tokens = options.prefill_tokens},
               tokenizer) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -54,6 +55,12 @@ SchedulerStats Scheduler::Stats() const {
   s.tokens_generated_total = c.tokens_generated.load(std::memory_order_relaxed);
   s.decode_steps_total = c.decode_steps.load(std::memory_order_relaxed);
   s.batched_rows_total = c.batched_rows.load(std::memory_order_relaxed);
+  s.prefill_passes_total = c.prefill_passes.load(std::memory_order_relaxed);
+  s.prefill_rows_total = c.prefill_rows.load(std::memory_order_relaxed);
+  s.prefill_tokens_total = c.prefill_tokens.load(std::memory_order_relaxed);
+  s.idle_passes_total = c.idle_passes.load(std::memory_order_relaxed);
+  s.prompt_tokens_waiting = c.prompt_tokens_waiting.load(std::memory_order_relaxed);
+  for (const auto& q : queue_) s.prompt_tokens_waiting += static_cast<int64_t>(q->params.prompt.size());
   return s;
 }
 
@@ -66,9 +73,6 @@ absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_
   if (phase == IterationPhase::kPrefill && (prompt_len < 1 || prompt_len >= runner_->max_seq())) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt length ", prompt_len, " is not within 1..", runner_->max_seq() - 1));
-  }
-  if (phase == IterationPhase::kPrefill && batch != 1) {
-    return absl::InvalidArgumentError("prefill runs one request at a time: batch must be 1");
   }
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
@@ -124,14 +128,15 @@ void Scheduler::Loop() {
 void Scheduler::Run(const StepPlan& plan) {
   StepResult result;
   result.logits = &logits_;
-  // A decode step writes its rows' cache positions and nothing else, and a prefill its slot's from 0:
+  // A decode step writes its rows' cache positions and nothing else, and a prefill its slots' from 0:
   // running either again is safe.
   for (int attempt = 0;; ++attempt) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
     if (plan.phase == IterationPhase::kPrefill) {
-      absl::StatusOr<std::vector<float>> logits = runner_->Prefill(plan.slot, plan.tokens, 0);
-      result.status = logits.status();
-      if (logits.ok()) logits_ = std::move(*logits);
+      std::vector<StepRunner::PrefillRow> rows;
+      rows.reserve(plan.prompts.size());
+      for (const StepPlan::Prompt& p : plan.prompts) rows.push_back({p.slot, p.tokens, 0});
+      result.status = runner_->Prefill(rows, &logits_);
     } else {
       result.status = runner_->Decode(plan.rows, &logits_);
     }

@@ -34,6 +34,7 @@ namespace autouvm::engine {
 struct SchedulerOptions {
   int max_batch = 8;                // KV-cache slots = most requests generating at once
   int max_queue = 64;               // requests waiting for a slot before Submit says RESOURCE_EXHAUSTED
+  int64_t prefill_tokens = 2048;    // most tokens in one prefill pass (PolicyOptions::prefill_tokens)
   IterationHooks* hooks = nullptr;  // must outlive the scheduler
 };
 
@@ -44,6 +45,11 @@ struct SchedulerStats {
   uint64_t tokens_generated_total = 0;
   uint64_t decode_steps_total = 0;
   uint64_t batched_rows_total = 0;  // sum over decode steps of the rows in the step
+  uint64_t prefill_passes_total = 0;
+  uint64_t prefill_rows_total = 0;    // sum over prefill passes of the prompts in the pass
+  uint64_t prefill_tokens_total = 0;  // sum over prefill passes of the tokens computed (padding included)
+  uint64_t idle_passes_total = 0;     // passes with no request (RunIdleIteration)
+  int64_t prompt_tokens_waiting = 0;  // prompt tokens of the requests queued or admitted, not prefilled yet
 };
 
 class Scheduler {

@@ -27,20 +27,35 @@ void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Ti
     s->slot = free_slots_.back();
     free_slots_.pop_back();
     to_prefill_.push_back(s.get());
+    counters_.prompt_tokens_waiting += static_cast<int64_t>(s->params.prompt.size());
     active_.push_back(std::move(s));
   }
 }
 
+int64_t StepPlan::prompt_len() const {
+  size_t longest = 0;
+  for (const Prompt& p : prompts) longest = std::max(longest, p.tokens.size());
+  return static_cast<int64_t>(longest);
+}
+
 std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
+  StepPlan prefill{.kind = StepPlan::Kind::kPrefill, .phase = IterationPhase::kPrefill};
+  size_t longest = 0;
   while (!to_prefill_.empty()) {
     Sequence* s = to_prefill_.front();
+    const size_t len = s->params.prompt.size();
+    const size_t rows = prefill.prompts.size() + 1;
+    if (!prefill.prompts.empty() && static_cast<int64_t>(rows * std::max(longest, len)) > options_.prefill_tokens) {
+      break;  // the next pass's
+    }
     to_prefill_.pop_front();
+    counters_.prompt_tokens_waiting -= static_cast<int64_t>(len);
     if (CheckStopConditions(s, now)) continue;
-    StepPlan plan{.kind = StepPlan::Kind::kPrefill, .phase = IterationPhase::kPrefill, .slot = s->slot};
-    plan.tokens = s->params.prompt;
-    plan.sequences = {s};
-    return plan;
+    longest = std::max(longest, len);
+    prefill.prompts.push_back({s->slot, s->params.prompt});
+    prefill.sequences.push_back(s);
   }
+  if (!prefill.prompts.empty()) return prefill;
   RetireFinished();
   if (idle_fits()) {
     const IdleIteration it = idle_.front();
@@ -67,29 +82,32 @@ std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
 StepPlan StepPolicy::IdlePlan(const IdleIteration& it) const {
   const int32_t bos = static_cast<int32_t>(std::max<int64_t>(options_.bos_id, 0));
   StepPlan plan{.kind = StepPlan::Kind::kIdle, .phase = it.phase};
-  if (it.phase == IterationPhase::kPrefill) {
-    plan.slot = free_slots_.back();
-    plan.tokens.assign(static_cast<size_t>(it.prompt_len), bos);
-    return plan;
+  for (int i = 0; i < it.batch; ++i) {
+    const int32_t slot = free_slots_[free_slots_.size() - 1 - i];
+    if (it.phase == IterationPhase::kPrefill) {
+      plan.prompts.push_back({slot, std::vector<int32_t>(static_cast<size_t>(it.prompt_len), bos)});
+    } else {
+      plan.rows.push_back({slot, bos, 0});
+    }
   }
-  for (int i = 0; i < it.batch; ++i) plan.rows.push_back({free_slots_[free_slots_.size() - 1 - i], bos, 0});
   return plan;
 }
 
 void StepPolicy::Update(const StepPlan& plan, const StepResult& result, absl::Time now) {
   switch (plan.kind) {
     case StepPlan::Kind::kIdle:
+      ++counters_.idle_passes;
       return;  // output dropped; a failure shows in the profile state
     case StepPlan::Kind::kPrefill:
-      if (!result.status.ok()) {
-        Finish(plan.sequences[0], result.status, FinishReason::kStop, now);
-      } else {
-        Advance(plan.sequences[0], result.logits->data(), now);
-      }
-      return;
     case StepPlan::Kind::kDecode: {
-      ++counters_.decode_steps;
-      counters_.batched_rows += plan.rows.size();
+      if (plan.kind == StepPlan::Kind::kPrefill) {
+        ++counters_.prefill_passes;
+        counters_.prefill_rows += plan.prompts.size();
+        counters_.prefill_tokens += static_cast<uint64_t>(plan.tokens());
+      } else {
+        ++counters_.decode_steps;
+        counters_.batched_rows += plan.rows.size();
+      }
       const size_t vocab = static_cast<size_t>(options_.vocab_size);
       for (size_t i = 0; i < plan.sequences.size(); ++i) {
         if (!result.status.ok()) {
@@ -107,6 +125,7 @@ void StepPolicy::FinishAll(const absl::Status& status, std::vector<std::unique_p
   for (auto& s : active_) Finish(s.get(), status, FinishReason::kCancelled, now);
   for (auto& s : queued) Finish(s.get(), status, FinishReason::kCancelled, now);
   to_prefill_.clear();
+  counters_.prompt_tokens_waiting = 0;
   RetireFinished();
 }
 

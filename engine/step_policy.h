@@ -5,7 +5,9 @@
 //
 // A round: the loop Admits the queued requests that fit the free KV-cache slots, then asks Schedule
 // for the round's passes one by one until it says the round is over —
-//   1. each admitted request's prefill, in admission order, into its slot (one pass each);
+//   1. the admitted requests' prefills, in admission order, each into its slot: as many prompts in one
+//      pass as its token budget holds (rows × the longest prompt: `prefill_tokens`), so requests arriving
+//      together share one weight sweep; a prompt above the budget runs alone;
 //   2. idle iterations (no request: Reprofile's `now`) whose batch fits the slots free by then;
 //   3. one decode step over every running sequence (continuous batching: a request joins the decode
 //      step of the round it was prefilled in, and leaves it when it finishes, freeing its slot).
@@ -62,20 +64,26 @@ struct IdleIteration {
 };
 
 struct StepPlan {
+  struct Prompt {
+    int32_t slot;
+    std::vector<int32_t> tokens;
+  };
   enum class Kind { kPrefill, kDecode, kIdle };
   Kind kind = Kind::kDecode;
   IterationPhase phase = IterationPhase::kDecode;
-  int32_t slot = -1;                        // a prefill's
-  std::vector<int32_t> tokens;              // a prefill's prompt
+  std::vector<Prompt> prompts;              // a prefill's, one per sequence in `sequences`
   std::vector<StepRunner::DecodeRow> rows;  // a decode step's, one per sequence in `sequences`
   std::vector<Sequence*> sequences;         // whose pass it is (none for an idle iteration)
-  int batch() const { return phase == IterationPhase::kPrefill ? 1 : static_cast<int>(rows.size()); }
-  int64_t prompt_len() const { return phase == IterationPhase::kPrefill ? static_cast<int64_t>(tokens.size()) : 0; }
+  int batch() const { return static_cast<int>(phase == IterationPhase::kPrefill ? prompts.size() : rows.size()); }
+  // A prefill's longest prompt: the length its rows are padded to.
+  int64_t prompt_len() const;
+  // Tokens the pass computes, padding included.
+  int64_t tokens() const { return phase == IterationPhase::kPrefill ? batch() * prompt_len() : batch(); }
 };
 
 struct StepResult {
   absl::Status status;
-  std::vector<float>* logits = nullptr;  // a prefill's last position, or a decode's rows × vocab
+  std::vector<float>* logits = nullptr;  // rows × vocab: each prompt's last position, or each decode row's
 };
 
 struct PolicyOptions {
@@ -83,6 +91,9 @@ struct PolicyOptions {
   int64_t vocab_size = 0;
   int64_t max_seq = 0;
   int64_t bos_id = -1;
+  // The most tokens one prefill pass computes, rows × the longest prompt (padding included). A prompt
+  // longer than this runs alone.
+  int64_t prefill_tokens = 2048;
 };
 
 // Counted before the sinks hear of what is counted, so that a client that saw its last token reads
@@ -91,6 +102,11 @@ struct PolicyCounters {
   std::atomic<uint64_t> tokens_generated{0};
   std::atomic<uint64_t> decode_steps{0};
   std::atomic<uint64_t> batched_rows{0};  // over decode steps, the rows in each
+  std::atomic<uint64_t> prefill_passes{0};
+  std::atomic<uint64_t> prefill_rows{0};    // over prefill passes, the prompts in each
+  std::atomic<uint64_t> prefill_tokens{0};  // over prefill passes, the tokens computed (padding included)
+  std::atomic<uint64_t> idle_passes{0};
+  std::atomic<int64_t> prompt_tokens_waiting{0};  // a gauge: of the admitted requests not prefilled yet
 };
 
 class StepPolicy {
@@ -106,7 +122,7 @@ class StepPolicy {
   // Sequences taken from the queue (at most free_slots()): each gets a slot and its prefill this round.
   void Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now);
   // An idle iteration to run once its batch fits the free slots (checked by the caller: batch within
-  // 1..slots, a prefill's of batch 1 and prompt within max_seq).
+  // 1..slots, a prefill's prompt within max_seq).
   void QueueIdle(const IdleIteration& it) { idle_.push_back(it); }
   bool idle_fits() const { return !idle_.empty() && idle_.front().batch <= free_slots(); }
 

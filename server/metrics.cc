@@ -123,6 +123,13 @@ std::string Metrics::Scrape() const {
   using T = MetricType;
   auto* running = s.Family("autouvm_requests_running", "Requests generating now (in the model's batch)", T::Gauge);
   auto* waiting = s.Family("autouvm_requests_waiting", "Requests queued for a slot", T::Gauge);
+  auto* passes =
+      s.Family("autouvm_forward_passes_total", "Forward passes run, by kind (prefill, decode, idle)", T::Counter);
+  auto* pass_tokens = s.Family(
+      "autouvm_forward_pass_tokens_total",
+      "Tokens the forward passes computed, by kind (a prefill's padding included; a decode's rows)", T::Counter);
+  auto* prompts_waiting = s.Family("autouvm_prefill_tokens_waiting",
+                                   "Prompt tokens of the requests queued or admitted, not prefilled yet", T::Gauge);
   auto* budget = s.Family("autouvm_device_budget_bytes",
                           "The model's device budget (model_defaults / models.<name>.device_budget)", T::Gauge);
   auto* followed = s.Family("autouvm_plan_iterations_total",
@@ -163,6 +170,12 @@ std::string Metrics::Scrape() const {
     const engine::SchedulerStats st = m.scheduler->Stats();
     Snapshot::Add(running, model, st.active);
     Snapshot::Add(waiting, model, st.queued);
+    Snapshot::Add(passes, {{"model", m.name}, {"kind", "prefill"}}, st.prefill_passes_total);
+    Snapshot::Add(passes, {{"model", m.name}, {"kind", "decode"}}, st.decode_steps_total);
+    Snapshot::Add(passes, {{"model", m.name}, {"kind", "idle"}}, st.idle_passes_total);
+    Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "prefill"}}, st.prefill_tokens_total);
+    Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "decode"}}, st.batched_rows_total);
+    Snapshot::Add(prompts_waiting, model, st.prompt_tokens_waiting);
     if (m.session != nullptr) Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);
     if (m.execution == nullptr) continue;
     const profiler::ExecutionStats e = m.execution->stats();

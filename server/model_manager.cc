@@ -96,6 +96,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   engine::SchedulerOptions options;
   options.max_batch = static_cast<int>(m->settings.max_batch);
   options.max_queue = static_cast<int>(m->settings.max_queue);
+  options.prefill_tokens = m->settings.max_prefill_tokens;
   if (profiling_.jobs != nullptr) {
     const std::vector<runtime::NamedTensor> named = m->runner->NamedTensors();
     std::unique_ptr<profiler::ModelExecution> execution;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -57,6 +58,41 @@ nlohmann::json RunBench(const DaemonProcess& d, double seconds) {
   nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
   EXPECT_FALSE(j.is_discarded()) << out << err;
   return j;
+}
+
+autouvm::v1::ModelStatus Status(DaemonProcess& d) {
+  grpc::ClientContext ctx;
+  autouvm::v1::GetModelStatusRequest req;
+  req.set_model("tiny-llama");
+  autouvm::v1::ModelStatus status;
+  EXPECT_TRUE(d.admin()->GetModelStatus(&ctx, req, &status).ok());
+  return status;
+}
+
+// Requests arriving together share their prefill passes: 16 requests of 32 tokens started at once by one
+// client finish in at most 40 forward passes (one at a time they would take 16 prefills and 31 decode
+// steps at least: 47).
+TEST(LoadE2E, SixteenRequestsStartedAtOnceFinishInFortyForwardPassesOrFewer) {
+  DaemonProcess d({.config_yaml = "models: {tiny-llama: {max_batch: 16}}\n"});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  const autouvm::v1::ModelStatus before = Status(d);
+  std::string out, err;
+  const int code = RunCommand({AUTOUVM_CLI_PATH, "--addr", d.address(), "--timeout", "120", "bench", "--model",
+                               "tiny-llama", "--concurrency", "16", "--requests", "16", "--max-tokens", "32", "--json"},
+                              &out, &err, 180);
+  ASSERT_EQ(code, 0) << out << err;
+  const nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["completed"], 16) << out;
+  const autouvm::v1::ModelStatus after = Status(d);
+  const uint64_t prefills = after.prefill_passes_total() - before.prefill_passes_total();
+  const uint64_t decodes = after.decode_steps_total() - before.decode_steps_total();
+  EXPECT_EQ(after.prefill_rows_total() - before.prefill_rows_total(), 16u);
+  EXPECT_EQ(after.decode_rows_total() - before.decode_rows_total(), 16u * 31);
+  EXPECT_LE(prefills + decodes, 40u) << prefills << " prefill passes, " << decodes << " decode steps";
+  std::printf("16 requests at once: %llu prefill passes, %llu decode steps\n",
+              static_cast<unsigned long long>(prefills), static_cast<unsigned long long>(decodes));
 }
 
 TEST(LoadE2E, ThirtyTwoStreamsWithCancellationsForMinutesEndEveryStreamAndKeepMemoryBounded) {

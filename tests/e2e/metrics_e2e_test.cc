@@ -79,6 +79,15 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   EXPECT_EQ(prom.Sum("autouvm_generation_tokens_total" + m), 18);
   EXPECT_EQ(prom.Sum("autouvm_time_to_first_token_seconds_count" + m), 3);
   EXPECT_EQ(prom.Sum("autouvm_inter_token_latency_seconds_count" + m), 15);  // 5 gaps per 6-token request
+  // One after another: a prefill pass each (its prompt, unpadded) and a decode pass per later token.
+  const std::string passes = "autouvm_forward_passes_total{model=\"tiny-llama\",kind=";
+  const std::string pass_tokens = "autouvm_forward_pass_tokens_total{model=\"tiny-llama\",kind=";
+  EXPECT_EQ(prom.Sum(passes + "\"prefill\"}"), 3);
+  EXPECT_EQ(prom.Sum(passes + "\"decode\"}"), 15);
+  EXPECT_EQ(prom.Sum(passes + "\"idle\"}"), 0);
+  EXPECT_EQ(prom.Sum(pass_tokens + "\"prefill\"}"), prom.Sum("autouvm_prompt_tokens_total" + m));
+  EXPECT_EQ(prom.Sum(pass_tokens + "\"decode\"}"), 15);
+  EXPECT_EQ(prom.Sum("autouvm_prefill_tokens_waiting" + m), 0);
 
   // Every metric of docs/metrics.md is a series, labelled by model where it belongs to one.
   for (const std::string name : {"autouvm_prompt_tokens_total",

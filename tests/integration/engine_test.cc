@@ -112,6 +112,52 @@ TEST_F(EngineTest, BatchedDecodeMatchesEachSequenceAlone) {
   }
 }
 
+// Note [Padded prefill rows]: prompts of different lengths in one pass, each padded to the longest, give
+// each row's last logits as its full forward does, and the decode step after it reads only what each
+// row's own prompt wrote.
+TEST_F(EngineTest, PromptsPrefilledTogetherMatchTheirFullForwardAndDecodeOnFromThere) {
+  const engine::ModelConfig c = SmallConfig("m32", "fp32");
+  auto runner = Make(c, 4);
+  ASSERT_NE(runner, nullptr);
+  const std::vector<std::vector<int32_t>> seqs = {{256, 1, 2, 3, 4, 5, 6}, {256, 9, 8}, {256, 40, 41, 42, 43}};
+  const std::vector<int32_t> slots = {2, 0, 3};
+  const size_t V = c.vocab_size;
+  std::vector<engine::StepRunner::PrefillRow> prompts;
+  std::vector<engine::ModelRunner::DecodeRow> rows;
+  std::vector<std::vector<float>> want_prefill, want_decode;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const auto& q = seqs[s];
+    const size_t prompt = q.size() - 1;  // the last token is decoded after the prefill
+    prompts.push_back({slots[s], absl::MakeConstSpan(q.data(), prompt), 0});
+    rows.push_back({slots[s], q.back(), static_cast<int64_t>(prompt)});
+    auto full = runner->FullForward(q);
+    ASSERT_TRUE(full.ok()) << full.status();
+    want_prefill.emplace_back(full->begin() + (prompt - 1) * V, full->begin() + prompt * V);
+    want_decode.emplace_back(full->end() - V, full->end());
+  }
+  std::vector<float> logits;
+  ASSERT_TRUE(runner->Prefill(prompts, &logits).ok());
+  ASSERT_EQ(logits.size(), seqs.size() * V);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    std::vector<float> got(logits.begin() + s * V, logits.begin() + (s + 1) * V);
+    EXPECT_LT(MaxRelErr(got, want_prefill[s]), 1e-5) << "prompt " << s;
+  }
+  ASSERT_TRUE(runner->Decode(rows, &logits).ok());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    std::vector<float> got(logits.begin() + s * V, logits.begin() + (s + 1) * V);
+    EXPECT_LT(MaxRelErr(got, want_decode[s]), 1e-5) << "sequence " << s;
+  }
+  // Rows the pass cannot hold are refused, naming the row.
+  const std::vector<int32_t> one = {256, 7};
+  const std::vector<int32_t> too_long(static_cast<size_t>(c.max_seq), 7);
+  EXPECT_EQ(runner->Prefill({{1, one, 0}, {1, one, 0}}, &logits).message(), "prefill row 1: slot 1 given twice");
+  EXPECT_EQ(runner->Prefill({{1, one, 0}, {2, {}, 0}}, &logits).message(), "prefill row 1: no tokens");
+  EXPECT_EQ(runner->Prefill({{1, one, 0}, {9, one, 0}}, &logits).code(), absl::StatusCode::kOutOfRange);
+  const auto beyond = runner->Prefill({{1, one, 1}, {2, too_long, 0}}, &logits);
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(beyond.message().find("prefill row 0: positions 1.."), std::string::npos) << beyond;
+}
+
 TEST_F(EngineTest, ReusedSlotIgnoresStaleCache) {
   const engine::ModelConfig c = SmallConfig("reuse", "fp32");
   auto runner = Make(c, 1);

@@ -16,22 +16,29 @@ class FakeStepRunner final : public engine::StepRunner {
  public:
   struct Pass {
     bool prefill;
-    int32_t slot;                                     // a prefill's
-    size_t tokens;                                    // a prefill's prompt length
+    int32_t slot;                                     // a prefill's first row's
+    size_t tokens;                                    // a prefill's first row's prompt length
     std::vector<engine::StepRunner::DecodeRow> rows;  // a decode's
+    std::vector<int32_t> slots;                       // a prefill's, one per row
+    std::vector<size_t> lengths;                      // a prefill's prompt lengths, one per row
   };
 
   explicit FakeStepRunner(int slots, int64_t vocab = 320, int64_t max_seq = 64)
       : slots_(slots), vocab_(vocab), max_seq_(max_seq) {}
 
-  absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t) override {
-    Enter({true, slot, tokens.size(), {}});
-    std::vector<float> logits(static_cast<size_t>(vocab_), 0.0f);
-    logits[static_cast<size_t>(Next(tokens.back()))] = 1.0f;
-    return logits;
+  absl::Status Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) override {
+    Pass p{true, rows.empty() ? -1 : rows[0].slot, rows.empty() ? 0 : rows[0].tokens.size(), {}, {}, {}};
+    for (const PrefillRow& r : rows) {
+      p.slots.push_back(r.slot);
+      p.lengths.push_back(r.tokens.size());
+    }
+    Enter(std::move(p));
+    logits->assign(rows.size() * static_cast<size_t>(vocab_), 0.0f);
+    for (size_t i = 0; i < rows.size(); ++i) (*logits)[i * vocab_ + Next(rows[i].tokens.back())] = 1.0f;
+    return absl::OkStatus();
   }
   absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) override {
-    Enter({false, -1, 0, std::vector<DecodeRow>(rows.begin(), rows.end())});
+    Enter({false, -1, 0, std::vector<DecodeRow>(rows.begin(), rows.end()), {}, {}});
     logits->assign(rows.size() * static_cast<size_t>(vocab_), 0.0f);
     for (size_t i = 0; i < rows.size(); ++i) (*logits)[i * vocab_ + Next(rows[i].token)] = 1.0f;
     return absl::OkStatus();

@@ -30,9 +30,9 @@ class StepPolicyTest : public ::testing::Test {
   void RunPass(StepPolicy& policy, const StepPlan& plan) {
     StepResult result{.logits = &logits_};
     if (plan.phase == IterationPhase::kPrefill) {
-      auto l = runner_.Prefill(plan.slot, plan.tokens, 0);
-      result.status = l.status();
-      logits_ = *l;
+      std::vector<StepRunner::PrefillRow> rows;
+      for (const StepPlan::Prompt& p : plan.prompts) rows.push_back({p.slot, p.tokens, 0});
+      result.status = runner_.Prefill(rows, &logits_);
     } else {
       result.status = runner_.Decode(plan.rows, &logits_);
     }
@@ -61,21 +61,60 @@ TEST_F(StepPolicyTest, ARoundPrefillsWhatWasAdmittedThenDecodesEveryRunningSeque
   admitted.push_back(Seq({256, 20, 21}, 3, &b));
   policy.Admit(std::move(admitted), clock_.Now());
   EXPECT_EQ(policy.free_slots(), 2);
+  EXPECT_EQ(policy.counters().prompt_tokens_waiting.load(), 5);
   const std::vector<StepPlan> plans = Round(policy);
-  ASSERT_EQ(plans.size(), 3u);
-  EXPECT_EQ(plans[0].kind, StepPlan::Kind::kPrefill);
-  EXPECT_EQ(plans[0].slot, 0);
-  EXPECT_EQ(plans[1].kind, StepPlan::Kind::kPrefill);
-  EXPECT_EQ(plans[1].slot, 1);
-  ASSERT_EQ(plans[2].kind, StepPlan::Kind::kDecode);
-  ASSERT_EQ(plans[2].rows.size(), 2u);
-  EXPECT_EQ(plans[2].rows[0].token, 11);  // a's first token, written at the position after its prompt
-  EXPECT_EQ(plans[2].rows[0].pos, 2);
-  EXPECT_EQ(plans[2].rows[1].token, 22);
+  ASSERT_EQ(plans.size(), 2u);
+  // Both prompts in one pass, each in its slot, padded to the longer.
+  ASSERT_EQ(plans[0].kind, StepPlan::Kind::kPrefill);
+  ASSERT_EQ(plans[0].prompts.size(), 2u);
+  EXPECT_EQ(plans[0].prompts[0].slot, 0);
+  EXPECT_THAT(plans[0].prompts[0].tokens, ElementsAre(256, 10));
+  EXPECT_EQ(plans[0].prompts[1].slot, 1);
+  EXPECT_EQ(plans[0].batch(), 2);
+  EXPECT_EQ(plans[0].prompt_len(), 3);
+  EXPECT_EQ(plans[0].tokens(), 6);
+  ASSERT_EQ(plans[1].kind, StepPlan::Kind::kDecode);
+  ASSERT_EQ(plans[1].rows.size(), 2u);
+  EXPECT_EQ(plans[1].rows[0].token, 11);  // a's first token, written at the position after its prompt
+  EXPECT_EQ(plans[1].rows[0].pos, 2);
+  EXPECT_EQ(plans[1].rows[1].token, 22);
+  EXPECT_EQ(plans[1].rows[1].pos, 3);
   EXPECT_THAT(a.Tokens(), ElementsAre(11, 12));
   EXPECT_THAT(b.Tokens(), ElementsAre(22, 23));
   EXPECT_EQ(policy.counters().decode_steps.load(), 1u);
   EXPECT_EQ(policy.counters().batched_rows.load(), 2u);
+  EXPECT_EQ(policy.counters().prefill_passes.load(), 1u);
+  EXPECT_EQ(policy.counters().prefill_rows.load(), 2u);
+  EXPECT_EQ(policy.counters().prefill_tokens.load(), 6u);
+  EXPECT_EQ(policy.counters().prompt_tokens_waiting.load(), 0);
+}
+
+TEST_F(StepPolicyTest, APrefillPassTakesPromptsInOrderWhileItsTokenBudgetHoldsThem) {
+  // 6 tokens a pass: rows x the longest prompt.
+  StepPolicy policy({.slots = 4, .vocab_size = 320, .max_seq = 64, .bos_id = 256, .prefill_tokens = 6}, &tokenizer_);
+  RecordingSink a, b, c, d;
+  std::vector<std::unique_ptr<Sequence>> admitted;
+  admitted.push_back(Seq({256, 1}, 1, &a));                  // 1 x 2
+  admitted.push_back(Seq({256, 2, 3}, 1, &b));               // 2 x 3 = 6: fits
+  admitted.push_back(Seq({256, 4}, 1, &c));                  // 3 x 3 = 9: the next pass
+  admitted.push_back(Seq({256, 5, 6, 7, 8, 9, 10}, 1, &d));  // 2 x 7: a pass of its own, above the budget
+  policy.Admit(std::move(admitted), clock_.Now());
+  const std::vector<StepPlan> plans = Round(policy);
+  ASSERT_EQ(plans.size(), 3u);  // max_tokens 1: each request ends with its prefill's token
+  std::vector<std::vector<int32_t>> slots;
+  for (const StepPlan& p : plans) {
+    ASSERT_EQ(p.kind, StepPlan::Kind::kPrefill);
+    slots.emplace_back();
+    for (const StepPlan::Prompt& q : p.prompts) slots.back().push_back(q.slot);
+  }
+  EXPECT_THAT(slots, ElementsAre(ElementsAre(0, 1), ElementsAre(2), ElementsAre(3)));
+  EXPECT_THAT(a.Tokens(), ElementsAre(2));
+  EXPECT_THAT(b.Tokens(), ElementsAre(4));
+  EXPECT_THAT(c.Tokens(), ElementsAre(5));
+  EXPECT_THAT(d.Tokens(), ElementsAre(11));
+  EXPECT_EQ(policy.counters().prefill_passes.load(), 3u);
+  EXPECT_EQ(policy.counters().prefill_tokens.load(), 6u + 2u + 7u);
+  EXPECT_EQ(policy.free_slots(), 4);
 }
 
 TEST_F(StepPolicyTest, ARequestThatFinishesFreesItsSlotForTheNextAndAStopTokenIsNotEmitted) {
@@ -94,7 +133,8 @@ TEST_F(StepPolicyTest, ARequestThatFinishesFreesItsSlotForTheNextAndAStopTokenIs
   policy.Admit(std::move(second), clock_.Now());
   const std::vector<StepPlan> plans = Round(policy);
   ASSERT_FALSE(plans.empty());
-  EXPECT_EQ(plans[0].slot, 0);  // the slot the first request gave back
+  ASSERT_FALSE(plans[0].prompts.empty());
+  EXPECT_EQ(plans[0].prompts[0].slot, 0);  // the slot the first request gave back
   EXPECT_EQ(b.Result().reason, FinishReason::kLength);
   EXPECT_THAT(b.Tokens(), ElementsAre(51));
 }

@@ -124,7 +124,7 @@ TEST(ServerConfigTest, EmptyRepositoryPathIsNamed) { ExpectInvalid("repository:\
 TEST(ServerConfigTest, PerModelSettingsOverrideAndInheritDefaults) {
   // `models` comes first in the file: inheritance must not depend on key order.
   auto c = ParseServerConfig(
-      "models: {m1: {max_batch: 3}, m2: {max_queue: 0}}\n"
+      "models: {m1: {max_batch: 3}, m2: {max_queue: 0, max_prefill_tokens: 512}}\n"
       "model_defaults:\n  max_batch: 5\n  max_queue: 10\n  default_max_tokens: 20\n  max_tokens_limit: 40\n",
       kOrigin);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -133,9 +133,11 @@ TEST(ServerConfigTest, PerModelSettingsOverrideAndInheritDefaults) {
   EXPECT_EQ(m1.max_queue, 10);
   EXPECT_EQ(m1.default_max_tokens, 20);
   EXPECT_EQ(m1.max_tokens_limit, 40);
+  EXPECT_EQ(m1.max_prefill_tokens, 2048);
   const ModelSettings& m2 = c->SettingsFor("m2");
   EXPECT_EQ(m2.max_batch, 5);
   EXPECT_EQ(m2.max_queue, 0);
+  EXPECT_EQ(m2.max_prefill_tokens, 512);
   const ModelSettings& other = c->SettingsFor("unlisted");
   EXPECT_EQ(other.max_batch, 5);
   EXPECT_EQ(other.max_queue, 10);

@@ -1,0 +1,166 @@
+// arrivals (GPU host): requests that arrive together, through the daemon and its gRPC API. Under a budget
+// every forward pass streams the model's non-resident weights once (ARCHITECTURE.md "The one rule"), so a
+// burst of B requests pays one sweep per prefill pass before its last first token. This runs the same
+// bursts against daemons that differ only in models.<name>.max_prefill_tokens: 1 (every prompt a pass of
+// its own, as before prefills were batched) and the default (the burst's prompts share their passes).
+//
+//   build-gpu/bench/arrivals --preset 7b --factor 2.0 --streams 16 --tokens 128 --prefill-tokens 1,2048
+//
+// For each setting: one stream alone first (its decode step is the sweep: ms per token at batch 1), then
+// --warmups bursts (their new shapes are profiled), then --repeats timed bursts of --streams requests
+// started at once by as many client threads: TTFT p50 and max (ms and in sweeps), the aggregate decode
+// rate (tokens after the first / the burst's wall time from the first first token to the last token)
+// against the ideal streams / sweep, the passes the burst took (ModelStatus deltas), and what the
+// executor moved.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "bench/daemon_client.h"
+#include "bench/decode_harness.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
+#include "runtime/compute_device.h"
+#include "runtime/gpu_spec.h"
+
+namespace {
+
+using autouvm::bench::Check;
+using autouvm::bench::DaemonRun;
+using autouvm::bench::Die;
+using autouvm::bench::Median;
+using Clock = std::chrono::steady_clock;
+
+struct Burst {
+  std::vector<DaemonRun> runs;
+  std::vector<Clock::time_point> started, ended;
+  autouvm::v1::ModelStatus before, after;
+};
+
+// `streams` requests at once, each with its own prompt (the bench prompt with its first id varied).
+Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, int streams, int prompt_len, int tokens) {
+  Burst b;
+  b.runs.resize(static_cast<size_t>(streams));
+  b.started.resize(static_cast<size_t>(streams));
+  b.ended.resize(static_cast<size_t>(streams));
+  b.before = autouvm::bench::ModelStatusOf(d.admin.get(), model);
+  std::barrier go(streams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < streams; ++i) {
+    clients.emplace_back([&, i] {
+      std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
+      prompt[0] = 1 + i;
+      go.arrive_and_wait();
+      b.started[static_cast<size_t>(i)] = Clock::now();
+      b.runs[static_cast<size_t>(i)] = autouvm::bench::GenerateThroughDaemon(d.generation.get(), model, prompt, tokens);
+      b.ended[static_cast<size_t>(i)] = Clock::now();
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  b.after = autouvm::bench::ModelStatusOf(d.admin.get(), model);
+  return b;
+}
+
+double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  autouvm::bench::BenchName() = "arrivals";
+  CLI::App app{"arrivals: bursts of requests through the daemon under a budget (GPU host)"};
+  std::string preset = "7b", prefill_tokens_list = "1,2048";
+  double factor = 2.0;
+  int streams = 16, tokens = 128, prompt_len = 16, warmups = 1, repeats = 2;
+  std::string daemon_path = AUTOUVMD_PATH;
+  app.add_option("--preset", preset, "7b, 13b or small");
+  app.add_option("--factor", factor, "oversubscription: the model's named bytes / its device budget");
+  app.add_option("--streams", streams, "requests per burst")->check(CLI::Range(1, 256));
+  app.add_option("--tokens", tokens, "tokens generated per request")->check(CLI::Range(2, 4096));
+  app.add_option("--prompt", prompt_len, "prompt tokens")->check(CLI::Range(2, 4096));
+  app.add_option("--warmups", warmups, "untimed bursts first (their new shapes are profiled)");
+  app.add_option("--repeats", repeats, "timed bursts");
+  app.add_option("--prefill-tokens", prefill_tokens_list, "max_prefill_tokens of each daemon, comma-separated");
+  app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/arrivals-", getpid());
+  const std::string repo = root + "/models";
+  const auto spec = Check(autouvm::runtime::FindGpuSpec("h200-pcie5"), "spec");
+  autouvm::engine::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
+  c.name = absl::StrCat("bench-", preset);
+  Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
+  int64_t named = 0;
+  {
+    // The named bytes, from the model as the daemon loads it (its KV cache for a burst; freed before the
+    // daemon starts).
+    auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
+    auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, streams, device.get()), "sizing");
+    for (const auto& t : runner->NamedTensors()) named += t.bytes;
+  }
+  const int64_t budget = static_cast<int64_t>(static_cast<double>(named) / factor);
+  std::printf(
+      "%s preset, %.2f GiB named, budget %.2f GiB (factor %.2f); bursts of %d requests started at once, %d prompt "
+      "tokens, %d generated; %d untimed and %d timed bursts per daemon\n\n",
+      preset.c_str(), named / double(1 << 30), budget / double(1 << 30), factor, streams, prompt_len, tokens, warmups,
+      repeats);
+  std::printf(
+      "| max_prefill_tokens | burst | sweep ms | TTFT p50 ms | TTFT max ms | TTFT p50 / max, sweeps | aggregate tok/s "
+      "| "
+      "ideal tok/s (streams / sweep) | aggregate / ideal | prefill passes | decode steps | fault groups | daemon exit "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  int failures = 0;
+  for (const std::string& setting : std::vector<std::string>(absl::StrSplit(prefill_tokens_list, ','))) {
+    const std::string dir = absl::StrCat(root, "/daemon-", setting);
+    std::filesystem::create_directories(dir);
+    const std::string config_path = autouvm::bench::WriteCudaDaemonConfig(
+        dir, repo, spec.name,
+        absl::StrCat("model_defaults: {max_batch: ", std::max(streams, 1), ", policy: autouvm, device_budget: ", budget,
+                     ", max_prefill_tokens: ", setting, "}"));
+    autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config_path, dir);
+    autouvm::bench::WaitModelReady(d, c.name);
+    const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
+    autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // profiles batch 1
+    if (!autouvm::bench::WaitDecodeReady(d.admin.get(), c.name, absl::Seconds(120))) Die("no decode plan");
+    const DaemonRun alone = autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);
+    const double sweep_ms = 1e3 / alone.decode_tokens_per_s;
+    for (int w = 0; w < warmups; ++w) RunBurst(d, c.name, streams, prompt_len, tokens);
+    std::vector<Burst> bursts;
+    for (int r = 0; r < repeats; ++r) bursts.push_back(RunBurst(d, c.name, streams, prompt_len, tokens));
+    const int code = autouvm::bench::StopDaemon(&d);
+    failures += code != 0;
+    for (size_t r = 0; r < bursts.size(); ++r) {
+      const Burst& b = bursts[r];
+      std::vector<double> ttft;
+      Clock::time_point first_token = Clock::time_point::max(), last_token = Clock::time_point::min();
+      for (size_t i = 0; i < b.runs.size(); ++i) {
+        ttft.push_back(b.runs[i].ttft_ms);
+        const auto first = b.started[i] + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double, std::milli>(b.runs[i].ttft_ms));
+        first_token = std::min(first_token, first);
+        last_token = std::max(last_token, b.ended[i]);
+      }
+      const double wall_s = std::chrono::duration<double>(last_token - first_token).count();
+      const double aggregate = streams * (tokens - 1) / wall_s;
+      const double ideal = streams * 1e3 / sweep_ms;
+      const double p50 = Median(ttft), max = Max(ttft);
+      std::printf("| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %lld | %d |\n",
+                  setting.c_str(), r + 1, sweep_ms, p50, max, p50 / sweep_ms, max / sweep_ms, aggregate, ideal,
+                  aggregate / ideal,
+                  (unsigned long long)(b.after.prefill_passes_total() - b.before.prefill_passes_total()),
+                  (unsigned long long)(b.after.decode_steps_total() - b.before.decode_steps_total()),
+                  (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), code);
+    }
+    std::fflush(stdout);
+  }
+  std::filesystem::remove_all(root);
+  return failures == 0 ? 0 : 1;
+}
