@@ -74,6 +74,8 @@ class Scheduler {
   void Loop();
   // Moves what the round may take from the shared queues into the policy (or, past the grace, out to
   // be finished); waits for work while nothing runs.
+  // Takes what arrived during the last pass into the round (Note [Arrivals between passes]).
+  void AdmitArrivals();
   Step TakeWork(std::vector<std::unique_ptr<Sequence>>* admitted);
   // Runs `plan` on the runner with the hooks around it (again once if they ask), then updates the policy.
   void Run(const StepPlan& plan);

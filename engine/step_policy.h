@@ -4,7 +4,8 @@
 // Update; the requests' sinks are its only output. Tests drive it with a fake runner and a fake clock.
 //
 // A round: the loop Admits the queued requests that fit the free KV-cache slots, then asks Schedule
-// for the round's passes one by one until it says the round is over —
+// for the round's passes one by one until it says the round is over (admitting what arrived meanwhile
+// between passes: Note [Arrivals between passes], engine/scheduler.cc) —
 //   1. the admitted requests' prefills, in admission order, each into its slot: as many prompts in one
 //      pass as its token budget holds (rows × the longest prompt: `prefill_tokens`), so requests arriving
 //      together share one weight sweep; a prompt above the budget runs alone;
