@@ -133,4 +133,14 @@ grpc::Status CallGenerate(DaemonProcess& d, const autouvm::v1::GenerateRequest& 
   return d.generation()->Generate(&ctx, request, response != nullptr ? response : &ignored);
 }
 
+autouvm::v1::ModelStatus ModelStatusOf(DaemonProcess& d, const std::string& model) {
+  grpc::ClientContext ctx;
+  autouvm::v1::GetModelStatusRequest req;
+  req.set_model(model);
+  autouvm::v1::ModelStatus status;
+  const grpc::Status s = d.admin()->GetModelStatus(&ctx, req, &status);
+  EXPECT_TRUE(s.ok()) << model << ": " << s.error_message();
+  return status;
+}
+
 }  // namespace autouvm::testing

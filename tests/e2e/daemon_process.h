@@ -43,6 +43,8 @@ autouvm::v1::GenerateRequest GreedyRequest(const std::string& model, const std::
 // Generate (unary) with a 60 s deadline; `response` may be null.
 grpc::Status CallGenerate(DaemonProcess& d, const autouvm::v1::GenerateRequest& request,
                           autouvm::v1::GenerateResponse* response = nullptr);
+// Admin.GetModelStatus of `model`; a test failure (and an empty status) if the call fails.
+autouvm::v1::ModelStatus ModelStatusOf(DaemonProcess& d, const std::string& model = "tiny-llama");
 
 class DaemonProcess {
  public:

@@ -67,19 +67,10 @@ StreamResult Stream(DaemonProcess& d, const GenerateRequest& req) {
   return Stream(d, req, &ctx);
 }
 
-autouvm::v1::ModelStatus Status(DaemonProcess& d) {
-  grpc::ClientContext ctx;
-  autouvm::v1::GetModelStatusRequest req;
-  req.set_model("tiny-llama");
-  autouvm::v1::ModelStatus status;
-  EXPECT_TRUE(d.admin()->GetModelStatus(&ctx, req, &status).ok());
-  return status;
-}
-
 // Polls the model's status until `pred` holds (bounded); the daemon exposes no push for this.
 bool WaitForStatus(DaemonProcess& d, const std::function<bool(const autouvm::v1::ModelStatus&)>& pred) {
   for (int i = 0; i < 3000; ++i) {
-    if (pred(Status(d))) return true;
+    if (pred(ModelStatusOf(d))) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
@@ -184,7 +175,7 @@ TEST_F(GenerationE2E, CancellationMidStreamStopsGeneration) {
   EXPECT_FALSE(r.has_final);
   ASSERT_TRUE(WaitForStatus(daemon_, [](const auto& s) { return s.active_requests() == 0; }));
   // The server stopped long before max_tokens: generation ended within a few tokens of the cancel.
-  EXPECT_LT(Status(daemon_).tokens_generated_total(), 40u);
+  EXPECT_LT(ModelStatusOf(daemon_).tokens_generated_total(), 40u);
 }
 
 TEST_F(GenerationE2E, DeadlineIsHonouredBetweenTokens) {
@@ -195,7 +186,7 @@ TEST_F(GenerationE2E, DeadlineIsHonouredBetweenTokens) {
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
   ASSERT_TRUE(WaitForStatus(daemon_, [](const auto& s) { return s.active_requests() == 0; }));
-  EXPECT_LT(Status(daemon_).tokens_generated_total(), 500u);
+  EXPECT_LT(ModelStatusOf(daemon_).tokens_generated_total(), 500u);
 }
 
 TEST_F(GenerationE2E, ConcurrentStreamsAreBatchedAndMatchTheirSoloRuns) {
@@ -208,7 +199,7 @@ TEST_F(GenerationE2E, ConcurrentStreamsAreBatchedAndMatchTheirSoloRuns) {
     ASSERT_TRUE(r.status.ok());
     solo.push_back(r.tokens);
   }
-  const auto before = Status(daemon_);
+  const auto before = ModelStatusOf(daemon_);
   std::vector<StreamResult> together(kStreams);
   std::vector<std::thread> threads;
   for (int i = 0; i < kStreams; ++i) threads.emplace_back([&, i] { together[i] = Stream(daemon_, reqs[i]); });
@@ -217,7 +208,7 @@ TEST_F(GenerationE2E, ConcurrentStreamsAreBatchedAndMatchTheirSoloRuns) {
     ASSERT_TRUE(together[i].status.ok()) << i;
     EXPECT_EQ(together[i].tokens, solo[i]) << "stream " << i;
   }
-  const auto after = Status(daemon_);
+  const auto after = ModelStatusOf(daemon_);
   const double steps = after.decode_steps_total() - before.decode_steps_total();
   const double rows = after.decode_rows_total() - before.decode_rows_total();
   // 8 × 31 decode rows; run one by one that would be 248 steps. Batched, far fewer.

@@ -60,15 +60,6 @@ nlohmann::json RunBench(const DaemonProcess& d, double seconds) {
   return j;
 }
 
-autouvm::v1::ModelStatus Status(DaemonProcess& d) {
-  grpc::ClientContext ctx;
-  autouvm::v1::GetModelStatusRequest req;
-  req.set_model("tiny-llama");
-  autouvm::v1::ModelStatus status;
-  EXPECT_TRUE(d.admin()->GetModelStatus(&ctx, req, &status).ok());
-  return status;
-}
-
 // Requests arriving together share their prefill passes: 16 requests of 32 tokens started at once by one
 // client finish in at most 40 forward passes (one at a time they would take 16 prefills and 31 decode
 // steps at least: 47).
@@ -76,7 +67,7 @@ TEST(LoadE2E, SixteenRequestsStartedAtOnceFinishInFortyForwardPassesOrFewer) {
   DaemonProcess d({.config_yaml = "models: {tiny-llama: {max_batch: 16}}\n"});
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
-  const autouvm::v1::ModelStatus before = Status(d);
+  const autouvm::v1::ModelStatus before = ModelStatusOf(d);
   std::string out, err;
   const int code = RunCommand({AUTOUVM_CLI_PATH, "--addr", d.address(), "--timeout", "120", "bench", "--model",
                                "tiny-llama", "--concurrency", "16", "--requests", "16", "--max-tokens", "32", "--json"},
@@ -85,7 +76,7 @@ TEST(LoadE2E, SixteenRequestsStartedAtOnceFinishInFortyForwardPassesOrFewer) {
   const nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << out;
   EXPECT_EQ(j["completed"], 16) << out;
-  const autouvm::v1::ModelStatus after = Status(d);
+  const autouvm::v1::ModelStatus after = ModelStatusOf(d);
   const uint64_t prefills = after.prefill_passes_total() - before.prefill_passes_total();
   const uint64_t decodes = after.decode_steps_total() - before.decode_steps_total();
   EXPECT_EQ(after.prefill_rows_total() - before.prefill_rows_total(), 16u);
