@@ -4,6 +4,7 @@
 #include "base/status_macros.h"
 #include "profiler/profile_codec.h"
 #include "profiler/profile_key.h"
+#include "runtime/plan_proto.h"
 
 namespace autouvm::profiler {
 
@@ -48,6 +49,8 @@ absl::StatusOr<autouvm::v1::ProfileKey> Check(const autouvm::v1::BundleEntry& e)
   if (EncodeKey(plan.key()) != e.key()) {
     return absl::InvalidArgumentError(absl::StrCat("plan: is of ", EncodeKey(plan.key())));
   }
+  // A plan no planner makes would only be found damaged when first followed.
+  if (auto followed = runtime::FromProto(plan); !followed.ok()) return followed.status();
   return key;
 }
 

@@ -440,11 +440,21 @@ TEST(ProfileE2E, ProfilesExportedFromOneDaemonMakeAnotherStartReady) {
   autouvm::v1::BundleEntry bad = bundle.entries(0);
   bad.set_key(bad.key() + "x");
   *ireq.mutable_bundle()->add_entries() = bad;
+  // And one whose plan no planner makes, sealed as the store seals it: refused naming the field.
+  autouvm::v1::BundleEntry unplannable = bundle.entries(0);
+  {
+    auto plan = profiler::OpenValue<autouvm::v1::Plan>(unplannable.plan(), "plan");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    plan->set_budget_bytes(-1);
+    unplannable.set_plan(profiler::SealValue(*plan));
+  }
+  *ireq.mutable_bundle()->add_entries() = unplannable;
   autouvm::v1::ImportProfilesResponse iresp;
   ASSERT_TRUE(Call(b, &autouvm::v1::Admin::Stub::ImportProfiles, ireq, &iresp).ok());
   EXPECT_EQ(iresp.imported(), bundle.entries_size());
-  ASSERT_EQ(iresp.errors_size(), 1);
+  ASSERT_EQ(iresp.errors_size(), 2);
   EXPECT_EQ(iresp.errors(0).rfind(bad.key() + ": ", 0), 0u) << iresp.errors(0);
+  EXPECT_EQ(iresp.errors(1), unplannable.key() + ": plan: budget_bytes is -1, below 0");
   // Again without overwrite: everything is there already.
   ASSERT_TRUE(Call(b, &autouvm::v1::Admin::Stub::ImportProfiles, ireq, &iresp).ok());
   EXPECT_EQ(iresp.skipped(), bundle.entries_size());
