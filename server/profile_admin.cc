@@ -77,8 +77,8 @@ grpc::Status ProfileAdmin::KeyOf(const ServedModel& model, const std::string& ke
   if (shape->batch() < 1 || shape->batch() > model.settings.max_batch) {
     return Invalid(absl::StrCat("shape.batch: ", shape->batch(), " is not within 1..", model.settings.max_batch));
   }
-  if (shape->phase() == autouvm::v1::PHASE_PREFILL && (shape->prompt_len() < 1 || shape->batch() != 1)) {
-    return Invalid("shape: a prefill shape has batch 1 and prompt_len >= 1");
+  if (shape->phase() == autouvm::v1::PHASE_PREFILL && shape->prompt_len() < 1) {
+    return Invalid("shape.prompt_len: a prefill shape has prompt_len >= 1");
   }
   if (shape->phase() == autouvm::v1::PHASE_PREFILL && shape->prompt_len() >= model.config.max_seq) {
     return Invalid(absl::StrCat("shape.prompt_len: ", shape->prompt_len(), " leaves no room to generate within the ",

@@ -288,7 +288,9 @@ TEST_F(BadInputE2E, EveryFieldOfTheAdminRequests) {
       {{"Reprofile prefill shape.prompt_len negative", kInvalid, "shape"}, [&] { return reprofile(prefill(1, -1)); }},
       {{"Reprofile prefill shape.prompt_len INT32_MAX", kInvalid, "shape.prompt_len"},
        [&] { return reprofile(prefill(1, std::numeric_limits<int32_t>::max())); }},
-      {{"Reprofile prefill shape.batch 2", kInvalid, "shape"}, [&] { return reprofile(prefill(2, 4)); }},
+      // Prompts that arrive together share a prefill pass: a prefill shape's batch is within max_batch.
+      {{"Reprofile prefill shape.batch past max_batch", kInvalid, "shape.batch"},
+       [&] { return reprofile(prefill(max_batch_ + 1, 4)); }},
       {{"GetProfile neither key nor shape", kInvalid, "key, shape"}, [&] { return get_profile([](auto&) {}); }},
       {{"GetProfile key and shape", kInvalid, "key, shape"},
        [&] {

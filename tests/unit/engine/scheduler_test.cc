@@ -159,11 +159,21 @@ TEST_F(SchedulerTest, IdleIterationsRunOnFreeSlotsAndRefuseShapesThatCannotRun) 
   EXPECT_EQ(sched.RunIdleIteration(IterationPhase::kPrefill, 1, 64).message(), "prompt length 64 is not within 1..63");
   ASSERT_TRUE(sched.RunIdleIteration(IterationPhase::kDecode, 2, 0).ok());
   ASSERT_TRUE(sched.RunIdleIteration(IterationPhase::kPrefill, 1, 9).ok());
-  runner.AwaitPasses(2);
+  ASSERT_TRUE(sched.RunIdleIteration(IterationPhase::kPrefill, 2, 5).ok());  // two prompts in one pass
+  runner.AwaitPasses(3);
   const std::vector<FakeStepRunner::Pass> passes = runner.passes();
   EXPECT_EQ(passes[0].rows.size(), 2u);
   EXPECT_TRUE(passes[1].prefill);
   EXPECT_EQ(passes[1].tokens, 9u);
+  EXPECT_TRUE(passes[2].prefill);
+  EXPECT_THAT(passes[2].lengths, ElementsAre(5u, 5u));
+  EXPECT_EQ(passes[2].slots.size(), 2u);
+  EXPECT_NE(passes[2].slots[0], passes[2].slots[1]);
+  // Counted once each pass's result is in (the third may still be returning).
+  for (int i = 0; i < 5000 && sched.Stats().idle_passes_total < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(sched.Stats().idle_passes_total, 3u);
   EXPECT_EQ(sched.Stats().requests_total, 0u);
 }
 
