@@ -100,13 +100,17 @@ Scheduler::Step Scheduler::TakeWork(std::vector<std::unique_ptr<Sequence>>* admi
     }
     return policy_.running() == 0 && admitted->empty() ? Step::kStop : Step::kAbort;
   }
+  TakeQueued(admitted);
+  const bool idle = queue_.empty() && policy_.running() == 0 && admitted->empty();
+  return stopping_ && idle ? Step::kStop : Step::kRun;
+}
+
+void Scheduler::TakeQueued(std::vector<std::unique_ptr<Sequence>>* admitted) {
   while (!queue_.empty() && static_cast<int>(admitted->size()) < policy_.free_slots()) {
     admitted->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
   active_count_ = policy_.running() + static_cast<int>(admitted->size());
-  const bool idle = queue_.empty() && policy_.running() == 0 && admitted->empty();
-  return stopping_ && idle ? Step::kStop : Step::kRun;
 }
 
 // Note [Arrivals between passes]: requests that arrive while a pass runs are admitted before the next
@@ -120,12 +124,8 @@ void Scheduler::AdmitArrivals() {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;  // TakeWork decides what a stopping scheduler still admits
-    while (!queue_.empty() && static_cast<int>(arrived.size()) < policy_.free_slots()) {
-      arrived.push_back(std::move(queue_.front()));
-      queue_.pop_front();
-    }
+    TakeQueued(&arrived);
     if (arrived.empty()) return;
-    active_count_ = policy_.running() + static_cast<int>(arrived.size());
   }
   policy_.Admit(std::move(arrived), clock_->Now());
 }
@@ -157,10 +157,7 @@ void Scheduler::Run(const StepPlan& plan) {
   for (int attempt = 0;; ++attempt) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
     if (plan.phase == IterationPhase::kPrefill) {
-      std::vector<StepRunner::PrefillRow> rows;
-      rows.reserve(plan.prompts.size());
-      for (const StepPlan::Prompt& p : plan.prompts) rows.push_back({p.slot, p.tokens, 0});
-      result.status = runner_->Prefill(rows, &logits_);
+      result.status = runner_->Prefill(plan.PrefillRows(), &logits_);
     } else {
       result.status = runner_->Decode(plan.rows, &logits_);
     }

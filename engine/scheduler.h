@@ -74,6 +74,8 @@ class Scheduler {
   void Loop();
   // Moves what the round may take from the shared queues into the policy (or, past the grace, out to
   // be finished); waits for work while nothing runs.
+  // Moves queued requests into `admitted` while the policy has slots free for them.
+  void TakeQueued(std::vector<std::unique_ptr<Sequence>>* admitted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes what arrived during the last pass into the round (Note [Arrivals between passes]).
   void AdmitArrivals();
   Step TakeWork(std::vector<std::unique_ptr<Sequence>>* admitted);

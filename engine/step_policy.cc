@@ -38,6 +38,13 @@ int64_t StepPlan::prompt_len() const {
   return static_cast<int64_t>(longest);
 }
 
+std::vector<StepRunner::PrefillRow> StepPlan::PrefillRows() const {
+  std::vector<StepRunner::PrefillRow> rows;
+  rows.reserve(prompts.size());
+  for (const Prompt& p : prompts) rows.push_back({p.slot, p.tokens, 0});
+  return rows;
+}
+
 std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
   StepPlan prefill{.kind = StepPlan::Kind::kPrefill, .phase = IterationPhase::kPrefill};
   size_t longest = 0;

@@ -78,6 +78,8 @@ struct StepPlan {
   int batch() const { return static_cast<int>(phase == IterationPhase::kPrefill ? prompts.size() : rows.size()); }
   // A prefill's longest prompt: the length its rows are padded to.
   int64_t prompt_len() const;
+  // A prefill's prompts as the runner takes them (each from position 0); they point into `prompts`.
+  std::vector<StepRunner::PrefillRow> PrefillRows() const;
   // Tokens the pass computes, padding included.
   int64_t tokens() const { return phase == IterationPhase::kPrefill ? batch() * prompt_len() : batch(); }
 };

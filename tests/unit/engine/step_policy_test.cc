@@ -30,9 +30,7 @@ class StepPolicyTest : public ::testing::Test {
   void RunPass(StepPolicy& policy, const StepPlan& plan) {
     StepResult result{.logits = &logits_};
     if (plan.phase == IterationPhase::kPrefill) {
-      std::vector<StepRunner::PrefillRow> rows;
-      for (const StepPlan::Prompt& p : plan.prompts) rows.push_back({p.slot, p.tokens, 0});
-      result.status = runner_.Prefill(rows, &logits_);
+      result.status = runner_.Prefill(plan.PrefillRows(), &logits_);
     } else {
       result.status = runner_.Decode(plan.rows, &logits_);
     }
