@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
   std::printf(
       "| max_prefill_tokens | burst | sweep ms | TTFT p50 ms | TTFT max ms | TTFT p50 / max, sweeps | aggregate tok/s "
       "| "
-      "ideal tok/s (streams / sweep) | aggregate / ideal | prefill passes | decode steps | fault groups | daemon exit "
-      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "ideal tok/s (streams / sweep) | aggregate / ideal | prefill passes | mixed passes | decode steps | fault groups "
+      "| "
+      "daemon exit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const std::string& setting : std::vector<std::string>(absl::StrSplit(prefill_tokens_list, ','))) {
     const std::string dir = absl::StrCat(root, "/daemon-", setting);
@@ -152,12 +153,13 @@ int main(int argc, char** argv) {
       const double aggregate = streams * (tokens - 1) / wall_s;
       const double ideal = streams * 1e3 / sweep_ms;
       const double p50 = Median(ttft), max = Max(ttft);
-      std::printf("| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %lld | %d |\n",
-                  setting.c_str(), r + 1, sweep_ms, p50, max, p50 / sweep_ms, max / sweep_ms, aggregate, ideal,
-                  aggregate / ideal,
-                  (unsigned long long)(b.after.prefill_passes_total() - b.before.prefill_passes_total()),
-                  (unsigned long long)(b.after.decode_steps_total() - b.before.decode_steps_total()),
-                  (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), code);
+      std::printf(
+          "| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %llu | %lld | %d |\n",
+          setting.c_str(), r + 1, sweep_ms, p50, max, p50 / sweep_ms, max / sweep_ms, aggregate, ideal,
+          aggregate / ideal, (unsigned long long)(b.after.prefill_passes_total() - b.before.prefill_passes_total()),
+          (unsigned long long)(b.after.mixed_passes_total() - b.before.mixed_passes_total()),
+          (unsigned long long)(b.after.decode_steps_total() - b.before.decode_steps_total()),
+          (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), code);
     }
     std::fflush(stdout);
   }

@@ -68,6 +68,7 @@ void PrintStatus(const ModelStatus& status) {
   line("decode_rows_total", status.decode_rows_total());
   line("prefill_passes_total", status.prefill_passes_total());
   line("prefill_rows_total", status.prefill_rows_total());
+  line("mixed_passes_total", status.mixed_passes_total());
   line("model_digest", status.model_digest());
   line("policy", status.policy());
   line("device_budget_bytes", status.device_budget_bytes());

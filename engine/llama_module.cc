@@ -18,11 +18,22 @@ namespace {
 // Note [Llama TorchScript layout]:
 // One submodule per decoder layer ("layer0", "layer1", ...) so parameters have stable dotted names
 // ("layer3.wq") that the runtime uses as tensor identities. The top module's forward is generated with
-// the layer calls unrolled, since TorchScript cannot look attributes up by computed name. Two entry
-// points share the layer code: forward (KV cache in slots, attention over the masked max_seq so that
-// every decode step has the same shapes) and full (no cache, causal attention over the given tokens),
-// which exists to check the cached path against. Grouped-query attention groups the query heads of each
-// key/value head in one matmul instead of copying keys and values per query head.
+// the layer calls unrolled, since TorchScript cannot look attributes up by computed name. Three entry
+// points share the layer code: step (the daemon's: packed tokens, below), forward (the earlier contract's
+// [B, T] form, kept for the tests and tools that drive a module directly) and full (no cache, causal
+// attention over the given tokens), which exists to check the cached paths against. Grouped-query
+// attention groups the query heads of each key/value head in one matmul instead of copying keys and
+// values per query head.
+//
+// Note [Packed steps]: step's tokens are one packed row [N], each with its position and its sequence's
+// KV-cache slot; the projections and the MLP run over all N at once (one weight sweep for every token of
+// the pass), the keys and values are written to the cache at [slot, position], and attention runs in two
+// groups: the decode group (the first nd tokens, one per generating sequence, each a query of its own)
+// and the prompt group (prompt chunks, laid out [rows, longest chunk] through p_index; a padding entry
+// repeats its row's last token and its output is dropped: p_flat picks each real token's output back
+// out). Each group reads its slots' keys only up to its span (the longest live sequence in it), masked
+// past each query's own position. The LM head runs only at logit_ix. A group that is empty skips its
+// attention, so the ops of a step depend on which groups it has: its phase (decode, prefill, mixed).
 constexpr const char* kLayerSource = R"JIT(
 def rms(self, x, w):
     xf = x.float()
@@ -44,9 +55,9 @@ def qkv(self, x, cos, sin):
     v = torch.matmul(h, self.wv.t()).view(B, T, self.n_kv_heads, self.head_dim)
     return self.rope(q, cos, sin), self.rope(k, cos, sin), v
 
-def finish(self, x, q, keys, vals, mask):
-    B = x.size(0)
-    T = x.size(1)
+def attend(self, q, keys, vals, mask):
+    B = q.size(0)
+    T = q.size(1)
     S = keys.size(2)
     rep = self.n_heads // self.n_kv_heads
     qh = q.transpose(1, 2).reshape(B, self.n_kv_heads, rep * T, self.head_dim)
@@ -54,11 +65,16 @@ def finish(self, x, q, keys, vals, mask):
     scores = scores.view(B, self.n_kv_heads, rep, T, S) + mask.unsqueeze(1)
     probs = torch.softmax(scores, -1).to(qh.dtype).view(B, self.n_kv_heads, rep * T, S)
     o = torch.matmul(probs, vals).view(B, self.n_heads, T, self.head_dim)
-    o = o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
+    return o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
+
+def mlp(self, x, o):
     x = x + torch.matmul(o, self.wo.t())
     h = self.rms(x, self.mlp_norm)
     g = torch.silu(torch.matmul(h, self.w_gate.t())) * torch.matmul(h, self.w_up.t())
     return x + torch.matmul(g, self.w_down.t())
+
+def finish(self, x, q, keys, vals, mask):
+    return self.mlp(x, self.attend(q, keys, vals, mask))
 
 def forward(self, x, cos, sin, mask, kc, vc, slots, slot_ix, pos_ix):
     q, k, v = self.qkv(x, cos, sin)
@@ -69,6 +85,25 @@ def forward(self, x, cos, sin, mask, kc, vc, slots, slot_ix, pos_ix):
 def full(self, x, cos, sin, mask):
     q, k, v = self.qkv(x, cos, sin)
     return self.finish(x, q, k.transpose(1, 2), v.transpose(1, 2), mask)
+
+def step(self, x, cos, sin, kc, vc, slots, positions, nd: int, d_slots, d_mask, p_slots, p_index, p_flat, p_mask):
+    q, k, v = self.qkv(x, cos, sin)
+    kc[slots, :, positions] = k[0]
+    vc[slots, :, positions] = v[0]
+    q = q[0]
+    parts: List[Tensor] = []
+    if nd > 0:
+        S = d_mask.size(3)
+        keys = kc[:, :, :S].index_select(0, d_slots)
+        vals = vc[:, :, :S].index_select(0, d_slots)
+        parts.append(self.attend(q[:nd].unsqueeze(1), keys, vals, d_mask).squeeze(1))
+    if p_index.size(0) > 0:
+        S = p_mask.size(3)
+        keys = kc[:, :, :S].index_select(0, p_slots)
+        vals = vc[:, :, :S].index_select(0, p_slots)
+        o = self.attend(q[p_index], keys, vals, p_mask)
+        parts.append(o.view(-1, o.size(2)).index_select(0, p_flat))
+    return self.mlp(x, torch.cat(parts, 0).unsqueeze(0))
 )JIT";
 
 // The layer's source, with the projections' biases added where the model has them (in the source, not
@@ -85,11 +120,13 @@ std::string LayerSource(bool attention_bias) {
 }
 
 std::string TopSource(int64_t n_layers) {
-  std::string fwd_calls, full_calls;
+  std::string fwd_calls, full_calls, step_calls;
   for (int64_t i = 0; i < n_layers; ++i) {
     absl::StrAppend(&fwd_calls, "    x = self.layer", i, ".forward(x, cos, sin, mask, k_cache[", i, "], v_cache[", i,
                     "], slots, slot_ix, pos)\n");
     absl::StrAppend(&full_calls, "    x = self.layer", i, ".full(x, cos, sin, mask)\n");
+    absl::StrAppend(&step_calls, "    x = self.layer", i, ".step(x, cos, sin, k_cache[", i, "], v_cache[", i,
+                    "], slots, positions, nd, d_slots, d_mask, p_slots, p_index, p_flat, p_mask)\n");
   }
   return absl::StrCat(R"JIT(
 def rms(self, x, w):
@@ -125,7 +162,24 @@ def full(self, tokens):
     mask = mask.masked_fill(keypos > pos.view(1, 1, T, 1), float("-inf"))
     x = torch.embedding(self.tok_embeddings, tokens)
 )JIT",
-                      full_calls, "    return self.head(x)\n");
+                      full_calls, R"JIT(    return self.head(x)
+
+def step(self, tokens, positions, slots, nd: int, d_slots, d_span: int, p_slots, p_index, p_flat, p_span: int,
+         logit_ix, k_cache, v_cache):
+    dev = tokens.device
+    cos = self.rope_cos[positions].unsqueeze(1).unsqueeze(0).to(self.tok_embeddings.dtype)
+    sin = self.rope_sin[positions].unsqueeze(1).unsqueeze(0).to(self.tok_embeddings.dtype)
+    d_pos = positions[:nd].view(nd, 1, 1, 1)
+    d_keys = torch.arange(d_span, device=dev).view(1, 1, 1, d_span)
+    d_mask = torch.zeros([nd, 1, 1, d_span], device=dev).masked_fill(d_keys > d_pos, float("-inf"))
+    R = p_index.size(0)
+    T = p_index.size(1)
+    p_pos = positions[p_index].view(R, 1, T, 1)
+    p_keys = torch.arange(p_span, device=dev).view(1, 1, 1, p_span)
+    p_mask = torch.zeros([R, 1, T, p_span], device=dev).masked_fill(p_keys > p_pos, float("-inf"))
+    x = torch.embedding(self.tok_embeddings, tokens).unsqueeze(0)
+)JIT",
+                      step_calls, "    return self.head(x[0].index_select(0, logit_ix))\n");
 }
 
 void AddCommonAttributes(torch::jit::Module& m, const ModelConfig& c) {

@@ -50,18 +50,23 @@ struct ModelRunner::Impl {
   }
   torch::Tensor On(const torch::Tensor& t) const { return t.to(torch_device); }
 
-  // Runs forward over tokens [B, T] for `slots` starting at `start_pos`; returns logits [B, T, V] on the host,
-  // or, given `last` ([B]: a position in 0..T-1 per row), each row's logits at it ([B, V]).
-  torch::Tensor Forward(const torch::Tensor& tokens, const torch::Tensor& slots, const torch::Tensor& start_pos,
-                        const torch::Tensor* last = nullptr) {
+  // Runs the module's step on `packed` (PackedStep below, on the host); logits [L, V] on the host.
+  torch::Tensor Step(const torch::Tensor& packed, int64_t n, int64_t nd, int64_t rp, int64_t tp, int64_t np, int64_t nl,
+                     int64_t d_span, int64_t p_span) {
     torch::NoGradGuard no_grad;
     auto on = Enter();
-    std::vector<torch::jit::IValue> inputs{On(tokens), On(slots), On(start_pos), k_cache, v_cache};
-    torch::Tensor logits = module.forward(inputs).toTensor();
-    if (last != nullptr) {
-      logits = logits.index({torch::arange(tokens.size(0), logits.options().dtype(torch::kLong)), On(*last)});
-    }
-    return logits.to(torch::kCPU);
+    const torch::Tensor all = On(packed);  // one copy to the device, then views
+    int64_t at = 0;
+    auto take = [&](int64_t count) {
+      torch::Tensor t = all.narrow(0, at, count);
+      at += count;
+      return t;
+    };
+    torch::Tensor tokens = take(n), positions = take(n), slots = take(n), d_slots = take(nd), p_slots = take(rp);
+    torch::Tensor p_index = take(rp * tp).view({rp, tp}), p_flat = take(np), logit_ix = take(nl);
+    std::vector<torch::jit::IValue> inputs{tokens,  positions, slots,  nd,       d_slots, d_span, p_slots,
+                                           p_index, p_flat,    p_span, logit_ix, k_cache, v_cache};
+    return module.get_method("step")(std::move(inputs)).toTensor().to(torch::kCPU);
   }
 };
 
@@ -90,8 +95,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a loadable TorchScript model: ", TorchError("load", e).message()));
   }
-  if (!impl->module.find_method("forward")) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": has no forward method"));
+  if (!impl->module.find_method("step")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": has no `step` method (the packed steps of docs/model-contract.md): it was written for an earlier "
+        "model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
   }
   if (config.generated_weights_seed != 0) {
     if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, impl->torch_device); !s.ok()) {
@@ -172,68 +180,107 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
 
 absl::StatusOr<std::vector<float>> ModelRunner::ForwardAll(int32_t slot, absl::Span<const int32_t> tokens,
                                                            int64_t start_pos) {
-  if (tokens.empty()) return absl::InvalidArgumentError("no tokens");
-  if (slot < 0 || slot >= max_batch_) return absl::OutOfRangeError(absl::StrCat("slot ", slot, " out of range"));
-  if (start_pos < 0 || start_pos + static_cast<int64_t>(tokens.size()) > config_.max_seq) {
-    return absl::OutOfRangeError("positions beyond max_seq");
-  }
-  try {
-    auto t = ToLongTensor(tokens).unsqueeze(0);
-    auto logits = impl_->Forward(t, torch::tensor({int64_t{slot}}), torch::tensor({start_pos}));
-    return ToVector(logits[0]);
-  } catch (const std::exception& e) {
-    return TorchError("forward", e);
-  }
+  std::vector<float> logits;
+  const Row row{.slot = slot, .tokens = tokens, .start_pos = start_pos};
+  RETURN_IF_ERROR(RunStep(absl::MakeConstSpan(&row, 1), /*every_position=*/true, &logits));
+  return logits;
 }
 
-// Note [Padded prefill rows]: the prompts of one prefill pass are laid out as one [rows, longest] tensor,
-// each padded at its end. A padding token takes a position after its row's prompt and writes the slot's
-// cache there; nothing reads it: attention masks every key past the query's position (llama_module.cc),
-// so the row's own tokens never see it, and the row's next token is written at that position before any
-// query reaches it. Each row's logits are taken at its own last token.
-absl::Status ModelRunner::Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) {
-  if (rows.empty()) return absl::InvalidArgumentError("no prefill rows");
-  int64_t longest = 0;
+absl::Status ModelRunner::Step(absl::Span<const Row> rows, std::vector<float>* logits) {
+  return RunStep(rows, /*every_position=*/false, logits);
+}
+
+// The packed step's inputs as one int64 tensor, in this order: tokens, positions and slots [N] (the
+// decode rows' tokens first, then the prompt rows'), d_slots [nd], p_slots [rows], p_index [rows ×
+// longest chunk], p_flat [prompt tokens], logit_ix [wanted logits] (Note [Packed steps],
+// engine/llama_module.cc).
+absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_position, std::vector<float>* logits) {
+  if (rows.empty()) return absl::InvalidArgumentError("a step with no rows");
   std::vector<bool> used(static_cast<size_t>(max_batch_), false);
+  std::vector<size_t> order;  // decode rows first
+  int64_t n = 0, nd = 0, rp = 0, tp = 0, d_span = 0, p_span = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const PrefillRow& r = rows[i];
-    if (r.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("prefill row ", i, ": no tokens"));
+    const Row& r = rows[i];
+    const int64_t len = static_cast<int64_t>(r.tokens.size());
+    if (len == 0) return absl::InvalidArgumentError(absl::StrCat("row ", i, ": no tokens"));
+    if (r.decode && len != 1)
+      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": a decode row of ", len, " tokens"));
     if (r.slot < 0 || r.slot >= max_batch_) {
-      return absl::OutOfRangeError(absl::StrCat("prefill row ", i, ": slot ", r.slot, " out of range"));
+      return absl::OutOfRangeError(absl::StrCat("row ", i, ": slot ", r.slot, " out of range"));
     }
     if (used[static_cast<size_t>(r.slot)]) {
-      return absl::InvalidArgumentError(absl::StrCat("prefill row ", i, ": slot ", r.slot, " given twice"));
+      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": slot ", r.slot, " given twice"));
     }
     used[static_cast<size_t>(r.slot)] = true;
-    longest = std::max(longest, static_cast<int64_t>(r.tokens.size()));
-  }
-  const int64_t n = static_cast<int64_t>(rows.size());
-  auto tokens = torch::zeros({n, longest}, torch::kLong);
-  auto slots = torch::empty({n}, torch::kLong);
-  auto start = torch::empty({n}, torch::kLong);
-  auto last = torch::empty({n}, torch::kLong);
-  int64_t* sp = slots.data_ptr<int64_t>();
-  int64_t* st = start.data_ptr<int64_t>();
-  int64_t* lp = last.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const PrefillRow& r = rows[static_cast<size_t>(i)];
-    if (r.start_pos < 0 || r.start_pos + longest > config_.max_seq) {
-      return absl::OutOfRangeError(absl::StrCat("prefill row ", i, ": positions ", r.start_pos, "..",
-                                                r.start_pos + longest - 1,
-                                                " (padded to the longest row) beyond max_seq ", config_.max_seq));
+    if (r.start_pos < 0 || r.start_pos + len > config_.max_seq) {
+      return absl::OutOfRangeError(absl::StrCat("row ", i, ": positions ", r.start_pos, "..", r.start_pos + len - 1,
+                                                " beyond max_seq ", config_.max_seq));
     }
-    int64_t* tp = tokens[i].data_ptr<int64_t>();
-    for (size_t k = 0; k < r.tokens.size(); ++k) tp[k] = r.tokens[k];
-    sp[i] = r.slot;
-    st[i] = r.start_pos;
-    lp[i] = static_cast<int64_t>(r.tokens.size()) - 1;
+    n += len;
+    if (r.decode) {
+      ++nd;
+      d_span = std::max(d_span, r.start_pos + 1);
+    } else {
+      ++rp;
+      tp = std::max(tp, len);
+      p_span = std::max(p_span, r.start_pos + len);
+    }
+  }
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].decode) order.push_back(i);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (!rows[i].decode) order.push_back(i);
+  std::vector<int64_t> first(rows.size());  // each row's first packed token
+  for (int64_t at = 0; size_t i : order) {
+    first[i] = at;
+    at += static_cast<int64_t>(rows[i].tokens.size());
+  }
+  int64_t nl = 0;
+  for (const Row& r : rows) nl += every_position ? static_cast<int64_t>(r.tokens.size()) : (r.logits ? 1 : 0);
+  const int64_t np = n - nd;
+  auto packed = torch::empty({3 * n + nd + rp + rp * tp + np + nl}, torch::kLong);
+  int64_t* tokens = packed.data_ptr<int64_t>();
+  int64_t *positions = tokens + n, *slots = positions + n, *d_slots = slots + n, *p_slots = d_slots + nd;
+  int64_t *p_index = p_slots + rp, *p_flat = p_index + rp * tp, *logit_ix = p_flat + np;
+  int64_t prow = 0;
+  for (size_t i : order) {
+    const Row& r = rows[i];
+    const int64_t len = static_cast<int64_t>(r.tokens.size());
+    for (int64_t k = 0; k < len; ++k) {
+      tokens[first[i] + k] = r.tokens[static_cast<size_t>(k)];
+      positions[first[i] + k] = r.start_pos + k;
+      slots[first[i] + k] = r.slot;
+    }
+    if (r.decode) {
+      *d_slots++ = r.slot;
+      continue;
+    }
+    p_slots[prow] = r.slot;
+    for (int64_t t = 0; t < tp; ++t) p_index[prow * tp + t] = first[i] + std::min(t, len - 1);
+    for (int64_t t = 0; t < len; ++t) *p_flat++ = prow * tp + t;
+    ++prow;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t len = static_cast<int64_t>(rows[i].tokens.size());
+    if (every_position) {
+      for (int64_t k = 0; k < len; ++k) *logit_ix++ = first[i] + k;
+    } else if (rows[i].logits) {
+      *logit_ix++ = first[i] + len - 1;
+    }
   }
   try {
-    *logits = ToVector(impl_->Forward(tokens, slots, start, &last));
+    *logits = ToVector(impl_->Step(packed, n, nd, rp, tp, np, nl, d_span, p_span));
   } catch (const std::exception& e) {
-    return TorchError("prefill", e);
+    return TorchError("forward pass", e);
   }
   return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) {
+  std::vector<Row> step;
+  step.reserve(rows.size());
+  for (const PrefillRow& r : rows) step.push_back({.slot = r.slot, .tokens = r.tokens, .start_pos = r.start_pos});
+  return Step(step, logits);
 }
 
 absl::StatusOr<std::vector<float>> ModelRunner::Prefill(int32_t slot, absl::Span<const int32_t> tokens,
@@ -245,29 +292,12 @@ absl::StatusOr<std::vector<float>> ModelRunner::Prefill(int32_t slot, absl::Span
 }
 
 absl::Status ModelRunner::Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) {
-  if (rows.empty()) return absl::InvalidArgumentError("no rows");
-  const int64_t n = static_cast<int64_t>(rows.size());
-  auto tokens = torch::empty({n, 1}, torch::kLong);
-  auto slots = torch::empty({n}, torch::kLong);
-  auto pos = torch::empty({n}, torch::kLong);
-  int64_t* tp = tokens.data_ptr<int64_t>();
-  int64_t* sp = slots.data_ptr<int64_t>();
-  int64_t* pp = pos.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& r = rows[i];
-    if (r.slot < 0 || r.slot >= max_batch_ || r.pos < 0 || r.pos >= config_.max_seq) {
-      return absl::OutOfRangeError(absl::StrCat("decode row ", i, ": slot or position out of range"));
-    }
-    tp[i] = r.token;
-    sp[i] = r.slot;
-    pp[i] = r.pos;
+  std::vector<Row> step;
+  step.reserve(rows.size());
+  for (const DecodeRow& r : rows) {
+    step.push_back({.slot = r.slot, .tokens = absl::MakeConstSpan(&r.token, 1), .start_pos = r.pos, .decode = true});
   }
-  try {
-    *logits = ToVector(impl_->Forward(tokens, slots, pos));
-  } catch (const std::exception& e) {
-    return TorchError("decode step", e);
-  }
-  return absl::OkStatus();
+  return Step(step, logits);
 }
 
 absl::StatusOr<std::vector<float>> ModelRunner::FullForward(absl::Span<const int32_t> tokens) {

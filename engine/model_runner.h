@@ -1,7 +1,9 @@
-// Runs a model repository entry's TorchScript module: prefill and batched decode steps against a KV
-// cache preallocated for max_batch slots × max_seq positions, updated in place by the model.
+// Runs a model repository entry's TorchScript module: packed steps (decode rows and prompt chunks in
+// one forward pass, through the module's `step`) against a KV cache preallocated for max_batch slots ×
+// max_seq positions, updated in place by the model.
 //
 //   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8, device));
+//   RETURN_IF_ERROR(runner->Step(rows, &logits));                          // StepRunner: packed rows
 //   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
 //   RETURN_IF_ERROR(runner->Prefill({{slot, prompt, 0}, ...}, &logits));  // several prompts in one pass
 //   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
@@ -32,18 +34,19 @@ namespace autouvm::engine {
 
 class ModelRunner final : public StepRunner {
  public:
-  using DecodeRow = StepRunner::DecodeRow;
-
   // `device` (null: the CPU) outlives the runner.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir, const ModelConfig& config,
                                                              int max_batch, runtime::ComputeDevice* device = nullptr);
   ~ModelRunner() override;
 
   // StepRunner (engine/step_runner.h).
-  absl::Status Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) override;
+  absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) override;
+  // A step of prompt rows only: each row's last position's logits.
+  absl::Status Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits);
   // One prompt: its last position's logits.
   absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos = 0);
-  absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) override;
+  // A step of decode rows only.
+  absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits);
   int max_batch() const override { return max_batch_; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq() const override { return config_.max_seq; }
@@ -75,6 +78,8 @@ class ModelRunner final : public StepRunner {
  private:
   struct Impl;
   ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max_batch);
+  // Step's work; every_position: all of each row's tokens' logits (ForwardAll).
+  absl::Status RunStep(absl::Span<const Row> rows, bool every_position, std::vector<float>* logits);
 
   std::unique_ptr<Impl> impl_;
   ModelConfig config_;

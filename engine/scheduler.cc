@@ -56,6 +56,13 @@ SchedulerStats Scheduler::Stats() const {
   s.decode_steps_total = c.decode_steps.load(std::memory_order_relaxed);
   s.batched_rows_total = c.batched_rows.load(std::memory_order_relaxed);
   s.prefill_passes_total = c.prefill_passes.load(std::memory_order_relaxed);
+  s.mixed_passes_total = c.mixed_passes.load(std::memory_order_relaxed);
+  auto tokens_of = [&c](IterationPhase p) {
+    return c.pass_tokens[static_cast<int>(p)].load(std::memory_order_relaxed);
+  };
+  s.prefill_pass_tokens_total = tokens_of(IterationPhase::kPrefill);
+  s.decode_pass_tokens_total = tokens_of(IterationPhase::kDecode);
+  s.mixed_pass_tokens_total = tokens_of(IterationPhase::kMixed);
   s.prefill_rows_total = c.prefill_rows.load(std::memory_order_relaxed);
   s.prefill_tokens_total = c.prefill_tokens.load(std::memory_order_relaxed);
   s.idle_passes_total = c.idle_passes.load(std::memory_order_relaxed);
@@ -113,23 +120,12 @@ void Scheduler::TakeQueued(std::vector<std::unique_ptr<Sequence>>* admitted) {
   active_count_ = policy_.running() + static_cast<int>(admitted->size());
 }
 
-// Note [Arrivals between passes]: requests that arrive while a pass runs are admitted before the next
-// pass of the round, not at the next round, so that a burst's later arrivals are prefilled together
-// before the round's decode step (under a budget each pass is a weight sweep: admitting them a round
-// later cost each of them the first arrival's decode step too, 4.6 sweeps of TTFT for a burst of 16 on
-// the H200's 7B at factor 2, bench/results/2026-12-01-arrivals-h200.md). At most the free slots are
-// admitted, so the decode step waits for at most that many prompts.
-void Scheduler::AdmitArrivals() {
-  std::vector<std::unique_ptr<Sequence>> arrived;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;  // TakeWork decides what a stopping scheduler still admits
-    TakeQueued(&arrived);
-    if (arrived.empty()) return;
-  }
-  policy_.Admit(std::move(arrived), clock_->Now());
-}
-
+// Note [Arrivals between passes]: every pass begins by admitting what has arrived (up to the free
+// slots), so that a burst's later arrivals join the very next pass — under a budget each pass is a
+// weight sweep, and a request admitted one pass late pays a sweep of TTFT for it (admitting a burst's
+// stragglers only after the first arrival's prefill and decode cost them 4.6 sweeps of TTFT on the
+// H200's 7B at factor 2, bench/results/2026-12-01-arrivals-h200.md). With packed steps there is no
+// round to wait for: a new prompt shares the pass with every running sequence's next token.
 void Scheduler::Loop() {
   for (;;) {
     std::vector<std::unique_ptr<Sequence>> admitted;
@@ -139,10 +135,7 @@ void Scheduler::Loop() {
       policy_.FinishAll(absl::UnavailableError("the server is shutting down"), std::move(admitted), clock_->Now());
     } else {
       policy_.Admit(std::move(admitted), clock_->Now());
-      while (std::optional<StepPlan> plan = policy_.Schedule(clock_->Now())) {
-        Run(*plan);
-        AdmitArrivals();
-      }
+      if (std::optional<StepPlan> plan = policy_.Schedule(clock_->Now())) Run(*plan);
     }
     absl::MutexLock lock(&mu_);
     active_count_ = policy_.running();
@@ -152,15 +145,10 @@ void Scheduler::Loop() {
 void Scheduler::Run(const StepPlan& plan) {
   StepResult result;
   result.logits = &logits_;
-  // A decode step writes its rows' cache positions and nothing else, and a prefill its slots' from 0:
-  // running either again is safe.
+  // A pass writes its rows' cache positions and nothing else: running it again is safe.
   for (int attempt = 0;; ++attempt) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
-    if (plan.phase == IterationPhase::kPrefill) {
-      result.status = runner_->Prefill(plan.PrefillRows(), &logits_);
-    } else {
-      result.status = runner_->Decode(plan.rows, &logits_);
-    }
+    result.status = runner_->Step(plan.RunnerRows(), &logits_);
     if (!options_.hooks || !options_.hooks->AfterIteration(result.status) || attempt > 0) break;
   }
   policy_.Update(plan, result, clock_->Now());

@@ -34,7 +34,7 @@ namespace autouvm::engine {
 struct SchedulerOptions {
   int max_batch = 8;                // KV-cache slots = most requests generating at once
   int max_queue = 64;               // requests waiting for a slot before Submit says RESOURCE_EXHAUSTED
-  int64_t prefill_tokens = 2048;    // most tokens in one prefill pass (PolicyOptions::prefill_tokens)
+  int64_t prefill_tokens = 2048;    // most prompt tokens in one pass (PolicyOptions::prefill_tokens)
   IterationHooks* hooks = nullptr;  // must outlive the scheduler
 };
 
@@ -43,11 +43,16 @@ struct SchedulerStats {
   int queued = 0;
   uint64_t requests_total = 0;
   uint64_t tokens_generated_total = 0;
-  uint64_t decode_steps_total = 0;
-  uint64_t batched_rows_total = 0;  // sum over decode steps of the rows in the step
-  uint64_t prefill_passes_total = 0;
-  uint64_t prefill_rows_total = 0;    // sum over prefill passes of the prompts in the pass
-  uint64_t prefill_tokens_total = 0;  // sum over prefill passes of the tokens computed (padding included)
+  uint64_t decode_steps_total = 0;    // passes of decode rows only
+  uint64_t prefill_passes_total = 0;  // passes of prompt chunks only
+  uint64_t mixed_passes_total = 0;    // passes of both
+  uint64_t batched_rows_total = 0;    // sum over passes of their decode rows
+  uint64_t prefill_rows_total = 0;    // sum over passes of their prompt chunks
+  uint64_t prefill_tokens_total = 0;  // sum over passes of their prompt tokens
+  // Tokens computed (decode rows and prompt tokens) by the passes of each kind.
+  uint64_t prefill_pass_tokens_total = 0;
+  uint64_t decode_pass_tokens_total = 0;
+  uint64_t mixed_pass_tokens_total = 0;
   uint64_t idle_passes_total = 0;     // passes with no request (RunIdleIteration)
   int64_t prompt_tokens_waiting = 0;  // prompt tokens of the requests queued or admitted, not prefilled yet
 };
@@ -70,14 +75,12 @@ class Scheduler {
   SchedulerStats Stats() const;
 
  private:
-  enum class Step { kRun, kAbort, kStop };  // serve the round; finish everything (grace over); exit
+  enum class Step { kRun, kAbort, kStop };  // run the next pass; finish everything (grace over); exit
   void Loop();
-  // Moves what the round may take from the shared queues into the policy (or, past the grace, out to
-  // be finished); waits for work while nothing runs.
   // Moves queued requests into `admitted` while the policy has slots free for them.
   void TakeQueued(std::vector<std::unique_ptr<Sequence>>* admitted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes what arrived during the last pass into the round (Note [Arrivals between passes]).
-  void AdmitArrivals();
+  // Moves what the next pass may take from the shared queues into `admitted` (or, past the grace, out to
+  // be finished; Note [Arrivals between passes]); waits for work while nothing runs.
   Step TakeWork(std::vector<std::unique_ptr<Sequence>>* admitted);
   // Runs `plan` on the runner with the hooks around it (again once if they ask), then updates the policy.
   void Run(const StepPlan& plan);

@@ -32,56 +32,75 @@ void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Ti
   }
 }
 
+int StepPlan::decode_rows() const {
+  return static_cast<int>(std::count_if(rows.begin(), rows.end(), [](const Row& r) { return r.decode; }));
+}
+
 int64_t StepPlan::prompt_len() const {
   size_t longest = 0;
-  for (const Prompt& p : prompts) longest = std::max(longest, p.tokens.size());
+  for (const Row& r : rows) {
+    if (!r.decode) longest = std::max(longest, r.tokens.size());
+  }
   return static_cast<int64_t>(longest);
 }
 
-std::vector<StepRunner::PrefillRow> StepPlan::PrefillRows() const {
-  std::vector<StepRunner::PrefillRow> rows;
-  rows.reserve(prompts.size());
-  for (const Prompt& p : prompts) rows.push_back({p.slot, p.tokens, 0});
-  return rows;
+int64_t StepPlan::prompt_tokens() const {
+  int64_t n = 0;
+  for (const Row& r : rows) n += r.decode ? 0 : static_cast<int64_t>(r.tokens.size());
+  return n;
+}
+
+std::vector<StepRunner::Row> StepPlan::RunnerRows() const {
+  std::vector<StepRunner::Row> out;
+  out.reserve(rows.size());
+  for (const Row& r : rows) out.push_back({r.slot, r.tokens, r.start_pos, r.decode, r.logits});
+  return out;
 }
 
 std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
-  StepPlan prefill{.kind = StepPlan::Kind::kPrefill, .phase = IterationPhase::kPrefill};
-  size_t longest = 0;
-  while (!to_prefill_.empty()) {
-    Sequence* s = to_prefill_.front();
-    const size_t len = s->params.prompt.size();
-    const size_t rows = prefill.prompts.size() + 1;
-    if (!prefill.prompts.empty() && static_cast<int64_t>(rows * std::max(longest, len)) > options_.prefill_tokens) {
-      break;  // the next pass's
-    }
-    to_prefill_.pop_front();
-    counters_.prompt_tokens_waiting -= static_cast<int64_t>(len);
-    if (CheckStopConditions(s, now)) continue;
-    longest = std::max(longest, len);
-    prefill.prompts.push_back({s->slot, s->params.prompt});
-    prefill.sequences.push_back(s);
-  }
-  if (!prefill.prompts.empty()) return prefill;
   RetireFinished();
   if (idle_fits()) {
     const IdleIteration it = idle_.front();
     idle_.pop_front();
     return IdlePlan(it);
   }
-  if (!decoded_) {
-    decoded_ = true;
-    StepPlan plan{.kind = StepPlan::Kind::kDecode, .phase = IterationPhase::kDecode};
-    for (auto& s : active_) {
-      if (s->done || s->pending < 0 || CheckStopConditions(s.get(), now)) continue;
-      plan.sequences.push_back(s.get());
-      plan.rows.push_back({s->slot, s->pending, static_cast<int64_t>(s->tokens.size()) - 1});
-    }
-    if (!plan.rows.empty()) return plan;
+  StepPlan plan;
+  for (auto& s : active_) {
+    if (s->done || s->pending < 0 || CheckStopConditions(s.get(), now)) continue;
+    plan.rows.push_back({.slot = s->slot,
+                         .tokens = {s->pending},
+                         .start_pos = static_cast<int64_t>(s->tokens.size()) - 1,
+                         .decode = true});
+    plan.sequences.push_back(s.get());
   }
-  RetireFinished();
-  decoded_ = false;  // the round is over; the next begins with the next Admit
-  return std::nullopt;
+  const bool decoding = !plan.rows.empty();
+  int64_t budget = options_.prefill_tokens;
+  while (!to_prefill_.empty() && budget > 0) {
+    Sequence* s = to_prefill_.front();
+    const int64_t left = static_cast<int64_t>(s->params.prompt.size()) - s->prefilled;
+    if (CheckStopConditions(s, now)) {
+      to_prefill_.pop_front();
+      counters_.prompt_tokens_waiting -= left;
+      continue;
+    }
+    const int64_t take = std::min(left, budget);
+    const auto from = s->params.prompt.begin() + s->prefilled;
+    plan.rows.push_back({.slot = s->slot,
+                         .tokens = std::vector<int32_t>(from, from + take),
+                         .start_pos = s->prefilled,
+                         .logits = take == left});
+    plan.sequences.push_back(s);
+    budget -= take;
+    if (take < left) break;  // its next chunk opens the next pass's prompts
+    to_prefill_.pop_front();
+  }
+  if (plan.rows.empty()) {
+    RetireFinished();
+    return std::nullopt;
+  }
+  const bool prompts = !plan.rows.back().decode;  // decode rows come first
+  plan.phase = !prompts ? IterationPhase::kDecode : decoding ? IterationPhase::kMixed : IterationPhase::kPrefill;
+  return plan;
 }
 
 // Free slots only: their KV-cache rows are rewritten from position 0 by the next prefill, and attention
@@ -92,40 +111,51 @@ StepPlan StepPolicy::IdlePlan(const IdleIteration& it) const {
   for (int i = 0; i < it.batch; ++i) {
     const int32_t slot = free_slots_[free_slots_.size() - 1 - i];
     if (it.phase == IterationPhase::kPrefill) {
-      plan.prompts.push_back({slot, std::vector<int32_t>(static_cast<size_t>(it.prompt_len), bos)});
+      plan.rows.push_back({.slot = slot, .tokens = std::vector<int32_t>(static_cast<size_t>(it.prompt_len), bos)});
     } else {
-      plan.rows.push_back({slot, bos, 0});
+      plan.rows.push_back({.slot = slot, .tokens = {bos}, .start_pos = 0, .decode = true});
     }
   }
   return plan;
 }
 
 void StepPolicy::Update(const StepPlan& plan, const StepResult& result, absl::Time now) {
-  switch (plan.kind) {
-    case StepPlan::Kind::kIdle:
-      ++counters_.idle_passes;
-      return;  // output dropped; a failure shows in the profile state
-    case StepPlan::Kind::kPrefill:
-    case StepPlan::Kind::kDecode: {
-      if (plan.kind == StepPlan::Kind::kPrefill) {
-        ++counters_.prefill_passes;
-        counters_.prefill_rows += plan.prompts.size();
-        counters_.prefill_tokens += static_cast<uint64_t>(plan.tokens());
-      } else {
-        ++counters_.decode_steps;
-        counters_.batched_rows += plan.rows.size();
-      }
-      const size_t vocab = static_cast<size_t>(options_.vocab_size);
-      for (size_t i = 0; i < plan.sequences.size(); ++i) {
-        if (!result.status.ok()) {
-          Finish(plan.sequences[i], result.status, FinishReason::kStop, now);
-        } else {
-          Advance(plan.sequences[i], result.logits->data() + i * vocab, now);
-        }
-      }
-      return;
+  if (plan.kind == StepPlan::Kind::kIdle) {
+    ++counters_.idle_passes;
+    return;  // output dropped; a failure shows in the profile state
+  }
+  switch (plan.phase) {
+    case IterationPhase::kDecode:
+      ++counters_.decode_steps;
+      break;
+    case IterationPhase::kPrefill:
+      ++counters_.prefill_passes;
+      break;
+    case IterationPhase::kMixed:
+      ++counters_.mixed_passes;
+      break;
+  }
+  const int decode_rows = plan.decode_rows();
+  counters_.batched_rows += static_cast<uint64_t>(decode_rows);
+  counters_.prefill_rows += plan.rows.size() - static_cast<size_t>(decode_rows);
+  counters_.prefill_tokens += static_cast<uint64_t>(plan.prompt_tokens());
+  counters_.pass_tokens[static_cast<int>(plan.phase)] += static_cast<uint64_t>(plan.tokens());
+  const size_t vocab = static_cast<size_t>(options_.vocab_size);
+  size_t wanted = 0;  // logits rows used so far
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    Sequence* s = plan.sequences[i];
+    const StepPlan::Row& row = plan.rows[i];
+    if (!row.decode) {  // no longer waiting, whether the pass computed them or failed
+      s->prefilled += static_cast<int64_t>(row.tokens.size());
+      counters_.prompt_tokens_waiting -= static_cast<int64_t>(row.tokens.size());
+    }
+    if (!result.status.ok()) {
+      Finish(s, result.status, FinishReason::kStop, now);
+    } else if (row.logits) {
+      Advance(s, result.logits->data() + wanted++ * vocab, now);
     }
   }
+  RetireFinished();  // the slots of those that finished are free for the next pass's admissions
 }
 
 void StepPolicy::FinishAll(const absl::Status& status, std::vector<std::unique_ptr<Sequence>> queued, absl::Time now) {
@@ -202,6 +232,15 @@ void StepPolicy::Finish(Sequence* s, absl::Status status, FinishReason reason, a
 }
 
 void StepPolicy::RetireFinished() {
+  // A sequence may finish before its prompt is in (a failed pass, FinishAll): it stops waiting.
+  for (auto it = to_prefill_.begin(); it != to_prefill_.end();) {
+    if (!(*it)->done) {
+      ++it;
+      continue;
+    }
+    counters_.prompt_tokens_waiting -= static_cast<int64_t>((*it)->params.prompt.size()) - (*it)->prefilled;
+    it = to_prefill_.erase(it);
+  }
   for (auto& s : active_) {
     if (s->done && s->slot >= 0) {
       free_slots_.push_back(s->slot);

@@ -3,18 +3,20 @@
 // as StepPlans for the loop to run on a StepRunner (engine/scheduler.h), results come back through
 // Update; the requests' sinks are its only output. Tests drive it with a fake runner and a fake clock.
 //
-// A round: the loop Admits the queued requests that fit the free KV-cache slots, then asks Schedule
-// for the round's passes one by one until it says the round is over (admitting what arrived meanwhile
-// between passes: Note [Arrivals between passes], engine/scheduler.cc) —
-//   1. the admitted requests' prefills, in admission order, each into its slot: as many prompts in one
-//      pass as its token budget holds (rows × the longest prompt: `prefill_tokens`), so requests arriving
-//      together share one weight sweep; a prompt above the budget runs alone;
-//   2. idle iterations (no request: Reprofile's `now`) whose batch fits the slots free by then;
-//   3. one decode step over every running sequence (continuous batching: a request joins the decode
-//      step of the round it was prefilled in, and leaves it when it finishes, freeing its slot).
-// Before a sequence's pass its stop conditions are checked (deadline, cancellation); Update samples from
-// the pass's logits, streams the token and its text, stops on a stop token, a stop string, max_tokens or
-// max_seq, and finishes the request with its result.
+// Each pass: the loop Admits the queued requests that fit the free KV-cache slots, then asks Schedule
+// for the next pass, runs it and gives its result to Update. A pass is one packed step (Note [Packed
+// steps], engine/llama_module.cc) that carries, within one weight sweep,
+//   1. the next token of every generating sequence (a decode row each: continuous batching), and
+//   2. the prompts of the admitted requests, in admission order, while the step's prompt-token budget
+//      (`prefill_tokens`) lasts: a prompt longer than what is left is split, its first chunk now and the
+//      rest in the next passes (chunked prefill); the pass that computes a prompt's last chunk gives the
+//      request its first token,
+// or, before it, an idle iteration (no request: Reprofile's `now`) once its batch fits the free slots.
+// A pass's phase is what it carries: decode rows only (decode), prompt chunks only (prefill), or both
+// (mixed); the profiler keys its profiles by it. Before a sequence's part of a pass its stop conditions
+// are checked (deadline, cancellation); Update samples from the pass's logits, streams the token and its
+// text, stops on a stop token, a stop string, max_tokens or max_seq, and finishes the request with its
+// result.
 //
 //   StepPolicy policy({.slots = 8, .vocab_size = 320, .max_seq = 512, .bos_id = 256}, tokenizer);
 //   policy.Admit(std::move(sequences), now);
@@ -51,7 +53,8 @@ struct Sequence {
   tokenizer::TextStream text;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   int32_t slot = -1;
-  int32_t pending = -1;  // sampled and emitted, not yet written to the KV cache
+  int32_t pending = -1;   // sampled and emitted, not yet written to the KV cache
+  int64_t prefilled = 0;  // prompt tokens in the KV cache
   int32_t generated = 0;
   absl::Time arrived, admitted, first_token, last_token;
   bool done = false;
@@ -65,28 +68,33 @@ struct IdleIteration {
 };
 
 struct StepPlan {
-  struct Prompt {
+  struct Row {
     int32_t slot;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;  // a decode row's one token, or a prompt chunk
+    int64_t start_pos = 0;
+    bool decode = false;
+    bool logits = true;  // a decode row, or a prompt's last chunk
   };
-  enum class Kind { kPrefill, kDecode, kIdle };
-  Kind kind = Kind::kDecode;
+  enum class Kind { kServe, kIdle };
+  Kind kind = Kind::kServe;
   IterationPhase phase = IterationPhase::kDecode;
-  std::vector<Prompt> prompts;              // a prefill's, one per sequence in `sequences`
-  std::vector<StepRunner::DecodeRow> rows;  // a decode step's, one per sequence in `sequences`
-  std::vector<Sequence*> sequences;         // whose pass it is (none for an idle iteration)
-  int batch() const { return static_cast<int>(phase == IterationPhase::kPrefill ? prompts.size() : rows.size()); }
-  // A prefill's longest prompt: the length its rows are padded to.
+  std::vector<Row> rows;             // decode rows first, then prompt chunks
+  std::vector<Sequence*> sequences;  // whose each row is (none for an idle iteration)
+  int batch() const { return static_cast<int>(rows.size()); }
+  int decode_rows() const;
+  // The longest prompt chunk (0: none).
   int64_t prompt_len() const;
-  // A prefill's prompts as the runner takes them (each from position 0); they point into `prompts`.
-  std::vector<StepRunner::PrefillRow> PrefillRows() const;
-  // Tokens the pass computes, padding included.
-  int64_t tokens() const { return phase == IterationPhase::kPrefill ? batch() * prompt_len() : batch(); }
+  // Prompt tokens computed.
+  int64_t prompt_tokens() const;
+  // Tokens the pass computes.
+  int64_t tokens() const { return decode_rows() + prompt_tokens(); }
+  // The rows as the runner takes them; they point into `rows`.
+  std::vector<StepRunner::Row> RunnerRows() const;
 };
 
 struct StepResult {
   absl::Status status;
-  std::vector<float>* logits = nullptr;  // rows × vocab: each prompt's last position, or each decode row's
+  std::vector<float>* logits = nullptr;  // vocab floats for each row that wants logits, in row order
 };
 
 struct PolicyOptions {
@@ -94,8 +102,8 @@ struct PolicyOptions {
   int64_t vocab_size = 0;
   int64_t max_seq = 0;
   int64_t bos_id = -1;
-  // The most tokens one prefill pass computes, rows × the longest prompt (padding included). A prompt
-  // longer than this runs alone.
+  // The most prompt tokens one pass computes, besides its decode rows; a prompt longer than what is left
+  // of it is split into chunks over several passes.
   int64_t prefill_tokens = 2048;
 };
 
@@ -103,12 +111,15 @@ struct PolicyOptions {
 // counters that include it. Atomic: Stats() reads them from any thread.
 struct PolicyCounters {
   std::atomic<uint64_t> tokens_generated{0};
-  std::atomic<uint64_t> decode_steps{0};
-  std::atomic<uint64_t> batched_rows{0};  // over decode steps, the rows in each
-  std::atomic<uint64_t> prefill_passes{0};
-  std::atomic<uint64_t> prefill_rows{0};    // over prefill passes, the prompts in each
-  std::atomic<uint64_t> prefill_tokens{0};  // over prefill passes, the tokens computed (padding included)
+  std::atomic<uint64_t> decode_steps{0};    // passes of decode rows only
+  std::atomic<uint64_t> prefill_passes{0};  // passes of prompt chunks only
+  std::atomic<uint64_t> mixed_passes{0};    // passes of both
+  std::atomic<uint64_t> batched_rows{0};    // over all passes, the decode rows in each
+  std::atomic<uint64_t> prefill_rows{0};    // over all passes, the prompt chunks in each
+  std::atomic<uint64_t> prefill_tokens{0};  // over all passes, the prompt tokens computed
   std::atomic<uint64_t> idle_passes{0};
+  // Tokens computed by the passes of each phase (indexed by IterationPhase): decode rows and prompt tokens.
+  std::atomic<uint64_t> pass_tokens[3] = {};
   std::atomic<int64_t> prompt_tokens_waiting{0};  // a gauge: of the admitted requests not prefilled yet
 };
 
@@ -122,14 +133,15 @@ class StepPolicy {
   const PolicyCounters& counters() const { return counters_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_; }
 
-  // Sequences taken from the queue (at most free_slots()): each gets a slot and its prefill this round.
+  // Sequences taken from the queue (at most free_slots()): each gets a slot, its prompt prefilled from the next pass
+  // on.
   void Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now);
   // An idle iteration to run once its batch fits the free slots (checked by the caller: batch within
   // 1..slots, a prefill's prompt within max_seq).
   void QueueIdle(const IdleIteration& it) { idle_.push_back(it); }
   bool idle_fits() const { return !idle_.empty() && idle_.front().batch <= free_slots(); }
 
-  // The round's next pass, or nothing once the round is over.
+  // The next pass, or nothing when no sequence runs and no idle iteration fits.
   std::optional<StepPlan> Schedule(absl::Time now);
   // What `plan`'s pass gave.
   void Update(const StepPlan& plan, const StepResult& result, absl::Time now);
@@ -147,10 +159,9 @@ class StepPolicy {
   const PolicyOptions options_;
   const tokenizer::Tokenizer* const tokenizer_;
   std::vector<std::unique_ptr<Sequence>> active_;  // holding a slot
-  std::deque<Sequence*> to_prefill_;               // admitted this round, not prefilled yet
+  std::deque<Sequence*> to_prefill_;               // admitted, prompt not wholly in the cache yet
   std::deque<IdleIteration> idle_;
   std::vector<int32_t> free_slots_;
-  bool decoded_ = false;  // this round's decode step was planned
   PolicyCounters counters_;
 };
 

@@ -1,9 +1,11 @@
-// StepRunner: what the scheduler runs a model's forward passes on — a prefill of several prompts, each
-// into its KV-cache slot, or one decode step over several slots. ModelRunner implements it over the real
-// model; scheduler tests implement it with a fake.
+// StepRunner: what the scheduler runs a model's forward passes on — one step over packed rows: the
+// next token of each generating sequence (a decode row) and chunks of prompts, each row in a KV-cache
+// slot of its own. ModelRunner implements it over the real model; scheduler tests implement it with a
+// fake.
 //
-//   RETURN_IF_ERROR(runner->Prefill({{slot, prompt, 0}, ...}, &logits));   // rows × vocab_size: each last
-//   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // rows × vocab_size
+//   std::vector<StepRunner::Row> rows = {{.slot = 0, .tokens = {&next, 1}, .start_pos = 17, .decode = true},
+//                                        {.slot = 3, .tokens = chunk, .start_pos = 0}};
+//   RETURN_IF_ERROR(runner->Step(rows, &logits));   // one vocab_size() row of logits per row that wants one
 //
 // Not thread-safe: one scheduler thread drives a runner.
 #pragma once
@@ -18,12 +20,19 @@ namespace autouvm::engine {
 
 class StepRunner {
  public:
+  struct Row {
+    int32_t slot;
+    absl::Span<const int32_t> tokens;  // a decode row's one token, or a prompt chunk
+    int64_t start_pos = 0;             // position tokens[0] takes in the slot's sequence
+    bool decode = false;               // a generating sequence's next token (exactly one)
+    bool logits = true;                // its last token's logits are wanted (not for a prompt's inner chunk)
+  };
+  // Convenience forms (ModelRunner's Prefill and Decode).
   struct DecodeRow {
     int32_t slot;
     int32_t token;
     int64_t pos;  // position the token takes in the slot's sequence
   };
-
   struct PrefillRow {
     int32_t slot;
     absl::Span<const int32_t> tokens;
@@ -31,13 +40,11 @@ class StepRunner {
   };
 
   virtual ~StepRunner() = default;
-  // One forward pass over several prompts, each in a slot of its own: writes each row's tokens into its
-  // slot at positions start_pos..; `logits` gets rows.size() × vocab_size() floats, each row's last
-  // token's. Rows are padded to the longest (Note [Padded prefill rows], engine/model_runner.cc), whose
-  // positions must lie within max_seq for every row.
-  virtual absl::Status Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) = 0;
-  // One decode step for several slots at once; `logits` gets rows.size() × vocab_size() floats.
-  virtual absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) = 0;
+  // One forward pass over `rows` (Note [Packed steps], engine/llama_module.cc): writes each row's tokens
+  // into its slot at positions start_pos.., each attending to its slot's positions up to its own;
+  // `logits` gets vocab_size() floats for each row that wants them, in row order. A slot appears at most
+  // once; positions lie within max_seq.
+  virtual absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) = 0;
 
   virtual int max_batch() const = 0;  // KV-cache slots
   virtual int64_t vocab_size() const = 0;

@@ -11,11 +11,13 @@
 
 namespace autouvm::profiler {
 
-enum class IterationPhase { kPrefill, kDecode };
+// kMixed: a pass with decode rows and prompt chunks both (engine/step_policy.h).
+enum class IterationPhase { kPrefill, kDecode, kMixed };
 
 class IterationHooks {
  public:
   virtual ~IterationHooks() = default;
+  // batch: the pass's rows; prompt_len: its longest prompt chunk (0 for decode).
   virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
   // True: the iteration's result must not be used, run it again (once; its hooks are called again).
   virtual bool AfterIteration(const absl::Status& status) = 0;

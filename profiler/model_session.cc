@@ -36,6 +36,9 @@ autouvm::v1::ProfileKey ModelSession::Key(IterationPhase phase, int batch, int64
   if (phase == IterationPhase::kPrefill) {
     return PrefillKey(id.model_digest, batch, prompt_len, id.gpu, id.device_budget_bytes, id.policy);
   }
+  if (phase == IterationPhase::kMixed) {
+    return MixedKey(id.model_digest, batch, prompt_len, id.gpu, id.device_budget_bytes, id.policy);
+  }
   return DecodeKey(id.model_digest, batch, id.gpu, id.device_budget_bytes, id.policy);
 }
 

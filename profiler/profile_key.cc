@@ -68,14 +68,32 @@ ProfileKey DecodeKey(std::string model_digest, int32_t batch, std::string gpu, i
              std::move(policy));
 }
 
+ProfileKey MixedKey(std::string model_digest, int32_t rows, int64_t prompt_len, std::string gpu,
+                    int64_t device_budget_bytes, std::string policy) {
+  return Key(std::move(model_digest), v1::PHASE_MIXED, PromptBucket(rows), PromptBucket(prompt_len), std::move(gpu),
+             device_budget_bytes, std::move(policy));
+}
+
+const char* PhaseName(autouvm::v1::Phase phase) {
+  switch (phase) {
+    case v1::PHASE_PREFILL:
+      return "prefill";
+    case v1::PHASE_DECODE:
+      return "decode";
+    case v1::PHASE_MIXED:
+      return "mixed";
+    default:
+      return "unspecified";
+  }
+}
+
 std::string KeyPrefix(int32_t schema_version, std::string_view model_digest) {
   return absl::StrCat("v", schema_version, "/", std::string(model_digest), "/");
 }
 
 std::string EncodeKey(const ProfileKey& k) {
-  return absl::StrCat(KeyPrefix(k.schema_version(), k.model_digest()),
-                      k.phase() == v1::PHASE_PREFILL ? "prefill" : "decode", "/b", k.batch(), "/p", k.prompt_bucket(),
-                      "/", k.gpu(), "/", k.device_budget_bytes(), "/", k.policy());
+  return absl::StrCat(KeyPrefix(k.schema_version(), k.model_digest()), PhaseName(k.phase()), "/b", k.batch(), "/p",
+                      k.prompt_bucket(), "/", k.gpu(), "/", k.device_budget_bytes(), "/", k.policy());
 }
 
 absl::StatusOr<ProfileKey> ParseKey(std::string_view encoded) {
@@ -93,6 +111,7 @@ absl::StatusOr<ProfileKey> ParseKey(std::string_view encoded) {
   Phase phase = v1::PHASE_UNSPECIFIED;
   if (parts[2] == "prefill") phase = v1::PHASE_PREFILL;
   if (parts[2] == "decode") phase = v1::PHASE_DECODE;
+  if (parts[2] == "mixed") phase = v1::PHASE_MIXED;
   if (phase == v1::PHASE_UNSPECIFIED) return bad("phase");
   if (parts[3].size() < 2 || parts[3][0] != 'b' || !absl::SimpleAtoi(parts[3].substr(1), &batch) || batch < 1) {
     return bad("batch");

@@ -6,7 +6,8 @@
 //   std::string k = EncodeKey(key);    // "v1/<digest>/decode/b4/p0/h200-pcie5/<budget>/autouvm"
 //
 // Shapes (ARCHITECTURE.md "Shapes"): one decode profile per batch size serves every position; prefill
-// is bucketed by batch and the prompt length rounded up to a power of two. docs/profile-store.md.
+// is bucketed by batch and the prompt length rounded up to a power of two; a mixed pass by its rows and
+// its longest prompt chunk, both rounded up to powers of two. docs/profile-store.md.
 //
 // Plain functions; thread-safe.
 #pragma once
@@ -27,6 +28,12 @@ autouvm::v1::ProfileKey PrefillKey(std::string model_digest, int32_t batch, int6
                                    int64_t device_budget_bytes, std::string policy);
 autouvm::v1::ProfileKey DecodeKey(std::string model_digest, int32_t batch, std::string gpu, int64_t device_budget_bytes,
                                   std::string policy);
+// A mixed pass (decode rows and prompt chunks): its rows and its longest chunk, each rounded up to a
+// power of two.
+autouvm::v1::ProfileKey MixedKey(std::string model_digest, int32_t rows, int64_t prompt_len, std::string gpu,
+                                 int64_t device_budget_bytes, std::string policy);
+// "prefill", "decode", "mixed" (as in encoded keys).
+const char* PhaseName(autouvm::v1::Phase phase);
 
 // The store key: "v<schema>/<digest>/<phase>/b<batch>/p<bucket>/<gpu>/<budget>/<policy>". Keys of one
 // model share the prefix "v<schema>/<digest>/" (KeyPrefix), so a model's profiles are one range scan.

@@ -55,7 +55,7 @@ bool IsBookkeeping(std::string_view op) {
       "aten::detach",     "aten::alias",          "aten::reshape",    "aten::_unsafe_view", "aten::contiguous",
       "aten::empty_like", "aten::lift_fresh",     "aten::is_nonzero", "aten::item",         "aten::_local_scalar_dense",
       "aten::to",         "aten::type_as",        "aten::view_as",    "aten::resolve_conj", "aten::resolve_neg",
-      "aten::conj",       "aten::_conj"};
+      "aten::conj",       "aten::_conj",          "aten::narrow"};
   return kOps.count(op) > 0;
 }
 

@@ -97,6 +97,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_decode_rows_total(stats.batched_rows_total);
   out->set_prefill_passes_total(stats.prefill_passes_total);
   out->set_prefill_rows_total(stats.prefill_rows_total);
+  out->set_mixed_passes_total(stats.mixed_passes_total);
   profiles_->FillModelStatus(m, out);
   if (m.execution != nullptr) {
     const profiler::ExecutionStats e = m.execution->stats();

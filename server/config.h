@@ -15,7 +15,7 @@ namespace autouvm::server {
 struct ModelSettings {
   int64_t max_batch = 8;              // requests decoded together (KV-cache slots)
   int64_t max_queue = 64;             // requests waiting for a slot; more get RESOURCE_EXHAUSTED
-  int64_t max_prefill_tokens = 2048;  // most tokens one prefill pass computes (prompts x the longest)
+  int64_t max_prefill_tokens = 2048;  // most prompt tokens one pass computes; longer prompts are chunked
   int64_t default_max_tokens = 128;   // when a request leaves max_tokens unset
   int64_t max_tokens_limit = 4096;    // largest max_tokens a request may ask for
   std::string policy = "autouvm";     // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")

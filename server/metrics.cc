@@ -172,9 +172,11 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(waiting, model, st.queued);
     Snapshot::Add(passes, {{"model", m.name}, {"kind", "prefill"}}, st.prefill_passes_total);
     Snapshot::Add(passes, {{"model", m.name}, {"kind", "decode"}}, st.decode_steps_total);
+    Snapshot::Add(passes, {{"model", m.name}, {"kind", "mixed"}}, st.mixed_passes_total);
     Snapshot::Add(passes, {{"model", m.name}, {"kind", "idle"}}, st.idle_passes_total);
-    Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "prefill"}}, st.prefill_tokens_total);
-    Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "decode"}}, st.batched_rows_total);
+    Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "prefill"}}, st.prefill_pass_tokens_total);
+    Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "decode"}}, st.decode_pass_tokens_total);
+    Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "mixed"}}, st.mixed_pass_tokens_total);
     Snapshot::Add(prompts_waiting, model, st.prompt_tokens_waiting);
     if (m.session != nullptr) Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);
     if (m.execution == nullptr) continue;

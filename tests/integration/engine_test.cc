@@ -1,6 +1,7 @@
 // The engine against itself, on generated tiny models: the KV-cached path (prefill, then batched decode
 // steps in slots) must give the logits of a full forward without any cache.
 #include <gtest/gtest.h>
+#include <torch/script.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "engine/llama_builder.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -112,9 +114,9 @@ TEST_F(EngineTest, BatchedDecodeMatchesEachSequenceAlone) {
   }
 }
 
-// Note [Padded prefill rows]: prompts of different lengths in one pass, each padded to the longest, give
-// each row's last logits as its full forward does, and the decode step after it reads only what each
-// row's own prompt wrote.
+// Prompts of different lengths in one pass (Note [Packed steps], engine/llama_module.cc: the prompt
+// group is laid out padded to the longest) give each row's last logits as its full forward does, and the
+// decode step after it reads only what each row's own prompt wrote.
 TEST_F(EngineTest, PromptsPrefilledTogetherMatchTheirFullForwardAndDecodeOnFromThere) {
   const engine::ModelConfig c = SmallConfig("m32", "fp32");
   auto runner = Make(c, 4);
@@ -150,12 +152,63 @@ TEST_F(EngineTest, PromptsPrefilledTogetherMatchTheirFullForwardAndDecodeOnFromT
   // Rows the pass cannot hold are refused, naming the row.
   const std::vector<int32_t> one = {256, 7};
   const std::vector<int32_t> too_long(static_cast<size_t>(c.max_seq), 7);
-  EXPECT_EQ(runner->Prefill({{1, one, 0}, {1, one, 0}}, &logits).message(), "prefill row 1: slot 1 given twice");
-  EXPECT_EQ(runner->Prefill({{1, one, 0}, {2, {}, 0}}, &logits).message(), "prefill row 1: no tokens");
+  EXPECT_EQ(runner->Prefill({{1, one, 0}, {1, one, 0}}, &logits).message(), "row 1: slot 1 given twice");
+  EXPECT_EQ(runner->Prefill({{1, one, 0}, {2, {}, 0}}, &logits).message(), "row 1: no tokens");
   EXPECT_EQ(runner->Prefill({{1, one, 0}, {9, one, 0}}, &logits).code(), absl::StatusCode::kOutOfRange);
-  const auto beyond = runner->Prefill({{1, one, 1}, {2, too_long, 0}}, &logits);
+  ASSERT_TRUE(runner->Prefill({{1, one, 1}, {2, too_long, 0}}, &logits).ok()) << "a row that fills max_seq fits";
+  const auto beyond = runner->Prefill({{1, one, 0}, {2, too_long, 1}}, &logits);
   EXPECT_EQ(beyond.code(), absl::StatusCode::kOutOfRange);
-  EXPECT_NE(beyond.message().find("prefill row 0: positions 1.."), std::string::npos) << beyond;
+  EXPECT_EQ(beyond.message(), absl::StrCat("row 1: positions 1..", c.max_seq, " beyond max_seq ", c.max_seq));
+  const std::vector<engine::StepRunner::Row> two_tokens = {{.slot = 1, .tokens = one, .decode = true}};
+  EXPECT_EQ(runner->Step(two_tokens, &logits).message(), "row 0: a decode row of 2 tokens");
+}
+
+// A mixed step — decode rows and prompt chunks in one packed pass, a prompt's inner chunk giving no
+// logits — computes what each sequence computes alone (fp32, relative error below 1e-5).
+TEST_F(EngineTest, AMixedStepOfDecodeRowsAndPromptChunksMatchesEachSequenceAlone) {
+  const engine::ModelConfig c = SmallConfig("mixed", "fp32");
+  auto runner = Make(c, 4);
+  ASSERT_NE(runner, nullptr);
+  const size_t V = c.vocab_size;
+  const std::vector<int32_t> a = {256, 1, 2, 3, 4, 5, 6, 7};        // prefilled to 5, then decoded
+  const std::vector<int32_t> b = {256, 9, 8, 7, 6, 5, 4, 3, 2, 1};  // chunks of 3 and 7
+  const std::vector<int32_t> d = {256, 40, 41, 42};                 // whole in the first step, then decoded
+  std::vector<std::vector<float>> full;
+  for (const auto* q : {&a, &b, &d}) {
+    auto f = runner->FullForward(*q);
+    ASSERT_TRUE(f.ok()) << f.status();
+    full.push_back(*f);
+  }
+  auto at = [&](int seq, size_t pos) {
+    return std::vector<float>(full[seq].begin() + pos * V, full[seq].begin() + (pos + 1) * V);
+  };
+  auto row_of = [&](const std::vector<float>& logits, size_t i) {
+    return std::vector<float>(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+  };
+  ASSERT_TRUE(runner->Prefill(3, absl::MakeConstSpan(a.data(), 5)).ok());
+  using Row = engine::StepRunner::Row;
+  std::vector<float> logits;
+  const std::vector<Row> first = {{.slot = 3, .tokens = {&a[5], 1}, .start_pos = 5, .decode = true},
+                                  {.slot = 1, .tokens = {b.data(), 3}, .start_pos = 0, .logits = false},
+                                  {.slot = 0, .tokens = d, .start_pos = 0}};
+  ASSERT_TRUE(runner->Step(first, &logits).ok());
+  ASSERT_EQ(logits.size(), 2 * V) << "the inner chunk gives no logits";
+  EXPECT_LT(MaxRelErr(row_of(logits, 0), at(0, 5)), 1e-5);
+  EXPECT_LT(MaxRelErr(row_of(logits, 1), at(2, d.size() - 1)), 1e-5);
+  // Rows in any order: prompt chunk first, decode rows after.
+  const std::vector<int32_t> d_next = {50};
+  const std::vector<Row> second = {{.slot = 1, .tokens = {b.data() + 3, 7}, .start_pos = 3},
+                                   {.slot = 3, .tokens = {&a[6], 1}, .start_pos = 6, .decode = true},
+                                   {.slot = 0, .tokens = d_next, .start_pos = 4, .decode = true}};
+  ASSERT_TRUE(runner->Step(second, &logits).ok());
+  ASSERT_EQ(logits.size(), 3 * V);
+  EXPECT_LT(MaxRelErr(row_of(logits, 0), at(1, b.size() - 1)), 1e-5) << "b's last chunk";
+  EXPECT_LT(MaxRelErr(row_of(logits, 1), at(0, 6)), 1e-5) << "a's decode row";
+  std::vector<int32_t> d_then = d;
+  d_then.push_back(50);
+  auto f = runner->FullForward(d_then);
+  ASSERT_TRUE(f.ok());
+  EXPECT_LT(MaxRelErr(row_of(logits, 2), std::vector<float>(f->end() - V, f->end())), 1e-5) << "d's decode row";
 }
 
 TEST_F(EngineTest, ReusedSlotIgnoresStaleCache) {
@@ -246,6 +299,32 @@ TEST_F(EngineTest, RejectsAFileThatIsNotAModel) {
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(runner.status().message().find("model.pt"), std::string::npos) << runner.status();
+}
+
+// An entry written before packed steps (a module with forward and full, no step) is refused, saying what
+// to do.
+TEST_F(EngineTest, RejectsAnEntryWrittenForTheEarlierContractSayingToWriteItAgain) {
+  const engine::ModelConfig c = SmallConfig("earlier", "fp32");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 1, dir_.path()).ok());
+  const std::string pt = dir_.Sub("earlier/model.pt");
+  torch::jit::Module outer("Earlier");
+  outer.register_attribute("training", c10::BoolType::get(), false);
+  outer.register_module("inner", torch::jit::load(pt));
+  outer.define(R"JIT(
+def forward(self, tokens, slots, start_pos, k_cache, v_cache):
+    return self.inner.forward(tokens, slots, start_pos, k_cache, v_cache)
+
+def full(self, tokens):
+    return self.inner.full(tokens)
+)JIT");
+  outer.save(pt);
+  auto runner = engine::ModelRunner::Create(dir_.Sub("earlier"), c, 1);
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runner.status().message(),
+            absl::StrCat(pt,
+                         ": has no `step` method (the packed steps of docs/model-contract.md): it was written for an "
+                         "earlier model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
 }
 
 TEST_F(EngineTest, RejectsAModelWhoseVocabDisagreesWithModelYaml) {

@@ -1,5 +1,5 @@
 // FakeStepRunner: a StepRunner (engine/step_runner.h) whose model always predicts the token after the
-// last one it was given (token + 1, wrapping at the vocabulary), and that records every pass. A test may
+// last one each row was given (token + 1, wrapping at the vocabulary), and that records every pass. A test may
 // hold the passes at a gate (Hold / Release) to see the scheduler's queue while the model is busy.
 //
 // Thread-safe (the scheduler's thread runs passes while the test reads the record).
@@ -14,33 +14,40 @@ namespace autouvm::testing {
 
 class FakeStepRunner final : public engine::StepRunner {
  public:
+  // One row of a pass, copied.
+  struct Row {
+    int32_t slot;
+    std::vector<int32_t> tokens;
+    int64_t start_pos;
+    bool decode;
+    bool logits;
+  };
   struct Pass {
-    bool prefill;
-    int32_t slot;                                     // a prefill's first row's
-    size_t tokens;                                    // a prefill's first row's prompt length
-    std::vector<engine::StepRunner::DecodeRow> rows;  // a decode's
-    std::vector<int32_t> slots;                       // a prefill's, one per row
-    std::vector<size_t> lengths;                      // a prefill's prompt lengths, one per row
+    std::vector<Row> rows;
+    int decode_rows() const {
+      int n = 0;
+      for (const Row& r : rows) n += r.decode ? 1 : 0;
+      return n;
+    }
+    int prompt_rows() const { return static_cast<int>(rows.size()) - decode_rows(); }
   };
 
   explicit FakeStepRunner(int slots, int64_t vocab = 320, int64_t max_seq = 64)
       : slots_(slots), vocab_(vocab), max_seq_(max_seq) {}
 
-  absl::Status Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) override {
-    Pass p{true, rows.empty() ? -1 : rows[0].slot, rows.empty() ? 0 : rows[0].tokens.size(), {}, {}, {}};
-    for (const PrefillRow& r : rows) {
-      p.slots.push_back(r.slot);
-      p.lengths.push_back(r.tokens.size());
+  absl::Status Step(absl::Span<const engine::StepRunner::Row> rows, std::vector<float>* logits) override {
+    Pass p;
+    for (const engine::StepRunner::Row& r : rows) {
+      p.rows.push_back(
+          {r.slot, std::vector<int32_t>(r.tokens.begin(), r.tokens.end()), r.start_pos, r.decode, r.logits});
     }
-    Enter(std::move(p));
-    logits->assign(rows.size() * static_cast<size_t>(vocab_), 0.0f);
-    for (size_t i = 0; i < rows.size(); ++i) (*logits)[i * vocab_ + Next(rows[i].tokens.back())] = 1.0f;
-    return absl::OkStatus();
-  }
-  absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits) override {
-    Enter({false, -1, 0, std::vector<DecodeRow>(rows.begin(), rows.end()), {}, {}});
-    logits->assign(rows.size() * static_cast<size_t>(vocab_), 0.0f);
-    for (size_t i = 0; i < rows.size(); ++i) (*logits)[i * vocab_ + Next(rows[i].token)] = 1.0f;
+    Enter(p);
+    logits->clear();
+    for (const engine::StepRunner::Row& r : rows) {
+      if (!r.logits) continue;
+      logits->resize(logits->size() + static_cast<size_t>(vocab_), 0.0f);
+      (*logits)[logits->size() - static_cast<size_t>(vocab_) + Next(r.tokens.back())] = 1.0f;
+    }
     return absl::OkStatus();
   }
   int max_batch() const override { return slots_; }

@@ -1,5 +1,5 @@
 // A repository entry whose ops change with the prompt's length inside one prefill bucket: the default
-// tiny Llama wrapped in a module whose forward runs one more op for an odd number of tokens. What a
+// tiny Llama wrapped in a module whose step (and forward) runs one more op for an odd number of tokens. What a
 // shape whose ops move looks like to the profiler (Note [A shape whose ops move], profiler/profile_jobs.cc),
 // made on purpose; the daemon serves it as any other model (its parameters are the Llama's).
 //

@@ -85,10 +85,14 @@ TEST_F(SchedulerTest, ALaterRequestJoinsTheRunningDecodeStepAndReusesAFreedSlot)
   int c_slot = -1;
   for (const FakeStepRunner::Pass& p : runner.passes()) {
     widest = std::max(widest, p.rows.size());
-    if (p.prefill && p.tokens == 2 && c_slot < 0 && widest == 2) c_slot = p.slot;
+    for (const FakeStepRunner::Row& r : p.rows) {
+      if (!r.decode && r.tokens == std::vector<int32_t>{256, 30}) c_slot = r.slot;
+    }
   }
-  EXPECT_EQ(widest, 2u) << "b never joined a's decode steps";
+  EXPECT_EQ(widest, 2u) << "b never joined a's passes";
   EXPECT_EQ(c_slot, 1) << "c should take the slot b gave back";
+  // b's prompt rode along with a's next token, and c's with a's later one.
+  EXPECT_EQ(sched.Stats().mixed_passes_total, 2u);
   EXPECT_LT(sched.Stats().decode_steps_total, sched.Stats().batched_rows_total);
 }
 
@@ -162,13 +166,13 @@ TEST_F(SchedulerTest, IdleIterationsRunOnFreeSlotsAndRefuseShapesThatCannotRun) 
   ASSERT_TRUE(sched.RunIdleIteration(IterationPhase::kPrefill, 2, 5).ok());  // two prompts in one pass
   runner.AwaitPasses(3);
   const std::vector<FakeStepRunner::Pass> passes = runner.passes();
-  EXPECT_EQ(passes[0].rows.size(), 2u);
-  EXPECT_TRUE(passes[1].prefill);
-  EXPECT_EQ(passes[1].tokens, 9u);
-  EXPECT_TRUE(passes[2].prefill);
-  EXPECT_THAT(passes[2].lengths, ElementsAre(5u, 5u));
-  EXPECT_EQ(passes[2].slots.size(), 2u);
-  EXPECT_NE(passes[2].slots[0], passes[2].slots[1]);
+  EXPECT_EQ(passes[0].decode_rows(), 2);
+  ASSERT_EQ(passes[1].prompt_rows(), 1);
+  EXPECT_EQ(passes[1].rows[0].tokens.size(), 9u);
+  ASSERT_EQ(passes[2].prompt_rows(), 2);  // two prompts in one pass, each in a slot of its own
+  EXPECT_EQ(passes[2].rows[0].tokens.size(), 5u);
+  EXPECT_EQ(passes[2].rows[1].tokens.size(), 5u);
+  EXPECT_NE(passes[2].rows[0].slot, passes[2].rows[1].slot);
   // Counted once each pass's result is in (the third may still be returning).
   for (int i = 0; i < 5000 && sched.Stats().idle_passes_total < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -29,19 +29,19 @@ class StepPolicyTest : public ::testing::Test {
   // Runs one pass of `plan` on the fake runner and hands its result back, as the loop does.
   void RunPass(StepPolicy& policy, const StepPlan& plan) {
     StepResult result{.logits = &logits_};
-    if (plan.phase == IterationPhase::kPrefill) {
-      result.status = runner_.Prefill(plan.PrefillRows(), &logits_);
-    } else {
-      result.status = runner_.Decode(plan.rows, &logits_);
-    }
+    result.status = runner_.Step(plan.RunnerRows(), &logits_);
     policy.Update(plan, result, clock_.Now());
   }
-  std::vector<StepPlan> Round(StepPolicy& policy) {
+  // The next pass, run; nothing if the policy had none.
+  std::optional<StepPlan> Pass(StepPolicy& policy) {
+    std::optional<StepPlan> plan = policy.Schedule(clock_.Now());
+    if (plan) RunPass(policy, *plan);
+    return plan;
+  }
+  // Every pass until none is left.
+  std::vector<StepPlan> RunAll(StepPolicy& policy) {
     std::vector<StepPlan> plans;
-    while (auto plan = policy.Schedule(clock_.Now())) {
-      plans.push_back(*plan);
-      RunPass(policy, *plan);
-    }
+    while (auto plan = Pass(policy)) plans.push_back(*plan);
     return plans;
   }
 
@@ -51,7 +51,7 @@ class StepPolicyTest : public ::testing::Test {
   std::vector<float> logits_;
 };
 
-TEST_F(StepPolicyTest, ARoundPrefillsWhatWasAdmittedThenDecodesEveryRunningSequence) {
+TEST_F(StepPolicyTest, PromptsAdmittedTogetherShareAPassThenEveryRunningSequenceDecodes) {
   StepPolicy policy({.slots = 4, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
   RecordingSink a, b;
   std::vector<std::unique_ptr<Sequence>> admitted;
@@ -60,59 +60,101 @@ TEST_F(StepPolicyTest, ARoundPrefillsWhatWasAdmittedThenDecodesEveryRunningSeque
   policy.Admit(std::move(admitted), clock_.Now());
   EXPECT_EQ(policy.free_slots(), 2);
   EXPECT_EQ(policy.counters().prompt_tokens_waiting.load(), 5);
-  const std::vector<StepPlan> plans = Round(policy);
-  ASSERT_EQ(plans.size(), 2u);
-  // Both prompts in one pass, each in its slot, padded to the longer.
-  ASSERT_EQ(plans[0].kind, StepPlan::Kind::kPrefill);
-  ASSERT_EQ(plans[0].prompts.size(), 2u);
-  EXPECT_EQ(plans[0].prompts[0].slot, 0);
-  EXPECT_THAT(plans[0].prompts[0].tokens, ElementsAre(256, 10));
-  EXPECT_EQ(plans[0].prompts[1].slot, 1);
+  const std::vector<StepPlan> plans = RunAll(policy);
+  ASSERT_EQ(plans.size(), 3u);  // the prefill gives each its first token, two decode steps the rest
+  // Both prompts in one pass, each in its slot.
+  EXPECT_EQ(plans[0].phase, IterationPhase::kPrefill);
+  ASSERT_EQ(plans[0].rows.size(), 2u);
+  EXPECT_EQ(plans[0].rows[0].slot, 0);
+  EXPECT_THAT(plans[0].rows[0].tokens, ElementsAre(256, 10));
+  EXPECT_EQ(plans[0].rows[1].slot, 1);
   EXPECT_EQ(plans[0].batch(), 2);
   EXPECT_EQ(plans[0].prompt_len(), 3);
-  EXPECT_EQ(plans[0].tokens(), 6);
-  ASSERT_EQ(plans[1].kind, StepPlan::Kind::kDecode);
+  EXPECT_EQ(plans[0].tokens(), 5);
+  EXPECT_EQ(plans[1].phase, IterationPhase::kDecode);
   ASSERT_EQ(plans[1].rows.size(), 2u);
-  EXPECT_EQ(plans[1].rows[0].token, 11);  // a's first token, written at the position after its prompt
-  EXPECT_EQ(plans[1].rows[0].pos, 2);
-  EXPECT_EQ(plans[1].rows[1].token, 22);
-  EXPECT_EQ(plans[1].rows[1].pos, 3);
-  EXPECT_THAT(a.Tokens(), ElementsAre(11, 12));
-  EXPECT_THAT(b.Tokens(), ElementsAre(22, 23));
-  EXPECT_EQ(policy.counters().decode_steps.load(), 1u);
-  EXPECT_EQ(policy.counters().batched_rows.load(), 2u);
+  EXPECT_TRUE(plans[1].rows[0].decode);
+  EXPECT_THAT(plans[1].rows[0].tokens, ElementsAre(11));  // a's first token, at the position after its prompt
+  EXPECT_EQ(plans[1].rows[0].start_pos, 2);
+  EXPECT_THAT(plans[1].rows[1].tokens, ElementsAre(22));
+  EXPECT_EQ(plans[1].rows[1].start_pos, 3);
+  EXPECT_THAT(a.Tokens(), ElementsAre(11, 12, 13));
+  EXPECT_THAT(b.Tokens(), ElementsAre(22, 23, 24));
+  EXPECT_EQ(policy.counters().decode_steps.load(), 2u);
+  EXPECT_EQ(policy.counters().batched_rows.load(), 4u);
   EXPECT_EQ(policy.counters().prefill_passes.load(), 1u);
   EXPECT_EQ(policy.counters().prefill_rows.load(), 2u);
-  EXPECT_EQ(policy.counters().prefill_tokens.load(), 6u);
+  EXPECT_EQ(policy.counters().prefill_tokens.load(), 5u);
+  EXPECT_EQ(policy.counters().pass_tokens[static_cast<int>(IterationPhase::kPrefill)].load(), 5u);
+  EXPECT_EQ(policy.counters().pass_tokens[static_cast<int>(IterationPhase::kDecode)].load(), 4u);
   EXPECT_EQ(policy.counters().prompt_tokens_waiting.load(), 0);
+  EXPECT_EQ(policy.free_slots(), 4);
 }
 
-TEST_F(StepPolicyTest, APrefillPassTakesPromptsInOrderWhileItsTokenBudgetHoldsThem) {
-  // 6 tokens a pass: rows x the longest prompt.
+TEST_F(StepPolicyTest, PromptsFillAPassInOrderAndALongerOneIsSplitIntoChunks) {
+  // 6 prompt tokens a pass.
   StepPolicy policy({.slots = 4, .vocab_size = 320, .max_seq = 64, .bos_id = 256, .prefill_tokens = 6}, &tokenizer_);
   RecordingSink a, b, c, d;
   std::vector<std::unique_ptr<Sequence>> admitted;
-  admitted.push_back(Seq({256, 1}, 1, &a));                  // 1 x 2
-  admitted.push_back(Seq({256, 2, 3}, 1, &b));               // 2 x 3 = 6: fits
-  admitted.push_back(Seq({256, 4}, 1, &c));                  // 3 x 3 = 9: the next pass
-  admitted.push_back(Seq({256, 5, 6, 7, 8, 9, 10}, 1, &d));  // 2 x 7: a pass of its own, above the budget
+  admitted.push_back(Seq({256, 1}, 1, &a));
+  admitted.push_back(Seq({256, 2, 3}, 1, &b));
+  admitted.push_back(Seq({256, 4}, 1, &c));                  // 1 token left of the budget: a chunk of 1
+  admitted.push_back(Seq({256, 5, 6, 7, 8, 9, 10}, 1, &d));  // above the budget: two chunks
   policy.Admit(std::move(admitted), clock_.Now());
-  const std::vector<StepPlan> plans = Round(policy);
-  ASSERT_EQ(plans.size(), 3u);  // max_tokens 1: each request ends with its prefill's token
-  std::vector<std::vector<int32_t>> slots;
-  for (const StepPlan& p : plans) {
-    ASSERT_EQ(p.kind, StepPlan::Kind::kPrefill);
-    slots.emplace_back();
-    for (const StepPlan::Prompt& q : p.prompts) slots.back().push_back(q.slot);
-  }
-  EXPECT_THAT(slots, ElementsAre(ElementsAre(0, 1), ElementsAre(2), ElementsAre(3)));
+  EXPECT_EQ(policy.counters().prompt_tokens_waiting.load(), 14);
+  const std::optional<StepPlan> first = Pass(policy);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->rows.size(), 3u);
+  EXPECT_THAT(first->rows[2].tokens, ElementsAre(256));
+  EXPECT_FALSE(first->rows[2].logits) << "an inner chunk gives no token";
+  EXPECT_EQ(policy.counters().prompt_tokens_waiting.load(), 8);
+  const std::vector<StepPlan> rest = RunAll(policy);  // max_tokens 1: each ends with its prompt's token
+  ASSERT_EQ(rest.size(), 2u);
+  ASSERT_EQ(rest[0].rows.size(), 2u);
+  EXPECT_EQ(rest[0].rows[0].slot, 2);
+  EXPECT_THAT(rest[0].rows[0].tokens, ElementsAre(4));
+  EXPECT_EQ(rest[0].rows[0].start_pos, 1);
+  EXPECT_THAT(rest[0].rows[1].tokens, ElementsAre(256, 5, 6, 7, 8));
+  EXPECT_FALSE(rest[0].rows[1].logits);
+  ASSERT_EQ(rest[1].rows.size(), 1u);
+  EXPECT_THAT(rest[1].rows[0].tokens, ElementsAre(9, 10));
+  EXPECT_EQ(rest[1].rows[0].start_pos, 5);
   EXPECT_THAT(a.Tokens(), ElementsAre(2));
   EXPECT_THAT(b.Tokens(), ElementsAre(4));
   EXPECT_THAT(c.Tokens(), ElementsAre(5));
   EXPECT_THAT(d.Tokens(), ElementsAre(11));
   EXPECT_EQ(policy.counters().prefill_passes.load(), 3u);
-  EXPECT_EQ(policy.counters().prefill_tokens.load(), 6u + 2u + 7u);
+  EXPECT_EQ(policy.counters().prefill_tokens.load(), 14u);
+  EXPECT_EQ(policy.counters().prompt_tokens_waiting.load(), 0);
   EXPECT_EQ(policy.free_slots(), 4);
+}
+
+TEST_F(StepPolicyTest, ANewPromptRidesInTheRunningSequencesPassAndEachGetsItsOwnLogits) {
+  StepPolicy policy({.slots = 2, .vocab_size = 320, .max_seq = 64, .bos_id = 256, .prefill_tokens = 4}, &tokenizer_);
+  RecordingSink a, b;
+  std::vector<std::unique_ptr<Sequence>> first;
+  first.push_back(Seq({256, 10}, 5, &a));
+  policy.Admit(std::move(first), clock_.Now());
+  ASSERT_TRUE(Pass(policy).has_value());  // a's prefill: its first token
+  std::vector<std::unique_ptr<Sequence>> second;
+  second.push_back(Seq({256, 40, 41, 42, 43, 44}, 2, &b));  // 6 tokens: chunks of 4 and 2
+  policy.Admit(std::move(second), clock_.Now());
+  std::vector<StepPlan> plans = RunAll(policy);
+  ASSERT_GE(plans.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(plans[i].phase, IterationPhase::kMixed);
+    ASSERT_EQ(plans[i].rows.size(), 2u);
+    EXPECT_TRUE(plans[i].rows[0].decode);   // a's next token first
+    EXPECT_FALSE(plans[i].rows[1].decode);  // then b's chunk
+  }
+  EXPECT_THAT(plans[0].rows[1].tokens, ElementsAre(256, 40, 41, 42));
+  EXPECT_THAT(plans[1].rows[1].tokens, ElementsAre(43, 44));
+  EXPECT_EQ(plans[1].rows[1].start_pos, 4);
+  // The fake model predicts each row's last token + 1: a mixed-up logits row would show here.
+  EXPECT_THAT(a.Tokens(), ElementsAre(11, 12, 13, 14, 15));
+  EXPECT_THAT(b.Tokens(), ElementsAre(45, 46));
+  EXPECT_EQ(policy.counters().mixed_passes.load(), 2u);
+  EXPECT_EQ(policy.counters().pass_tokens[static_cast<int>(IterationPhase::kMixed)].load(), 1u + 4u + 1u + 2u);
 }
 
 TEST_F(StepPolicyTest, ARequestThatFinishesFreesItsSlotForTheNextAndAStopTokenIsNotEmitted) {
@@ -122,17 +164,17 @@ TEST_F(StepPolicyTest, ARequestThatFinishesFreesItsSlotForTheNextAndAStopTokenIs
   first.push_back(Seq({256, 40}, 10, &a));
   first.back()->params.stop_token_ids = {43};
   policy.Admit(std::move(first), clock_.Now());
-  while (a.finishes() == 0) Round(policy);
+  while (a.finishes() == 0) ASSERT_TRUE(Pass(policy).has_value());
   EXPECT_THAT(a.Tokens(), ElementsAre(41, 42));  // 43 stops it and is not streamed
   EXPECT_EQ(a.Result().reason, FinishReason::kStop);
   EXPECT_EQ(policy.free_slots(), 1);
   std::vector<std::unique_ptr<Sequence>> second;
   second.push_back(Seq({256, 50}, 1, &b));
   policy.Admit(std::move(second), clock_.Now());
-  const std::vector<StepPlan> plans = Round(policy);
+  const std::vector<StepPlan> plans = RunAll(policy);
   ASSERT_FALSE(plans.empty());
-  ASSERT_FALSE(plans[0].prompts.empty());
-  EXPECT_EQ(plans[0].prompts[0].slot, 0);  // the slot the first request gave back
+  ASSERT_FALSE(plans[0].rows.empty());
+  EXPECT_EQ(plans[0].rows[0].slot, 0);  // the slot the first request gave back
   EXPECT_EQ(b.Result().reason, FinishReason::kLength);
   EXPECT_THAT(b.Tokens(), ElementsAre(51));
 }
@@ -146,11 +188,11 @@ TEST_F(StepPolicyTest, APastDeadlineAndACancellationStopASequenceBeforeItsNextPa
   admitted.push_back(Seq({256, 2}, 50, &gone));
   RequestHandle* handle = admitted.back()->handle.get();
   policy.Admit(std::move(admitted), clock_.Now());
-  Round(policy);
+  ASSERT_TRUE(Pass(policy).has_value());
   EXPECT_EQ(late.finishes() + gone.finishes(), 0);
   clock_.Advance(absl::Seconds(2));
   handle->Cancel();
-  const std::vector<StepPlan> plans = Round(policy);
+  const std::vector<StepPlan> plans = RunAll(policy);
   EXPECT_TRUE(plans.empty()) << "a pass was planned for sequences that had stopped";
   EXPECT_EQ(late.Result().status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(gone.Result().status.code(), absl::StatusCode::kCancelled);
@@ -166,12 +208,12 @@ TEST_F(StepPolicyTest, IdleIterationsWaitForFreeSlotsAndTouchNoRequest) {
   admitted.push_back(Seq({256, 1}, 3, &a));
   policy.Admit(std::move(admitted), clock_.Now());
   policy.QueueIdle({IterationPhase::kDecode, 2, 0});  // needs both slots: waits for a to finish
-  std::vector<StepPlan::Kind> kinds;
-  while (a.finishes() == 0 || policy.idle_fits()) {
-    for (const StepPlan& p : Round(policy)) kinds.push_back(p.kind);
-  }
-  EXPECT_THAT(kinds, ElementsAre(StepPlan::Kind::kPrefill, StepPlan::Kind::kDecode, StepPlan::Kind::kDecode,
-                                 StepPlan::Kind::kIdle));
+  std::vector<std::pair<StepPlan::Kind, IterationPhase>> passes;
+  for (const StepPlan& p : RunAll(policy)) passes.emplace_back(p.kind, p.phase);
+  using K = StepPlan::Kind;
+  using P = IterationPhase;
+  EXPECT_THAT(passes, ElementsAre(std::pair(K::kServe, P::kPrefill), std::pair(K::kServe, P::kDecode),
+                                  std::pair(K::kServe, P::kDecode), std::pair(K::kIdle, P::kDecode)));
   EXPECT_THAT(a.Tokens(), ElementsAre(2, 3, 4));
 }
 
@@ -181,7 +223,7 @@ TEST_F(StepPolicyTest, FinishAllEndsRunningAndQueuedRequestsWithTheStatus) {
   std::vector<std::unique_ptr<Sequence>> admitted;
   admitted.push_back(Seq({256, 1}, 50, &running));
   policy.Admit(std::move(admitted), clock_.Now());
-  Round(policy);
+  ASSERT_TRUE(Pass(policy).has_value());
   std::vector<std::unique_ptr<Sequence>> rest;
   rest.push_back(Seq({256, 2}, 50, &queued));
   policy.FinishAll(absl::UnavailableError("the server is shutting down"), std::move(rest), clock_.Now());
