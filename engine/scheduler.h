@@ -32,9 +32,12 @@
 namespace autouvm::engine {
 
 struct SchedulerOptions {
-  int max_batch = 8;                // KV-cache slots = most requests generating at once
-  int max_queue = 64;               // requests waiting for a slot before Submit says RESOURCE_EXHAUSTED
-  int64_t prefill_tokens = 2048;    // most prompt tokens in one pass (PolicyOptions::prefill_tokens)
+  int max_batch = 8;              // KV-cache slots = most requests generating at once
+  int max_queue = 64;             // requests waiting for a slot before Submit says RESOURCE_EXHAUSTED
+  int64_t prefill_tokens = 2048;  // most prompt tokens in one pass (PolicyOptions::prefill_tokens)
+  // Note [Waiting for company]: the most an idle model's first request waits for others to share its
+  // pass; the wait is also at most kQueueDelayShare of the last pass's time.
+  absl::Duration max_queue_delay = absl::Milliseconds(10);
   IterationHooks* hooks = nullptr;  // must outlive the scheduler
 };
 
@@ -96,6 +99,7 @@ class Scheduler {
   absl::Time force_stop_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int active_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t requests_total_ ABSL_GUARDED_BY(mu_) = 0;  // the rest of the stats are the policy's counters
+  absl::Duration last_pass_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();  // the last pass's time
 
   // Owned by the scheduler thread; read in TakeWork's wait condition only while that thread waits.
   StepPolicy policy_;
@@ -103,5 +107,8 @@ class Scheduler {
 
   std::thread thread_;
 };
+
+// The share of the last pass's time an idle model's first request may wait for company.
+inline constexpr double kQueueDelayShare = 0.05;
 
 }  // namespace autouvm::engine

@@ -16,9 +16,12 @@ struct ModelSettings {
   int64_t max_batch = 8;              // requests decoded together (KV-cache slots)
   int64_t max_queue = 64;             // requests waiting for a slot; more get RESOURCE_EXHAUSTED
   int64_t max_prefill_tokens = 2048;  // most prompt tokens one pass computes; longer prompts are chunked
-  int64_t default_max_tokens = 128;   // when a request leaves max_tokens unset
-  int64_t max_tokens_limit = 4096;    // largest max_tokens a request may ask for
-  std::string policy = "autouvm";     // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")
+  // How long an idle model's first request may wait for others to share its first pass, at most (the
+  // wait is also at most 5% of the model's last pass: engine::SchedulerOptions::max_queue_delay).
+  int64_t max_queue_delay_ms = 10;
+  int64_t default_max_tokens = 128;  // when a request leaves max_tokens unset
+  int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
+  std::string policy = "autouvm";    // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")
   // The device memory the model's plan may keep resident: a fraction of the GPU's memory when <= 1,
   // bytes when larger.
   double device_budget = 0.9;

@@ -97,6 +97,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.max_batch = static_cast<int>(m->settings.max_batch);
   options.max_queue = static_cast<int>(m->settings.max_queue);
   options.prefill_tokens = m->settings.max_prefill_tokens;
+  options.max_queue_delay = absl::Milliseconds(m->settings.max_queue_delay_ms);
   if (profiling_.jobs != nullptr) {
     const std::vector<runtime::NamedTensor> named = m->runner->NamedTensors();
     std::unique_ptr<profiler::ModelExecution> execution;

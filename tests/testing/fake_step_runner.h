@@ -9,6 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "engine/step_runner.h"
+#include "tests/testing/fake_clock.h"
 
 namespace autouvm::testing {
 
@@ -55,6 +56,12 @@ class FakeStepRunner final : public engine::StepRunner {
   int64_t max_seq() const override { return max_seq_; }
   int64_t bos_id() const override { return 256; }
 
+  // Each pass from now on moves `clock` on by `d` (a model whose passes take that long).
+  void TakePerPass(FakeClock* clock, absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    clock_ = clock;
+    per_pass_ = d;
+  }
   // Passes from now on wait in the runner until Release.
   void Hold() {
     absl::MutexLock lock(&mu_);
@@ -79,6 +86,7 @@ class FakeStepRunner final : public engine::StepRunner {
   int64_t Next(int32_t token) const { return (static_cast<int64_t>(token) + 1) % vocab_; }
   void Enter(Pass p) {
     absl::MutexLock lock(&mu_);
+    if (clock_ != nullptr) clock_->Advance(per_pass_);
     passes_.push_back(std::move(p));
     auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
     mu_.Await(absl::Condition(&released));
@@ -90,6 +98,8 @@ class FakeStepRunner final : public engine::StepRunner {
   mutable absl::Mutex mu_;
   std::vector<Pass> passes_ ABSL_GUARDED_BY(mu_);
   bool held_ ABSL_GUARDED_BY(mu_) = false;
+  FakeClock* clock_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Duration per_pass_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace autouvm::testing

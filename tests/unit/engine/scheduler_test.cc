@@ -96,6 +96,28 @@ TEST_F(SchedulerTest, ALaterRequestJoinsTheRunningDecodeStepAndReusesAFreedSlot)
   EXPECT_LT(sched.Stats().decode_steps_total, sched.Stats().batched_rows_total);
 }
 
+// Note [Waiting for company]: the first request to reach an idle model waits a little (here 5% of a
+// 10 s pass: 0.5 s) for others, so that one arriving 50 ms later shares its pass; a lone one still runs.
+TEST_F(SchedulerTest, AnIdleModelsFirstRequestWaitsForCompanyToShareItsPass) {
+  FakeStepRunner runner(4);
+  runner.TakePerPass(&clock_, absl::Seconds(10));
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 4, .max_queue_delay = absl::Seconds(5)}, &clock_);
+  RecordingSink alone;
+  ASSERT_TRUE(sched.Submit(Params(10, 1), &alone).ok());  // before any pass: no wait
+  alone.done.WaitForNotification();
+  RecordingSink first, second;
+  ASSERT_TRUE(sched.Submit(Params(20, 1), &first).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(sched.Submit(Params(30, 1), &second).ok());
+  first.done.WaitForNotification();
+  second.done.WaitForNotification();
+  const std::vector<FakeStepRunner::Pass> passes = runner.passes();
+  ASSERT_EQ(passes.size(), 2u);
+  EXPECT_EQ(passes[1].prompt_rows(), 2) << "the second request did not share the first one's pass";
+  EXPECT_THAT(first.Tokens(), ElementsAre(21));
+  EXPECT_THAT(second.Tokens(), ElementsAre(31));
+}
+
 TEST_F(SchedulerTest, CancellationAndDeadlineEndARunningRequest) {
   FakeStepRunner runner(2);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
