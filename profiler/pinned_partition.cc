@@ -223,24 +223,38 @@ class Partition {
   // compute, but only as far ahead as the window holds. Pinning the first weights of the iteration
   // leaves the copy engine idle through their ops once the window is full (the 7B at factor 1.5:
   // 17 ms of a 109 ms step on the H200); pinning the same bytes spread evenly in op order keeps
-  // the stretches between streamed weights short. Each weight is pinned while the pinned share of
-  // the weights so far stays at the share the room allows. Weights smaller than a VA block are
+  // the stretches between streamed weights short (Note [Nested spread] says in what order). Weights
+  // smaller than a VA block are
   // pinned first instead: they share pages with their neighbours, cannot be staged (Note [Stage
   // whole blocks], runtime/executor.cc), and each fetch of one would be a call for a few KiB
   // (norm weights streamed this way cost the 7B's steps 4-5 fault groups and a third of their time
   // at factor 1.0 on the H200). Returns the room left.
+  //
+  // Note [Nested spread]: the daemon switches plans between a model's shapes (a prefill, then decode
+  // steps; mixed passes between them), and a switch moves onto the device what the next plan pins and
+  // the last did not. Spreading by a running share made plans of nearly the same room pin different
+  // weights (a share of 0.45 against 0.5 drifts out of phase with every other weight), so a switch
+  // moved most of the pinned set: a prefill pass through the daemon took 1.8-1.9 sweeps on the H200's
+  // 7B at factor 2.0, where the same prefill followed alone runs at the link floor. The weights are
+  // instead pinned in bit-reversed order of their place in the iteration (0, n/2, n/4, 3n/4, ...):
+  // every prefix of that order is spread evenly, and plans with more room pin a superset of what plans
+  // with less pin, so shapes whose candidates are the model's weights in op order share their pins.
   int64_t PinSpread(const std::vector<int>& once, int64_t room) {
-    int64_t candidates = 0;
-    for (int t : once) candidates += reuse_[static_cast<size_t>(t)].bytes();
-    const double share = candidates > 0 ? std::min(1.0, static_cast<double>(room) / candidates) : 0;
-    double seen = 0, kept = 0;
-    for (int t : once) {
-      const auto u = static_cast<size_t>(t);
-      const double b = static_cast<double>(reuse_[u].bytes());
-      seen += b;
-      if (reuse_[u].bytes() > room || kept + b / 2 > share * seen) continue;
+    const size_t n = once.size();
+    int bits = 0;
+    while ((size_t{1} << bits) < n) ++bits;
+    auto reversed = [bits](size_t i) {
+      size_t r = 0;
+      for (int k = 0; k < bits; ++k) r |= ((i >> k) & 1) << (bits - 1 - k);
+      return r;
+    };
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return reversed(a) < reversed(b); });
+    for (size_t i : order) {
+      const auto u = static_cast<size_t>(once[i]);
+      if (reuse_[u].bytes() > room) continue;
       pinned_[u] = true;
-      kept += b;
       room -= reuse_[u].bytes();
     }
     return room;

@@ -333,7 +333,9 @@ TEST(ExecutorTest, WeightsThatDoNotFillWholeBlocksAreStagedOnlyThroughTheDeviceB
 }
 
 // Note [Plans hand staged weights on] and Note [Host copies outlive staging]: the daemon switches
-// between a prefill and a decode plan of one budget that pin different weights.
+// between plans of one model that pin different weights — with the model's weights as candidates, plans
+// of more room pin a superset of what plans of less room pin (Note [Nested spread],
+// profiler/pinned_partition.cc).
 TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCopiesAndMakesNoNewCopies) {
   const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
   const int64_t named = 16 * 64 * kMiB;
@@ -352,7 +354,8 @@ TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCo
     if (pinned_a.count(id)) b_stages_a_pins.push_back(id);
   }
   ASSERT_FALSE(a_stages_b_pins.empty());
-  ASSERT_FALSE(b_stages_a_pins.empty());
+  EXPECT_TRUE(b_stages_a_pins.empty()) << "the plan with more room streams " << b_stages_a_pins.size()
+                                       << " weights the plan with less room pins";
   const std::string one_of_b = *staged_b.begin();
   Fixture f(t);
   auto follow = [&](const runtime::Plan& plan) {
@@ -386,7 +389,7 @@ TEST(ExecutorTest, ASwitchPutsWeightsTheNextPlanPinsOntoTheDeviceFromTheirHostCo
   EXPECT_EQ(prepared.d2h_total(), 0);
   EXPECT_EQ(MovedWhileFollowing(f, t, *ex, 2, b.budget_bytes).gpu_faults, 0);
   const int64_t filled_by_b = f.sim->host_copies_filled_bytes();
-  EXPECT_GT(filled_by_b, filled_by_a);  // what only B stages was copied out once
+  EXPECT_EQ(filled_by_b, filled_by_a);  // B stages only weights A staged: each has its host copy
   ASSERT_TRUE(ex->Release(Executor::Staged::kKeepStaged).ok());
   ex.reset();
   // Back to A and to B again: every weight either plan stages has a host copy already.
