@@ -34,11 +34,13 @@ class Partition {
         remote_(reuse.size(), false),
         remote_ok_(reuse.size(), false),
         users_(reuse.size(), 0),
-        user_(reuse.size(), -1) {
+        user_(reuse.size(), -1),
+        rank_(reuse.size(), 0) {
     for (size_t t = 0; t < reuse_.size(); ++t) {
       transient_[t] = IsTransient(reuse_[t].id());
       if (!transient_[t]) persistent_bytes_ += reuse_[t].bytes();
     }
+    RankForSpread();
   }
 
   int64_t persistent_bytes() const { return persistent_bytes_; }
@@ -127,6 +129,8 @@ class Partition {
       }
     }
     room = PinSpread(once, room);
+    std::stable_sort(in_place_later.begin(), in_place_later.end(),
+                     [&](int a, int b) { return rank_[static_cast<size_t>(a)] < rank_[static_cast<size_t>(b)]; });
     for (int t : in_place_later) {
       const auto u = static_cast<size_t>(t);
       if (reuse_[u].bytes() > room) continue;
@@ -236,28 +240,46 @@ class Partition {
   // weights (a share of 0.45 against 0.5 drifts out of phase with every other weight), so a switch
   // moved most of the pinned set: a prefill pass through the daemon took 1.8-1.9 sweeps on the H200's
   // 7B at factor 2.0, where the same prefill followed alone runs at the link floor. The weights are
-  // instead pinned in bit-reversed order of their place in the iteration (0, n/2, n/4, 3n/4, ...):
-  // every prefix of that order is spread evenly, and plans with more room pin a superset of what plans
-  // with less pin, so shapes whose candidates are the model's weights in op order share their pins.
-  int64_t PinSpread(const std::vector<int>& once, int64_t room) {
-    const size_t n = once.size();
-    int bits = 0;
-    while ((size_t{1} << bits) < n) ++bits;
-    auto reversed = [bits](size_t i) {
-      size_t r = 0;
-      for (int k = 0; k < bits; ++k) r |= ((i >> k) & 1) << (bits - 1 - k);
-      return r;
-    };
-    std::vector<size_t> order(n);
-    for (size_t i = 0; i < n; ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return reversed(a) < reversed(b); });
-    for (size_t i : order) {
-      const auto u = static_cast<size_t>(once[i]);
+  // instead pinned in bit-reversed order of their place among the model's tensors in op order (0, n/2,
+  // n/4, 3n/4, ...; RankForSpread): every prefix of that order is spread evenly, and plans with more
+  // room pin a superset of what plans with less pin. Weights a plan reads in place are pinned in the
+  // same order (for them it costs nothing: an in-place read holds its op wherever it is), so a decode
+  // plan that reads in place and a prefill plan that stages share their pins too.
+  int64_t PinSpread(std::vector<int> once, int64_t room) {
+    std::stable_sort(once.begin(), once.end(),
+                     [&](int a, int b) { return rank_[static_cast<size_t>(a)] < rank_[static_cast<size_t>(b)]; });
+    for (int t : once) {
+      const auto u = static_cast<size_t>(t);
       if (reuse_[u].bytes() > room) continue;
       pinned_[u] = true;
       room -= reuse_[u].bytes();
     }
     return room;
+  }
+
+  // Each model tensor's ("param:") place in the order PinSpread pins in: the bit-reversed index of its
+  // first use among the model's tensors (Note [Nested spread]). It depends on the model's tensors and
+  // their order only, the same in every shape of the model, so a decode plan that reads its unpinned
+  // weights in place and a prefill plan that stages them pin from the same order.
+  void RankForSpread() {
+    std::vector<size_t> model;
+    for (size_t t = 0; t < reuse_.size(); ++t) {
+      if (!transient_[t] && reuse_[t].id().starts_with("param:")) model.push_back(t);
+    }
+    std::stable_sort(model.begin(), model.end(),
+                     [&](size_t a, size_t b) { return reuse_[a].first_use() < reuse_[b].first_use(); });
+    int bits = 0;
+    while ((size_t{1} << bits) < model.size()) ++bits;
+    for (size_t i = 0; i < model.size(); ++i) {
+      size_t r = 0;
+      for (int k = 0; k < bits; ++k) r |= ((i >> k) & 1) << (bits - 1 - k);
+      rank_[model[i]] = r;
+    }
+    // Other persistent tensors (inputs) after the model's, in first-use order.
+    size_t next = size_t{1} << bits;
+    for (size_t t = 0; t < reuse_.size(); ++t) {
+      if (!transient_[t] && !reuse_[t].id().starts_with("param:")) rank_[t] = next++;
+    }
   }
 
   // The widest op's bytes that are neither pinned nor read in place.
@@ -284,6 +306,7 @@ class Partition {
   int64_t persistent_bytes_ = 0;
   std::vector<bool> transient_, pinned_, remote_, remote_ok_;
   std::vector<int> users_, user_;  // per tensor: ops that touch it, and the last of them
+  std::vector<size_t> rank_;       // per tensor: its place in the pinning order (RankForSpread)
   std::vector<int64_t> prefix_;
 };
 

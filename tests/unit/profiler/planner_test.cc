@@ -103,18 +103,19 @@ TEST(PlannerTest, AFetchIsIssuedInThePreviousIterationWhenTheWindowAllows) {
 }
 
 TEST(PlannerTest, ADecodeStepsWeightsThatAreNotPinnedAreReadInPlace) {
-  // The cache is used by every op and cannot be read in place: pinned first; then w0..w6 by first use;
-  // w7 is read over the link where it is. Nothing streams, so no window is set aside.
+  // The cache is used by every op and cannot be read in place: pinned first; then the weights in the
+  // spread order (Note [Nested spread]: bit-reversed places among w0, kv, w1, ..., w7), whose last, w6
+  // (place 7 of 9), is read over the link where it is. Nothing streams, so no window is set aside.
   const auto p = Plan(Loop(/*flops_per_byte=*/1), "autouvm", 80 * kMiB);
   EXPECT_EQ(p.window_bytes, 0);
   EXPECT_EQ(p.pinned_bytes, 80 * kMiB);
   EXPECT_EQ(p.pinned[1], "param:kv");
-  EXPECT_EQ(std::vector<std::string>(p.remote.begin(), p.remote.end()), std::vector<std::string>{"param:w7"});
+  EXPECT_EQ(std::vector<std::string>(p.remote.begin(), p.remote.end()), std::vector<std::string>{"param:w6"});
   EXPECT_EQ(p.remote_bytes, 10 * kMiB);
   EXPECT_EQ(std::ssize(p.prefetches), 0);
   EXPECT_EQ(p.streamed_bytes, 0);
   // A weight written during the iteration cannot be read in place: it is pinned ahead of those that
-  // can, and the last of them is read in place instead.
+  // can, and the last of them in the spread order is read in place.
   runtime::AccessTrace t = Loop(1);
   t.ops[7].writes.push_back({"param:w7", 10 * kMiB, 0, 10 * kMiB});
   const auto q = Plan(t, "autouvm", 80 * kMiB);
