@@ -88,6 +88,47 @@ TEST(LoadE2E, SixteenRequestsStartedAtOnceFinishInFortyForwardPassesOrFewer) {
               static_cast<unsigned long long>(mixed));
 }
 
+// Packed steps change nothing a request computes: 16 greedy requests at once, with prompts chunked
+// (max_prefill_tokens 16) and riding in mixed passes beside the running ones' next tokens, each get the
+// tokens they get alone.
+TEST(LoadE2E, SixteenGreedyRequestsAtOnceInMixedChunkedPassesGetTheTokensEachGetsAlone) {
+  DaemonProcess d({.config_yaml = "models: {tiny-llama: {max_batch: 16, max_prefill_tokens: 16}}\n"});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  auto request = [](int i) {
+    autouvm::v1::GenerateRequest r;
+    r.set_model("tiny-llama");
+    r.set_text(std::string("request ") + std::to_string(i) + ": " + std::string(static_cast<size_t>(3 * i), 'a' + i));
+    r.set_max_tokens(12);
+    r.set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(0);
+    return r;
+  };
+  auto generate = [&d](const autouvm::v1::GenerateRequest& r, std::vector<int32_t>* tokens) {
+    grpc::ClientContext ctx;
+    autouvm::v1::GenerateResponse resp;
+    const grpc::Status s = d.generation()->Generate(&ctx, r, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    tokens->assign(resp.token_ids().begin(), resp.token_ids().end());
+  };
+  const autouvm::v1::ModelStatus before = ModelStatusOf(d);
+  std::vector<std::vector<int32_t>> together(16), alone(16);
+  {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 16; ++i)
+      clients.emplace_back([&, i] { generate(request(i), &together[static_cast<size_t>(i)]); });
+    for (std::thread& t : clients) t.join();
+  }
+  const autouvm::v1::ModelStatus after = ModelStatusOf(d);
+  for (int i = 0; i < 16; ++i) generate(request(i), &alone[static_cast<size_t>(i)]);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(together[static_cast<size_t>(i)].size(), 12u) << "request " << i;
+    EXPECT_EQ(together[static_cast<size_t>(i)], alone[static_cast<size_t>(i)]) << "request " << i;
+  }
+  EXPECT_GT(after.mixed_passes_total() - before.mixed_passes_total(), 0u);
+  EXPECT_GT(after.prefill_rows_total() - before.prefill_rows_total(), 16u) << "no prompt was chunked";
+}
+
 TEST(LoadE2E, ThirtyTwoStreamsWithCancellationsForMinutesEndEveryStreamAndKeepMemoryBounded) {
   double seconds = 120;
   if (const char* env = std::getenv("AUTOUVM_LOAD_SECONDS"); env != nullptr) seconds = std::atof(env);
