@@ -121,17 +121,13 @@ Scheduler::Step Scheduler::TakeWork(std::vector<std::unique_ptr<Sequence>>* admi
     }
     return policy_.running() == 0 && admitted->empty() ? Step::kStop : Step::kAbort;
   }
-  TakeQueued(admitted);
-  const bool idle = queue_.empty() && policy_.running() == 0 && admitted->empty();
-  return stopping_ && idle ? Step::kStop : Step::kRun;
-}
-
-void Scheduler::TakeQueued(std::vector<std::unique_ptr<Sequence>>* admitted) {
   while (!queue_.empty() && static_cast<int>(admitted->size()) < policy_.free_slots()) {
     admitted->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
   active_count_ = policy_.running() + static_cast<int>(admitted->size());
+  const bool idle = queue_.empty() && policy_.running() == 0 && admitted->empty();
+  return stopping_ && idle ? Step::kStop : Step::kRun;
 }
 
 // Note [Arrivals between passes]: every pass begins by admitting what has arrived (up to the free

@@ -80,8 +80,6 @@ class Scheduler {
  private:
   enum class Step { kRun, kAbort, kStop };  // run the next pass; finish everything (grace over); exit
   void Loop();
-  // Moves queued requests into `admitted` while the policy has slots free for them.
-  void TakeQueued(std::vector<std::unique_ptr<Sequence>>* admitted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves what the next pass may take from the shared queues into `admitted` (or, past the grace, out to
   // be finished; Note [Arrivals between passes]); waits for work while nothing runs.
   Step TakeWork(std::vector<std::unique_ptr<Sequence>>* admitted);

@@ -58,7 +58,7 @@ std::vector<StepRunner::Row> StepPlan::RunnerRows() const {
 }
 
 std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
-  RetireFinished();
+  // Whatever finished is retired already: by the last Update, by FinishAll, or below.
   if (idle_fits()) {
     const IdleIteration it = idle_.front();
     idle_.pop_front();

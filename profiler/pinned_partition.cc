@@ -129,8 +129,7 @@ class Partition {
       }
     }
     room = PinSpread(once, room);
-    std::stable_sort(in_place_later.begin(), in_place_later.end(),
-                     [&](int a, int b) { return rank_[static_cast<size_t>(a)] < rank_[static_cast<size_t>(b)]; });
+    SortByRank(&in_place_later);
     for (int t : in_place_later) {
       const auto u = static_cast<size_t>(t);
       if (reuse_[u].bytes() > room) continue;
@@ -246,8 +245,7 @@ class Partition {
   // same order (for them it costs nothing: an in-place read holds its op wherever it is), so a decode
   // plan that reads in place and a prefill plan that stages share their pins too.
   int64_t PinSpread(std::vector<int> once, int64_t room) {
-    std::stable_sort(once.begin(), once.end(),
-                     [&](int a, int b) { return rank_[static_cast<size_t>(a)] < rank_[static_cast<size_t>(b)]; });
+    SortByRank(&once);
     for (int t : once) {
       const auto u = static_cast<size_t>(t);
       if (reuse_[u].bytes() > room) continue;
@@ -255,6 +253,11 @@ class Partition {
       room -= reuse_[u].bytes();
     }
     return room;
+  }
+
+  void SortByRank(std::vector<int>* tensors) const {
+    std::stable_sort(tensors->begin(), tensors->end(),
+                     [&](int a, int b) { return rank_[static_cast<size_t>(a)] < rank_[static_cast<size_t>(b)]; });
   }
 
   // Each model tensor's ("param:") place in the order PinSpread pins in: the bit-reversed index of its
