@@ -11,7 +11,10 @@
 // started at once by as many client threads: TTFT p50 and max (ms and in sweeps), the aggregate decode
 // rate (tokens after the first / the burst's wall time from the first first token to the last token)
 // against the ideal streams / sweep, the passes the burst took (ModelStatus deltas), and what the
-// executor moved.
+// executor moved; the burst's wall time per pass.
+//
+//   build-gpu/bench/arrivals --preset mistral7b --factor 2.0 --streams 64 --prompt 128 --tokens 128 \
+//       --prefill-tokens 2048 --budget-of-weights                     # a large batch, its KV cache in the budget
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
@@ -81,8 +84,12 @@ int main(int argc, char** argv) {
   double factor = 2.0;
   int streams = 16, tokens = 128, prompt_len = 16, warmups = 1, repeats = 2;
   std::string daemon_path = AUTOUVMD_PATH;
-  app.add_option("--preset", preset, "7b, 13b or small");
+  bool budget_of_weights = false;
+  app.add_option("--preset", preset, "7b, mistral7b, 13b or small");
   app.add_option("--factor", factor, "oversubscription: the model's named bytes / its device budget");
+  app.add_flag("--budget-of-weights", budget_of_weights,
+               "the budget is the weights' bytes / factor (the batch's KV cache competes for it); otherwise the "
+               "named bytes' (weights and the KV cache of --streams whole requests)");
   app.add_option("--streams", streams, "requests per burst")->check(CLI::Range(1, 256));
   app.add_option("--tokens", tokens, "tokens generated per request")->check(CLI::Range(2, 4096));
   app.add_option("--prompt", prompt_len, "prompt tokens")->check(CLI::Range(2, 4096));
@@ -98,34 +105,35 @@ int main(int argc, char** argv) {
   autouvm::engine::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
   c.name = absl::StrCat("bench-", preset);
   Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
-  int64_t named = 0;
+  int64_t named = 0, weights = 0;
   {
     // The named bytes, from the model as the daemon loads it (its KV cache for a burst; freed before the
     // daemon starts).
     auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
     auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, streams, device.get()), "sizing");
     for (const auto& t : runner->NamedTensors()) named += t.bytes;
+    weights = runner->parameter_bytes();
   }
-  const int64_t budget = static_cast<int64_t>(static_cast<double>(named) / factor);
+  const int64_t budget = static_cast<int64_t>(static_cast<double>(budget_of_weights ? weights : named) / factor);
   std::printf(
-      "%s preset, %.2f GiB named, budget %.2f GiB (factor %.2f); bursts of %d requests started at once, %d prompt "
-      "tokens, %d generated; %d untimed and %d timed bursts per daemon\n\n",
-      preset.c_str(), named / double(1 << 30), budget / double(1 << 30), factor, streams, prompt_len, tokens, warmups,
-      repeats);
+      "%s preset, %.2f GiB named (%.2f GiB of weights), budget %.2f GiB (factor %.2f of the %s); bursts of %d "
+      "requests started at once, %d prompt tokens, %d generated; %d untimed and %d timed bursts per daemon\n\n",
+      preset.c_str(), named / double(1 << 30), weights / double(1 << 30), budget / double(1 << 30), factor,
+      budget_of_weights ? "weights" : "named bytes", streams, prompt_len, tokens, warmups, repeats);
   std::printf(
       "| max_prefill_tokens | burst | sweep ms | TTFT p50 ms | TTFT max ms | TTFT p50 / max, sweeps | aggregate tok/s "
       "| "
       "ideal tok/s (streams / sweep) | aggregate / ideal | prefill passes | mixed passes | decode steps | fault groups "
       "| "
-      "daemon exit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "ms per pass | daemon exit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const std::string& setting : std::vector<std::string>(absl::StrSplit(prefill_tokens_list, ','))) {
     const std::string dir = absl::StrCat(root, "/daemon-", setting);
     std::filesystem::create_directories(dir);
     const std::string config_path = autouvm::bench::WriteCudaDaemonConfig(
         dir, repo, spec.name,
-        absl::StrCat("model_defaults: {max_batch: ", std::max(streams, 1), ", policy: autouvm, device_budget: ", budget,
-                     ", max_prefill_tokens: ", setting, "}"));
+        absl::StrCat("model_defaults: {max_batch: ", std::max(streams, 1), ", max_queue: ", std::max(streams, 64),
+                     ", policy: autouvm, device_budget: ", budget, ", max_prefill_tokens: ", setting, "}"));
     autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config_path, dir);
     autouvm::bench::WaitModelReady(d, c.name);
     const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
@@ -150,16 +158,24 @@ int main(int argc, char** argv) {
         last_token = std::max(last_token, b.ended[i]);
       }
       const double wall_s = std::chrono::duration<double>(last_token - first_token).count();
+      const Clock::time_point started = *std::min_element(b.started.begin(), b.started.end());
+      const uint64_t passes = b.after.prefill_passes_total() + b.after.mixed_passes_total() +
+                              b.after.decode_steps_total() - b.before.prefill_passes_total() -
+                              b.before.mixed_passes_total() - b.before.decode_steps_total();
+      const double ms_per_pass =
+          std::chrono::duration<double, std::milli>(last_token - started).count() / std::max<uint64_t>(passes, 1);
       const double aggregate = streams * (tokens - 1) / wall_s;
       const double ideal = streams * 1e3 / sweep_ms;
       const double p50 = Median(ttft), max = Max(ttft);
       std::printf(
-          "| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %llu | %lld | %d |\n",
+          "| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %llu | %lld | %.1f | %d "
+          "|\n",
           setting.c_str(), r + 1, sweep_ms, p50, max, p50 / sweep_ms, max / sweep_ms, aggregate, ideal,
           aggregate / ideal, (unsigned long long)(b.after.prefill_passes_total() - b.before.prefill_passes_total()),
           (unsigned long long)(b.after.mixed_passes_total() - b.before.mixed_passes_total()),
           (unsigned long long)(b.after.decode_steps_total() - b.before.decode_steps_total()),
-          (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), code);
+          (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), ms_per_pass,
+          code);
     }
     std::fflush(stdout);
   }

@@ -39,6 +39,8 @@ absl::StatusOr<engine::ModelConfig> LlamaConfig(const std::string& preset, int64
   c.max_seq = max_seq;
   if (preset == "7b") {
     c.dim = 4096, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 32, c.ffn_dim = 11008;
+  } else if (preset == "mistral7b") {  // Mistral-7B's dimensions: grouped-query attention, 8 KV heads
+    c.dim = 4096, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 8, c.ffn_dim = 14336;
   } else if (preset == "13b") {
     c.dim = 5120, c.n_layers = 40, c.n_heads = 40, c.n_kv_heads = 40, c.ffn_dim = 13824;
   } else if (preset == "small") {
@@ -46,7 +48,7 @@ absl::StatusOr<engine::ModelConfig> LlamaConfig(const std::string& preset, int64
   } else if (preset == "tiny") {
     c.dim = 256, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 4, c.ffn_dim = 704, c.vocab_size = 512;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("preset ", preset, ": not one of 7b, 13b, small, tiny"));
+    return absl::InvalidArgumentError(absl::StrCat("preset ", preset, ": not one of 7b, mistral7b, 13b, small, tiny"));
   }
   c.head_dim = c.dim / c.n_heads;
   c.generated_weights_seed = seed;

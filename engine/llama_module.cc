@@ -25,15 +25,18 @@ namespace {
 // attention groups the query heads of each key/value head in one matmul instead of copying keys and
 // values per query head.
 //
-// Note [Packed steps]: step's tokens are one packed row [N], each with its position and its sequence's
-// KV-cache slot; the projections and the MLP run over all N at once (one weight sweep for every token of
-// the pass), the keys and values are written to the cache at [slot, position], and attention runs in two
+// Note [Packed steps]: step's tokens are one packed row [N], each with its position and the KV-cache
+// pool row it is written to (kv_rows; Note [Block KV cache], engine/kv_blocks.cc); the projections and the
+// MLP run over all N at once (one weight sweep for every token of the pass), and attention runs in two
 // groups: the decode group (the first nd tokens, one per generating sequence, each a query of its own)
 // and the prompt group (prompt chunks, laid out [rows, longest chunk] through p_index; a padding entry
 // repeats its row's last token and its output is dropped: p_flat picks each real token's output back
-// out). Each group reads its slots' keys only up to its span (the longest live sequence in it), masked
-// past each query's own position. The LM head runs only at logit_ix. A group that is empty skips its
-// attention, so the ops of a step depend on which groups it has: its phase (decode, prefill, mixed).
+// out). Each group's sequences have their pool rows in d_rows / p_rows, position by position up to the
+// group's span (the longest live sequence in it; a shorter one pads with the null block's row 0), and
+// attention gathers the keys and values of those rows only, masked past each query's own position. The
+// pool is read only below `live` (one past the highest row in use). The LM head runs only at logit_ix. A
+// group that is empty skips its attention, so the ops of a step depend on which groups it has: its
+// phase (decode, prefill, mixed).
 constexpr const char* kLayerSource = R"JIT(
 def rms(self, x, w):
     xf = x.float()
@@ -86,22 +89,25 @@ def full(self, x, cos, sin, mask):
     q, k, v = self.qkv(x, cos, sin)
     return self.finish(x, q, k.transpose(1, 2), v.transpose(1, 2), mask)
 
-def step(self, x, cos, sin, kc, vc, slots, positions, nd: int, d_slots, d_mask, p_slots, p_index, p_flat, p_mask):
+def gather(self, pool, rows):
+    R = rows.size(0)
+    S = rows.size(1)
+    return pool.index_select(0, rows.view(-1)).view(R, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+
+def step(self, x, cos, sin, kc, vc, kv_rows, live: int, d_rows, d_mask, p_index, p_flat, p_rows, p_mask):
     q, k, v = self.qkv(x, cos, sin)
-    kc[slots, :, positions] = k[0]
-    vc[slots, :, positions] = v[0]
+    kc[kv_rows] = k[0]
+    vc[kv_rows] = v[0]
     q = q[0]
+    kl = kc.narrow(0, 0, live)
+    vl = vc.narrow(0, 0, live)
+    nd = d_rows.size(0)
     parts: List[Tensor] = []
     if nd > 0:
-        S = d_mask.size(3)
-        keys = kc[:, :, :S].index_select(0, d_slots)
-        vals = vc[:, :, :S].index_select(0, d_slots)
-        parts.append(self.attend(q[:nd].unsqueeze(1), keys, vals, d_mask).squeeze(1))
+        o = self.attend(q[:nd].unsqueeze(1), self.gather(kl, d_rows), self.gather(vl, d_rows), d_mask)
+        parts.append(o.squeeze(1))
     if p_index.size(0) > 0:
-        S = p_mask.size(3)
-        keys = kc[:, :, :S].index_select(0, p_slots)
-        vals = vc[:, :, :S].index_select(0, p_slots)
-        o = self.attend(q[p_index], keys, vals, p_mask)
+        o = self.attend(q[p_index], self.gather(kl, p_rows), self.gather(vl, p_rows), p_mask)
         parts.append(o.view(-1, o.size(2)).index_select(0, p_flat))
     return self.mlp(x, torch.cat(parts, 0).unsqueeze(0))
 )JIT";
@@ -125,8 +131,8 @@ std::string TopSource(int64_t n_layers) {
     absl::StrAppend(&fwd_calls, "    x = self.layer", i, ".forward(x, cos, sin, mask, k_cache[", i, "], v_cache[", i,
                     "], slots, slot_ix, pos)\n");
     absl::StrAppend(&full_calls, "    x = self.layer", i, ".full(x, cos, sin, mask)\n");
-    absl::StrAppend(&step_calls, "    x = self.layer", i, ".step(x, cos, sin, k_cache[", i, "], v_cache[", i,
-                    "], slots, positions, nd, d_slots, d_mask, p_slots, p_index, p_flat, p_mask)\n");
+    absl::StrAppend(&step_calls, "    x = self.layer", i, ".step(x, cos, sin, k_caches[", i, "], v_caches[", i,
+                    "], kv_rows, live, d_rows, d_mask, p_index, p_flat, p_rows, p_mask)\n");
   }
   return absl::StrCat(R"JIT(
 def rms(self, x, w):
@@ -164,16 +170,19 @@ def full(self, tokens):
 )JIT",
                       full_calls, R"JIT(    return self.head(x)
 
-def step(self, tokens, positions, slots, nd: int, d_slots, d_span: int, p_slots, p_index, p_flat, p_span: int,
-         logit_ix, k_cache, v_cache):
+def step(self, tokens, positions, kv_rows, d_rows, p_index, p_flat, p_rows, logit_ix, live: int,
+         k_caches: List[Tensor], v_caches: List[Tensor]):
     dev = tokens.device
     cos = self.rope_cos[positions].unsqueeze(1).unsqueeze(0).to(self.tok_embeddings.dtype)
     sin = self.rope_sin[positions].unsqueeze(1).unsqueeze(0).to(self.tok_embeddings.dtype)
+    nd = d_rows.size(0)
+    d_span = d_rows.size(1)
     d_pos = positions[:nd].view(nd, 1, 1, 1)
     d_keys = torch.arange(d_span, device=dev).view(1, 1, 1, d_span)
     d_mask = torch.zeros([nd, 1, 1, d_span], device=dev).masked_fill(d_keys > d_pos, float("-inf"))
     R = p_index.size(0)
     T = p_index.size(1)
+    p_span = p_rows.size(1)
     p_pos = positions[p_index].view(R, 1, T, 1)
     p_keys = torch.arange(p_span, device=dev).view(1, 1, 1, p_span)
     p_mask = torch.zeros([R, 1, T, p_span], device=dev).masked_fill(p_keys > p_pos, float("-inf"))

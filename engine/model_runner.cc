@@ -7,8 +7,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "base/status_macros.h"
 #include "engine/generated_weights.h"
+#include "engine/kv_blocks.h"
 #include "engine/torch_dtype.h"
 #include "runtime/storage_binding.h"
 
@@ -38,9 +40,12 @@ std::vector<float> ToVector(const torch::Tensor& t) {
 }  // namespace
 
 struct ModelRunner::Impl {
+  Impl(KvPoolShape shape, int max_batch) : blocks(shape, max_batch) {}
+
   torch::jit::Module module;
-  torch::Tensor k_cache;  // [n_layers, max_batch, n_kv_heads, max_seq, head_dim]
-  torch::Tensor v_cache;
+  // Note [Block KV cache] (engine/kv_blocks.cc): per layer, [pool rows, n_kv_heads, head_dim].
+  std::vector<torch::Tensor> k_pools, v_pools;
+  KvBlocks blocks;
   runtime::ComputeDevice* device = nullptr;  // null: the CPU
   torch::Device torch_device = torch::kCPU;
 
@@ -50,9 +55,9 @@ struct ModelRunner::Impl {
   }
   torch::Tensor On(const torch::Tensor& t) const { return t.to(torch_device); }
 
-  // Runs the module's step on `packed` (PackedStep below, on the host); logits [L, V] on the host.
-  torch::Tensor Step(const torch::Tensor& packed, int64_t n, int64_t nd, int64_t rp, int64_t tp, int64_t np, int64_t nl,
-                     int64_t d_span, int64_t p_span) {
+  // Runs the module's step on `packed` (RunStep below, on the host); logits [L, V] on the host.
+  torch::Tensor Step(const torch::Tensor& packed, int64_t n, int64_t nd, int64_t d_span, int64_t rp, int64_t tp,
+                     int64_t np, int64_t p_span, int64_t nl) {
     torch::NoGradGuard no_grad;
     auto on = Enter();
     const torch::Tensor all = On(packed);  // one copy to the device, then views
@@ -62,13 +67,40 @@ struct ModelRunner::Impl {
       at += count;
       return t;
     };
-    torch::Tensor tokens = take(n), positions = take(n), slots = take(n), d_slots = take(nd), p_slots = take(rp);
-    torch::Tensor p_index = take(rp * tp).view({rp, tp}), p_flat = take(np), logit_ix = take(nl);
-    std::vector<torch::jit::IValue> inputs{tokens,  positions, slots,  nd,       d_slots, d_span, p_slots,
-                                           p_index, p_flat,    p_span, logit_ix, k_cache, v_cache};
+    torch::Tensor tokens = take(n), positions = take(n), kv_rows = take(n),
+                  d_rows = take(nd * d_span).view({nd, d_span});
+    torch::Tensor p_index = take(rp * tp).view({rp, tp}), p_flat = take(np),
+                  p_rows = take(rp * p_span).view({rp, p_span});
+    torch::Tensor logit_ix = take(nl);
+    std::vector<torch::jit::IValue> inputs{tokens,
+                                           positions,
+                                           kv_rows,
+                                           d_rows,
+                                           p_index,
+                                           p_flat,
+                                           p_rows,
+                                           logit_ix,
+                                           blocks.live_rows(),
+                                           c10::List<at::Tensor>(k_pools),
+                                           c10::List<at::Tensor>(v_pools)};
     return module.get_method("step")(std::move(inputs)).toTensor().to(torch::kCPU);
   }
 };
+
+namespace {
+
+// The packed step of docs/model-contract.md takes each token's pool row (kv_rows); the earlier one took
+// slots into a max_batch x max_seq cache.
+bool HasPackedBlockStep(torch::jit::Module& module) {
+  auto method = module.find_method("step");
+  if (!method) return false;
+  for (const auto& argument : method->function().getSchema().arguments()) {
+    if (argument.name() == "kv_rows") return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max_batch)
     : impl_(std::move(impl)), config_(std::move(config)), max_batch_(max_batch) {}
@@ -77,11 +109,16 @@ ModelRunner::~ModelRunner() = default;
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::string& entry_dir,
                                                                  const ModelConfig& config, int max_batch,
-                                                                 runtime::ComputeDevice* device) {
+                                                                 runtime::ComputeDevice* device,
+                                                                 const KvCacheOptions& kv) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch: must be at least 1");
+  if (kv.block_tokens < 1) return absl::InvalidArgumentError("kv_block_tokens: must be at least 1");
+  if (kv.tokens < 0) return absl::InvalidArgumentError("kv_cache_tokens: must not be negative");
+  const int64_t pool_tokens = kv.tokens > 0 ? kv.tokens : static_cast<int64_t>(max_batch) * config.max_seq;
+  const KvPoolShape shape{.blocks = BlocksFor(pool_tokens, kv.block_tokens) + 1, .block_tokens = kv.block_tokens};
   const std::string path = (std::filesystem::path(entry_dir) / "model.pt").string();
   if (!std::filesystem::exists(path)) return absl::NotFoundError(absl::StrCat(path, ": missing"));
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(shape, max_batch);
   const bool cuda = device != nullptr && device->kind() == "cuda";
   if (cuda) {
     impl->device = device;
@@ -95,11 +132,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a loadable TorchScript model: ", TorchError("load", e).message()));
   }
-  if (!impl->module.find_method("step")) {
+  if (!HasPackedBlockStep(impl->module)) {
     return absl::InvalidArgumentError(absl::StrCat(
         path,
-        ": has no `step` method (the packed steps of docs/model-contract.md): it was written for an earlier "
-        "model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
+        ": has no `step` method of the block KV cache's packed form (docs/model-contract.md): it was written for an "
+        "earlier model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
   }
   if (config.generated_weights_seed != 0) {
     if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, impl->torch_device); !s.ok()) {
@@ -119,11 +156,18 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
       dtype = torch::kFloat;
     }
     if (cuda) impl->module.to(torch::kCUDA);
-    impl->k_cache = torch::zeros({config.n_layers, max_batch, config.n_kv_heads, config.max_seq, config.head_dim},
-                                 torch::TensorOptions().dtype(dtype).device(impl->torch_device));
-    impl->v_cache = torch::zeros_like(impl->k_cache);
+    // Untouched pool rows stay unwritten (Note [Block KV cache]); the null block is zeros.
+    const auto options = torch::TensorOptions().dtype(dtype).device(impl->torch_device);
+    const int64_t rows = shape.blocks * shape.block_tokens;
+    for (int64_t l = 0; l < config.n_layers; ++l) {
+      for (auto* pools : {&impl->k_pools, &impl->v_pools}) {
+        pools->push_back(torch::empty({rows, config.n_kv_heads, config.head_dim}, options));
+        pools->back().narrow(0, 0, shape.block_tokens).zero_();
+      }
+    }
   } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(path, ": placing the model on ", cuda ? "the GPU" : "the CPU",
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": placing the model and its KV cache of ", pool_tokens,
+                                                     " positions (kv_cache_tokens) on ", cuda ? "the GPU" : "the CPU",
                                                      ": ", TorchError("allocation", e).message()));
   }
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(impl), config, max_batch));
@@ -131,7 +175,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
   runner->parameter_bytes_ = bytes;
   runner->compute_dtype_ = dtype == torch::kFloat ? "fp32" : config.dtype;
   on.reset();  // ForwardAll enters the device itself
-  runner->kv_cache_bytes_ = 2 * runner->impl_->k_cache.numel() * runner->impl_->k_cache.element_size();
+  for (const auto* pools : {&runner->impl_->k_pools, &runner->impl_->v_pools}) {
+    for (const torch::Tensor& t : *pools) runner->kv_cache_bytes_ += t.numel() * t.element_size();
+  }
   // One tiny step proves the module matches the contract before any request depends on it.
   const int32_t probe[1] = {0};
   auto logits = runner->ForwardAll(0, probe, 0);
@@ -147,15 +193,18 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
   // Every layer of the cache must hold the probe token's keys and values (position 0 of slot 0).
   {
     auto on_device = runner->impl_->Enter();
+    const int64_t row = runner->impl_->blocks.RowOf(0, 0);
     for (int64_t l = 0; l < config.n_layers; ++l) {
-      const bool written = runner->impl_->k_cache[l][0].select(1, 0).abs().sum().item<double>() > 0 &&
-                           runner->impl_->v_cache[l][0].select(1, 0).abs().sum().item<double>() > 0;
+      const size_t i = static_cast<size_t>(l);
+      const bool written = runner->impl_->k_pools[i][row].abs().sum().item<double>() > 0 &&
+                           runner->impl_->v_pools[i][row].abs().sum().item<double>() > 0;
       if (!written) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": the model wrote no keys or values into layer ", l,
                                                        " of the cache; model.yaml says n_layers ", config.n_layers));
       }
     }
   }
+  runner->Release(0);
   // Note [A model.yaml that contradicts model.pt]: the probe step above catches a wrong vocab_size, dim
   // or head layout (shapes that do not fit) and the cache check a model with fewer layers than model.yaml
   // says, but a wrong ffn_dim (and more) would run. For the Llama architecture the
@@ -190,14 +239,14 @@ absl::Status ModelRunner::Step(absl::Span<const Row> rows, std::vector<float>* l
   return RunStep(rows, /*every_position=*/false, logits);
 }
 
-// The packed step's inputs as one int64 tensor, in this order: tokens, positions and slots [N] (the
-// decode rows' tokens first, then the prompt rows'), d_slots [nd], p_slots [rows], p_index [rows ×
-// longest chunk], p_flat [prompt tokens], logit_ix [wanted logits] (Note [Packed steps],
+// The packed step's inputs as one int64 tensor, in this order: tokens, positions and kv_rows [N] (the
+// decode rows' tokens first, then the prompt rows'), d_rows [nd x d_span], p_index [rows x longest
+// chunk], p_flat [prompt tokens], p_rows [rows x p_span], logit_ix [wanted logits] (Note [Packed steps],
 // engine/llama_module.cc).
 absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_position, std::vector<float>* logits) {
   if (rows.empty()) return absl::InvalidArgumentError("a step with no rows");
   std::vector<bool> used(static_cast<size_t>(max_batch_), false);
-  std::vector<size_t> order;  // decode rows first
+  std::vector<std::pair<int32_t, int64_t>> lengths;  // each slot's sequence after the step
   int64_t n = 0, nd = 0, rp = 0, tp = 0, d_span = 0, p_span = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -216,6 +265,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
       return absl::OutOfRangeError(absl::StrCat("row ", i, ": positions ", r.start_pos, "..", r.start_pos + len - 1,
                                                 " beyond max_seq ", config_.max_seq));
     }
+    lengths.push_back({r.slot, r.start_pos + len});
     n += len;
     if (r.decode) {
       ++nd;
@@ -226,6 +276,10 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
       p_span = std::max(p_span, r.start_pos + len);
     }
   }
+  // A row sets its slot's sequence to end with it: blocks past that end go back to the pool.
+  RETURN_IF_ERROR(impl_->blocks.Resize(lengths));
+  const KvBlocks& blocks = impl_->blocks;
+  std::vector<size_t> order;  // decode rows first
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].decode) order.push_back(i);
   for (size_t i = 0; i < rows.size(); ++i)
@@ -238,10 +292,14 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
   int64_t nl = 0;
   for (const Row& r : rows) nl += every_position ? static_cast<int64_t>(r.tokens.size()) : (r.logits ? 1 : 0);
   const int64_t np = n - nd;
-  auto packed = torch::empty({3 * n + nd + rp + rp * tp + np + nl}, torch::kLong);
+  auto packed = torch::empty({3 * n + nd * d_span + rp * tp + np + rp * p_span + nl}, torch::kLong);
   int64_t* tokens = packed.data_ptr<int64_t>();
-  int64_t *positions = tokens + n, *slots = positions + n, *d_slots = slots + n, *p_slots = d_slots + nd;
-  int64_t *p_index = p_slots + rp, *p_flat = p_index + rp * tp, *logit_ix = p_flat + np;
+  int64_t *positions = tokens + n, *kv_rows = positions + n, *d_rows = kv_rows + n, *p_index = d_rows + nd * d_span;
+  int64_t *p_flat = p_index + rp * tp, *p_rows = p_flat + np, *logit_ix = p_rows + rp * p_span;
+  // A sequence's pool rows, position by position, padded with the null block's row 0 up to `span`.
+  auto table = [&blocks](int64_t* out, int32_t slot, int64_t len, int64_t span) {
+    for (int64_t j = 0; j < span; ++j) out[j] = j < len ? blocks.RowOf(slot, j) : 0;
+  };
   int64_t prow = 0;
   for (size_t i : order) {
     const Row& r = rows[i];
@@ -249,13 +307,14 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
     for (int64_t k = 0; k < len; ++k) {
       tokens[first[i] + k] = r.tokens[static_cast<size_t>(k)];
       positions[first[i] + k] = r.start_pos + k;
-      slots[first[i] + k] = r.slot;
+      kv_rows[first[i] + k] = blocks.RowOf(r.slot, r.start_pos + k);
     }
     if (r.decode) {
-      *d_slots++ = r.slot;
+      table(d_rows, r.slot, r.start_pos + 1, d_span);
+      d_rows += d_span;
       continue;
     }
-    p_slots[prow] = r.slot;
+    table(p_rows + prow * p_span, r.slot, r.start_pos + len, p_span);
     for (int64_t t = 0; t < tp; ++t) p_index[prow * tp + t] = first[i] + std::min(t, len - 1);
     for (int64_t t = 0; t < len; ++t) *p_flat++ = prow * tp + t;
     ++prow;
@@ -269,12 +328,22 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
     }
   }
   try {
-    *logits = ToVector(impl_->Step(packed, n, nd, rp, tp, np, nl, d_span, p_span));
+    *logits = ToVector(impl_->Step(packed, n, nd, d_span, rp, tp, np, p_span, nl));
   } catch (const std::exception& e) {
     return TorchError("forward pass", e);
   }
   return absl::OkStatus();
 }
+
+void ModelRunner::Release(int32_t slot) {
+  const std::pair<int32_t, int64_t> empty{slot, 0};
+  const absl::Status shrunk = impl_->blocks.Resize(absl::MakeConstSpan(&empty, 1));
+  AUTOUVM_CHECK(shrunk.ok()) << "giving blocks back failed: " << shrunk;
+}
+
+int64_t ModelRunner::kv_block_tokens() const { return impl_->blocks.shape().block_tokens; }
+int64_t ModelRunner::kv_blocks() const { return impl_->blocks.usable_blocks(); }
+int64_t ModelRunner::kv_blocks_in_use() const { return impl_->blocks.blocks_in_use(); }
 
 absl::Status ModelRunner::Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits) {
   std::vector<Row> step;
@@ -320,8 +389,10 @@ std::vector<ModelRunner::NamedTensor> ModelRunner::NamedTensors() const {
   };
   for (const auto& p : impl_->module.named_parameters()) add(p.value, p.name);
   for (const auto& b : impl_->module.named_buffers()) add(b.value, b.name);
-  add(impl_->k_cache, "kv_cache.k");
-  add(impl_->v_cache, "kv_cache.v");
+  for (size_t l = 0; l < impl_->k_pools.size(); ++l) {
+    add(impl_->k_pools[l], absl::StrCat("kv_cache.layer", l, ".k"));
+    add(impl_->v_pools[l], absl::StrCat("kv_cache.layer", l, ".v"));
+  }
   return out;
 }
 
@@ -329,8 +400,10 @@ std::unique_ptr<runtime::TensorBinding> ModelRunner::NewTensorBinding() const {
   std::vector<c10::Storage> storages;
   for (const auto& p : impl_->module.named_parameters()) storages.push_back(p.value.storage());
   for (const auto& b : impl_->module.named_buffers()) storages.push_back(b.value.storage());
-  storages.push_back(impl_->k_cache.storage());
-  storages.push_back(impl_->v_cache.storage());
+  for (size_t l = 0; l < impl_->k_pools.size(); ++l) {
+    storages.push_back(impl_->k_pools[l].storage());
+    storages.push_back(impl_->v_pools[l].storage());
+  }
   return std::make_unique<runtime::StorageBinding>(storages);
 }
 

@@ -1,12 +1,14 @@
 // Runs a model repository entry's TorchScript module: packed steps (decode rows and prompt chunks in
-// one forward pass, through the module's `step`) against a KV cache preallocated for max_batch slots ×
-// max_seq positions, updated in place by the model.
+// one forward pass, through the module's `step`) against a KV cache of blocks (Note [Block KV cache],
+// engine/kv_blocks.cc): a pool per layer that each slot's sequence takes blocks of as it grows and gives
+// back when it ends (Release), written in place by the model.
 //
 //   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8, device));
 //   RETURN_IF_ERROR(runner->Step(rows, &logits));                          // StepRunner: packed rows
 //   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
 //   RETURN_IF_ERROR(runner->Prefill({{slot, prompt, 0}, ...}, &logits));  // several prompts in one pass
 //   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
+//   runner->Release(slot);                                                 // its sequence ended
 //
 // On a CUDA ComputeDevice the weights (generated ones made on the GPU), the caches and every activation
 // live in managed memory, and each call computes on the device's compute stream; tokens go in and logits
@@ -32,11 +34,17 @@
 
 namespace autouvm::engine {
 
+struct KvCacheOptions {
+  int64_t tokens = 0;  // positions the pool holds, over all sequences at once (0: max_batch x max_seq)
+  int64_t block_tokens = 16;
+};
+
 class ModelRunner final : public StepRunner {
  public:
   // `device` (null: the CPU) outlives the runner.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir, const ModelConfig& config,
-                                                             int max_batch, runtime::ComputeDevice* device = nullptr);
+                                                             int max_batch, runtime::ComputeDevice* device = nullptr,
+                                                             const KvCacheOptions& kv = {});
   ~ModelRunner() override;
 
   // StepRunner (engine/step_runner.h).
@@ -47,7 +55,11 @@ class ModelRunner final : public StepRunner {
   absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos = 0);
   // A step of decode rows only.
   absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits);
+  void Release(int32_t slot) override;
   int max_batch() const override { return max_batch_; }
+  int64_t kv_block_tokens() const override;
+  int64_t kv_blocks() const override;
+  int64_t kv_blocks_in_use() const;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq() const override { return config_.max_seq; }
   int64_t bos_id() const override { return config_.bos_id; }
@@ -57,7 +69,7 @@ class ModelRunner final : public StepRunner {
   absl::StatusOr<std::vector<float>> FullForward(absl::Span<const int32_t> tokens);
 
   // The tensors this runner owns, in allocation order: every parameter and buffer by its dotted name
-  // ("layer0.wq"), the caches as "kv_cache.k" / "kv_cache.v"; where their storage starts and its bytes.
+  // ("layer0.wq"), the KV pools as "kv_cache.layer<i>.k" / ".v"; where their storage starts and its bytes.
   using NamedTensor = runtime::NamedTensor;
   std::vector<NamedTensor> NamedTensors() const;
   // Gives the observer those names (its tensor ids are "param:" + name).
@@ -69,7 +81,7 @@ class ModelRunner final : public StepRunner {
   const ModelConfig& config() const { return config_; }
   int64_t parameter_count() const { return parameter_count_; }
   int64_t parameter_bytes() const { return parameter_bytes_; }
-  int64_t kv_cache_bytes() const { return kv_cache_bytes_; }
+  int64_t kv_cache_bytes() const { return kv_cache_bytes_; }  // the pools' (touched or not)
   // "cpu" or "cuda".
   std::string_view device_kind() const;
   // The dtype the model computes in here (fp16 models compute in fp32 on the CPU backend).

@@ -15,7 +15,9 @@ Scheduler::Scheduler(StepRunner* runner, const tokenizer::Tokenizer* tokenizer, 
                .vocab_size = runner->vocab_size(),
                .max_seq = runner->max_seq(),
                .bos_id = runner->bos_id(),
-               .prefill_tokens = options.prefill_tokens},
+               .prefill_tokens = options.prefill_tokens,
+               .kv_block_tokens = runner->kv_block_tokens(),
+               .kv_blocks = runner->kv_blocks()},
               tokenizer) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -23,6 +25,14 @@ Scheduler::Scheduler(StepRunner* runner, const tokenizer::Tokenizer* tokenizer, 
 Scheduler::~Scheduler() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerationParams params, GenerationSink* sink) {
+  // Note [Reserving KV blocks]: a request longer than the whole pool would wait for ever.
+  if (const int64_t need = policy_.KvBlocksFor(params); need > runner_->kv_blocks()) {
+    const int64_t block = runner_->kv_block_tokens();
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: the prompt's ", params.prompt.size(), " tokens and max_tokens ", params.max_tokens,
+                     " need ", need * block, " KV-cache positions, and this model's KV cache holds ",
+                     runner_->kv_blocks() * block, " (its kv_cache_tokens); ask for fewer tokens"));
+  }
   auto s = std::make_unique<Sequence>(std::move(params), sink, policy_.tokenizer(), clock_->Now());
   std::shared_ptr<RequestHandle> handle = s->handle;
   absl::MutexLock lock(&mu_);
@@ -121,7 +131,11 @@ Scheduler::Step Scheduler::TakeWork(std::vector<std::unique_ptr<Sequence>>* admi
     }
     return policy_.running() == 0 && admitted->empty() ? Step::kStop : Step::kAbort;
   }
-  while (!queue_.empty() && static_cast<int>(admitted->size()) < policy_.free_slots()) {
+  // In order: a request whose KV blocks are not free waits for them, and those behind it with it.
+  for (int64_t blocks = policy_.free_kv_blocks(); !queue_.empty() &&
+                                                  static_cast<int>(admitted->size()) < policy_.free_slots() &&
+                                                  policy_.KvBlocksFor(queue_.front()->params) <= blocks;) {
+    blocks -= policy_.KvBlocksFor(queue_.front()->params);
     admitted->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -147,6 +161,7 @@ void Scheduler::Loop() {
       policy_.Admit(std::move(admitted), clock_->Now());
       if (std::optional<StepPlan> plan = policy_.Schedule(clock_->Now())) Run(*plan);
     }
+    for (const int32_t slot : policy_.TakeReleased()) runner_->Release(slot);
     absl::MutexLock lock(&mu_);
     active_count_ = policy_.running();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "engine/kv_blocks.h"
 
 namespace autouvm::engine {
 
@@ -20,9 +21,33 @@ StepPolicy::StepPolicy(PolicyOptions options, const tokenizer::Tokenizer* tokeni
   for (int s = options_.slots - 1; s >= 0; --s) free_slots_.push_back(s);
 }
 
+// Note [Reserving KV blocks]: the KV cache's pool is sized for the positions live at once (Note [Block
+// KV cache], engine/kv_blocks.cc), and a sequence takes its blocks as it grows. Admission reserves the
+// blocks of the request's whole length, so a pass never finds the pool full and no sequence is ever
+// stopped or recomputed to make room: requests wait in the queue (in order) until both a slot and their
+// blocks are free. What a reservation gives up is the blocks of tokens a request may not generate (a
+// stop token before max_tokens): they are free again when it ends.
+int64_t StepPolicy::KvBlocksFor(const GenerationParams& params) const {
+  if (options_.kv_block_tokens <= 0) return 0;
+  const int64_t length =
+      std::min<int64_t>(static_cast<int64_t>(params.prompt.size()) + params.max_tokens, options_.max_seq);
+  return BlocksFor(length, options_.kv_block_tokens);
+}
+
+bool StepPolicy::idle_fits() const {
+  if (idle_.empty() || idle_.front().batch > free_slots()) return false;
+  if (options_.kv_block_tokens <= 0) return true;
+  const IdleIteration& it = idle_.front();
+  const int64_t len = it.phase == IterationPhase::kPrefill ? it.prompt_len : 1;
+  return it.batch * BlocksFor(len, options_.kv_block_tokens) <= free_kv_blocks();
+}
+
 void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now) {
   AUTOUVM_CHECK_LE(admitted.size(), free_slots_.size()) << "admitted more requests than there are free slots";
   for (auto& s : admitted) {
+    s->kv_blocks = KvBlocksFor(s->params);
+    AUTOUVM_CHECK_LE(s->kv_blocks, free_kv_blocks()) << "admitted a request whose KV blocks are not free";
+    reserved_kv_blocks_ += s->kv_blocks;
     s->admitted = now;
     s->slot = free_slots_.back();
     free_slots_.pop_back();
@@ -103,8 +128,7 @@ std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
   return plan;
 }
 
-// Free slots only: their KV-cache rows are rewritten from position 0 by the next prefill, and attention
-// never reads past a sequence's own position.
+// Free slots only: the runner takes their blocks for the pass and they are released after it.
 StepPlan StepPolicy::IdlePlan(const IdleIteration& it) const {
   const int32_t bos = static_cast<int32_t>(std::max<int64_t>(options_.bos_id, 0));
   StepPlan plan{.kind = StepPlan::Kind::kIdle, .phase = it.phase};
@@ -122,6 +146,7 @@ StepPlan StepPolicy::IdlePlan(const IdleIteration& it) const {
 void StepPolicy::Update(const StepPlan& plan, const StepResult& result, absl::Time now) {
   if (plan.kind == StepPlan::Kind::kIdle) {
     ++counters_.idle_passes;
+    for (const StepPlan::Row& row : plan.rows) released_.push_back(row.slot);
     return;  // output dropped; a failure shows in the profile state
   }
   switch (plan.phase) {
@@ -244,7 +269,10 @@ void StepPolicy::RetireFinished() {
   for (auto& s : active_) {
     if (s->done && s->slot >= 0) {
       free_slots_.push_back(s->slot);
+      released_.push_back(s->slot);
       s->slot = -1;
+      reserved_kv_blocks_ -= s->kv_blocks;
+      s->kv_blocks = 0;
     }
   }
   AUTOUVM_CHECK_LE(free_slots_.size(), static_cast<size_t>(options_.slots)) << "a slot was freed twice";

@@ -30,6 +30,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,6 +54,7 @@ struct Sequence {
   tokenizer::TextStream text;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   int32_t slot = -1;
+  int64_t kv_blocks = 0;  // KV-cache blocks reserved for it while it holds its slot
   int32_t pending = -1;   // sampled and emitted, not yet written to the KV cache
   int64_t prefilled = 0;  // prompt tokens in the KV cache
   int32_t generated = 0;
@@ -105,6 +107,10 @@ struct PolicyOptions {
   // The most prompt tokens one pass computes, besides its decode rows; a prompt longer than what is left
   // of it is split into chunks over several passes.
   int64_t prefill_tokens = 2048;
+  // The KV cache's blocks (StepRunner::kv_block_tokens, kv_blocks): a sequence is admitted only when the
+  // blocks of its whole length are free (0: no blocks to count).
+  int64_t kv_block_tokens = 0;
+  int64_t kv_blocks = 0;
 };
 
 // Counted before the sinks hear of what is counted, so that a client that saw its last token reads
@@ -129,17 +135,24 @@ class StepPolicy {
   StepPolicy(PolicyOptions options, const tokenizer::Tokenizer* tokenizer);
 
   int free_slots() const { return static_cast<int>(free_slots_.size()); }
+  // Note [Reserving KV blocks]: the blocks a request's whole length needs (its prompt and max_tokens,
+  // within max_seq); those not reserved by admitted sequences.
+  int64_t KvBlocksFor(const GenerationParams& params) const;
+  int64_t free_kv_blocks() const { return options_.kv_blocks - reserved_kv_blocks_; }
+  // Slots given up since the last call (sequences that ended, idle iterations' slots): the runner's to
+  // Release.
+  std::vector<int32_t> TakeReleased() { return std::exchange(released_, {}); }
   int running() const { return static_cast<int>(active_.size()); }  // sequences holding a slot
   const PolicyCounters& counters() const { return counters_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_; }
 
-  // Sequences taken from the queue (at most free_slots()): each gets a slot, its prompt prefilled from the next pass
-  // on.
+  // Sequences taken from the queue (at most free_slots(), their KvBlocksFor within free_kv_blocks()):
+  // each gets a slot and its blocks, its prompt prefilled from the next pass on.
   void Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now);
   // An idle iteration to run once its batch fits the free slots (checked by the caller: batch within
   // 1..slots, a prefill's prompt within max_seq).
   void QueueIdle(const IdleIteration& it) { idle_.push_back(it); }
-  bool idle_fits() const { return !idle_.empty() && idle_.front().batch <= free_slots(); }
+  bool idle_fits() const;
 
   // The next pass, or nothing when no sequence runs and no idle iteration fits.
   std::optional<StepPlan> Schedule(absl::Time now);
@@ -162,6 +175,8 @@ class StepPolicy {
   std::deque<Sequence*> to_prefill_;               // admitted, prompt not wholly in the cache yet
   std::deque<IdleIteration> idle_;
   std::vector<int32_t> free_slots_;
+  std::vector<int32_t> released_;
+  int64_t reserved_kv_blocks_ = 0;
   PolicyCounters counters_;
 };
 

@@ -7,6 +7,9 @@
 //                                        {.slot = 3, .tokens = chunk, .start_pos = 0}};
 //   RETURN_IF_ERROR(runner->Step(rows, &logits));   // one vocab_size() row of logits per row that wants one
 //
+// The scheduler Releases a slot when its sequence ends; a step's row also sets its slot's sequence to end
+// with that row.
+//
 // Not thread-safe: one scheduler thread drives a runner.
 #pragma once
 
@@ -46,7 +49,14 @@ class StepRunner {
   // once; positions lie within max_seq.
   virtual absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) = 0;
 
+  // The slot's sequence ended: the runner may give back what it holds for it (its KV-cache blocks).
+  virtual void Release(int32_t /*slot*/) {}
+
   virtual int max_batch() const = 0;  // KV-cache slots
+  // The KV cache's blocks (Note [Block KV cache], engine/kv_blocks.cc): positions per block, and blocks
+  // for all sequences together. A runner without blocks holds max_seq positions for every slot.
+  virtual int64_t kv_block_tokens() const { return max_seq(); }
+  virtual int64_t kv_blocks() const { return max_batch(); }
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_seq() const = 0;
   virtual int64_t bos_id() const = 0;  // -1: none

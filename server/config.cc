@@ -37,6 +37,8 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
   f.Int("max_batch", &s->max_batch, 1, 4096);
   f.Int("max_queue", &s->max_queue, 0, 1 << 20);
   f.Int("max_prefill_tokens", &s->max_prefill_tokens, 1, 1 << 24);
+  f.Int("kv_cache_tokens", &s->kv_cache_tokens, 0, int64_t{1} << 40);
+  f.Int("kv_block_tokens", &s->kv_block_tokens, 1, 1 << 16);
   f.DurationMs("max_queue_delay", &s->max_queue_delay_ms, 0, 60 * 1000);
   f.Int("default_max_tokens", &s->default_max_tokens, 1, kMaxInt);
   f.Int("max_tokens_limit", &s->max_tokens_limit, 1, kMaxInt);

@@ -16,6 +16,10 @@ struct ModelSettings {
   int64_t max_batch = 8;              // requests decoded together (KV-cache slots)
   int64_t max_queue = 64;             // requests waiting for a slot; more get RESOURCE_EXHAUSTED
   int64_t max_prefill_tokens = 2048;  // most prompt tokens one pass computes; longer prompts are chunked
+  // The KV cache's pool: positions of all running requests together (0: max_batch x the model's max_seq),
+  // in blocks of kv_block_tokens (Note [Block KV cache], engine/kv_blocks.cc).
+  int64_t kv_cache_tokens = 0;
+  int64_t kv_block_tokens = 16;
   // How long an idle model's first request may wait for others to share its first pass, at most (the
   // wait is also at most 5% of the model's last pass: engine::SchedulerOptions::max_queue_delay).
   int64_t max_queue_delay_ms = 10;

@@ -90,7 +90,9 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   }
   ASSIGN_OR_RETURN(m->tokenizer, tokenizer::CreateTokenizer(engine::TokenizerSpecOf(m->config), m->dir));
   ASSIGN_OR_RETURN(m->runner,
-                   engine::ModelRunner::Create(m->dir, m->config, static_cast<int>(m->settings.max_batch), device_));
+                   engine::ModelRunner::Create(
+                       m->dir, m->config, static_cast<int>(m->settings.max_batch), device_,
+                       {.tokens = m->settings.kv_cache_tokens, .block_tokens = m->settings.kv_block_tokens}));
   // The digest names the model's profiles: a changed model.pt or model.yaml is a new model to them.
   ASSIGN_OR_RETURN(m->digest, profiler::ModelDigest((fs::path(m->dir) / "model.pt").string(), yaml));
   engine::SchedulerOptions options;

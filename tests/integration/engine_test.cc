@@ -303,28 +303,97 @@ TEST_F(EngineTest, RejectsAFileThatIsNotAModel) {
 
 // An entry written before packed steps (a module with forward and full, no step) is refused, saying what
 // to do.
+// Entries of the [B, T] contract (no `step`) and of the packed steps before the block KV cache (a `step`
+// of slots into a max_batch x max_seq cache) are refused alike.
 TEST_F(EngineTest, RejectsAnEntryWrittenForTheEarlierContractSayingToWriteItAgain) {
-  const engine::ModelConfig c = SmallConfig("earlier", "fp32");
-  ASSERT_TRUE(engine::WriteLlamaModel(c, 1, dir_.path()).ok());
-  const std::string pt = dir_.Sub("earlier/model.pt");
-  torch::jit::Module outer("Earlier");
-  outer.register_attribute("training", c10::BoolType::get(), false);
-  outer.register_module("inner", torch::jit::load(pt));
-  outer.define(R"JIT(
+  const std::vector<std::string> earlier_steps = {"", R"JIT(
+def step(self, tokens, positions, slots, nd: int, d_slots, d_span: int, p_slots, p_index, p_flat, p_span: int,
+         logit_ix, k_cache, v_cache):
+    return self.inner.full(tokens.unsqueeze(0))[0]
+)JIT"};
+  for (const std::string& step : earlier_steps) {
+    const engine::ModelConfig c = SmallConfig("earlier", "fp32");
+    ASSERT_TRUE(engine::WriteLlamaModel(c, 1, dir_.path()).ok());
+    const std::string pt = dir_.Sub("earlier/model.pt");
+    torch::jit::Module outer("Earlier");
+    outer.register_attribute("training", c10::BoolType::get(), false);
+    outer.register_module("inner", torch::jit::load(pt));
+    outer.define(absl::StrCat(R"JIT(
 def forward(self, tokens, slots, start_pos, k_cache, v_cache):
     return self.inner.forward(tokens, slots, start_pos, k_cache, v_cache)
 
 def full(self, tokens):
     return self.inner.full(tokens)
-)JIT");
-  outer.save(pt);
-  auto runner = engine::ModelRunner::Create(dir_.Sub("earlier"), c, 1);
-  ASSERT_FALSE(runner.ok());
-  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(runner.status().message(),
-            absl::StrCat(pt,
-                         ": has no `step` method (the packed steps of docs/model-contract.md): it was written for an "
-                         "earlier model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
+)JIT",
+                              step));
+    outer.save(pt);
+    auto runner = engine::ModelRunner::Create(dir_.Sub("earlier"), c, 1);
+    ASSERT_FALSE(runner.ok()) << (step.empty() ? "no step" : "a step of slots");
+    EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(runner.status().message(),
+              absl::StrCat(pt,
+                           ": has no `step` method of the block KV cache's packed form (docs/model-contract.md): it "
+                           "was written for an earlier model contract; write the entry again with autouvm-mkmodel or "
+                           "autouvm-convert"));
+  }
+}
+
+// Note [Block KV cache]: a pool of 12 blocks of 4 positions (48, where 4 slots x max_seq would be far
+// more) serves sequences that take blocks as they grow and give them back when they end; a sequence
+// prefilled into blocks another one gave back decodes to its full forward's logits.
+TEST_F(EngineTest, SequencesInAPoolOfBlocksTakeAndGiveBackBlocksAndMatchTheirFullForward) {
+  const engine::ModelConfig c = SmallConfig("blocks", "fp32");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir_.path()).ok());
+  auto made = engine::ModelRunner::Create(dir_.Sub(c.name), c, 4, nullptr, {.tokens = 48, .block_tokens = 4});
+  ASSERT_TRUE(made.ok()) << made.status();
+  engine::ModelRunner& runner = **made;
+  EXPECT_EQ(runner.kv_blocks(), 12);
+  EXPECT_EQ(runner.kv_block_tokens(), 4);
+  EXPECT_EQ(runner.kv_blocks_in_use(), 0) << "the load's probe gave its block back";
+  const int64_t per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4;  // fp32 keys and values
+  EXPECT_EQ(runner.kv_cache_bytes(), 13 * 4 * per_token) << "the pool and its null block";
+  const size_t V = c.vocab_size;
+  const std::vector<int32_t> a = {256, 3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8};  // 20: 5 blocks
+  const std::vector<int32_t> b = {256, 2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0, 2};
+  ASSERT_TRUE(runner.Prefill(0, a).ok());
+  ASSERT_TRUE(runner.Prefill(1, absl::MakeConstSpan(b.data(), 20)).ok());
+  EXPECT_EQ(runner.kv_blocks_in_use(), 10);
+  // b needs a sixth block for its next 4 tokens and a third sequence 2 more: 13 > 12.
+  const std::vector<int32_t> c_prompt = {256, 11, 12, 13, 14, 15, 16, 17};
+  const std::vector<engine::StepRunner::Row> too_many = {{.slot = 1, .tokens = {b.data() + 20, 4}, .start_pos = 20},
+                                                         {.slot = 2, .tokens = c_prompt, .start_pos = 0}};
+  std::vector<float> logits;
+  const absl::Status full_pool = runner.Step(too_many, &logits);
+  EXPECT_EQ(full_pool.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full_pool.message(),
+            "the KV cache has 2 free blocks of 4 positions, the step needs 3 more (12 in the pool)");
+  EXPECT_EQ(runner.kv_blocks_in_use(), 10) << "a refused step takes nothing";
+  runner.Release(0);  // a ends: its 5 blocks go back
+  EXPECT_EQ(runner.kv_blocks_in_use(), 5);
+  ASSERT_TRUE(runner.Step(too_many, &logits).ok());
+  EXPECT_EQ(runner.kv_blocks_in_use(), 8);
+  auto full_b = runner.FullForward(b);
+  auto full_c = runner.FullForward(c_prompt);
+  ASSERT_TRUE(full_b.ok() && full_c.ok());
+  ASSERT_EQ(logits.size(), 2 * V);
+  EXPECT_LT(MaxRelErr(std::vector<float>(logits.begin(), logits.begin() + V),
+                      std::vector<float>(full_b->end() - V, full_b->end())),
+            1e-5);
+  EXPECT_LT(MaxRelErr(std::vector<float>(logits.begin() + V, logits.end()),
+                      std::vector<float>(full_c->end() - V, full_c->end())),
+            1e-5)
+      << "c, in blocks a gave back";
+  // Decoding on across a block boundary: c's position 8 opens its third block.
+  std::vector<int32_t> c_then = c_prompt;
+  c_then.push_back(42);
+  ASSERT_TRUE(runner.Decode({{2, 42, 8}}, &logits).ok());
+  auto full_c_then = runner.FullForward(c_then);
+  ASSERT_TRUE(full_c_then.ok());
+  EXPECT_LT(MaxRelErr(logits, std::vector<float>(full_c_then->end() - V, full_c_then->end())), 1e-5);
+  EXPECT_EQ(runner.kv_blocks_in_use(), 9);
+  runner.Release(1);
+  runner.Release(2);
+  EXPECT_EQ(runner.kv_blocks_in_use(), 0);
 }
 
 TEST_F(EngineTest, RejectsAModelWhoseVocabDisagreesWithModelYaml) {

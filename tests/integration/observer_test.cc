@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "engine/llama_builder.h"
 #include "engine/model_runner.h"
 #include "runtime/trace_proto.h"
@@ -32,9 +33,9 @@ class ObserverTest : public ::testing::Test {
     observer_ = std::move(*obs);
   }
 
-  std::unique_ptr<engine::ModelRunner> Load(const engine::ModelConfig& c) {
+  std::unique_ptr<engine::ModelRunner> Load(const engine::ModelConfig& c, int64_t kv_block_tokens = 16) {
     EXPECT_TRUE(engine::WriteLlamaModel(c, 11, dir_.path()).ok());
-    auto runner = engine::ModelRunner::Create(dir_.Sub(c.name), c, 2);
+    auto runner = engine::ModelRunner::Create(dir_.Sub(c.name), c, 2, nullptr, {.block_tokens = kv_block_tokens});
     EXPECT_TRUE(runner.ok()) << runner.status();
     if (!runner.ok()) return nullptr;
     (*runner)->NameTensors(observer_.get());
@@ -116,8 +117,13 @@ TEST_F(ObserverTest, DecodeStepReadsNamedWeightsAndWritesTheCacheInPlace) {
   }
   EXPECT_TRUE(read_ids.count("param:tok_embeddings"));
   EXPECT_TRUE(read_ids.count("param:lm_head"));
-  EXPECT_TRUE(written_ids.count("param:kv_cache.k"));
-  EXPECT_TRUE(written_ids.count("param:kv_cache.v"));
+  for (int l = 0; l < 2; ++l) {  // each layer's KV pool (Note [Block KV cache], engine/kv_blocks.cc)
+    for (const char* kv : {"k", "v"}) {
+      const std::string id = absl::StrCat("param:kv_cache.layer", l, ".", kv);
+      EXPECT_TRUE(written_ids.count(id)) << id;
+      EXPECT_TRUE(read_ids.count(id)) << id;
+    }
+  }
 
   // The query projection of layer 0: a [1, 64] × [64, 64] product, 2·1·64·64 FLOPs, reading the whole weight.
   bool found = false;
@@ -135,16 +141,19 @@ TEST_F(ObserverTest, DecodeStepReadsNamedWeightsAndWritesTheCacheInPlace) {
 }
 
 // One decode profile serves every position: each step runs the same ops on the same tensors, reads the
-// same bytes of every weight, and reads the KV cache only up to its live positions (Note [Packed steps],
-// engine/llama_module.cc), so later steps read more of it.
+// same bytes of every weight, and reads the KV pools only up to their live rows (Note [Packed steps],
+// engine/llama_module.cc), so later steps read more of them: here blocks of one position, so one more
+// row per step.
 TEST_F(ObserverTest, EveryDecodeStepRunsTheSameOpsOnTheSameTensorsAndReadsOnlyLivePositions) {
-  auto runner = Load(SmallConfig("repeat", 2));
+  auto runner = Load(SmallConfig("repeat", 2), /*kv_block_tokens=*/1);
   ASSERT_NE(runner, nullptr);
   ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 7}).ok());
   auto kv_read = [](const AccessTrace& t) {
     int64_t bytes = 0;
     for (const OpRecord& op : t.ops) {
-      for (const TensorUse& r : op.reads) bytes += r.id == "param:kv_cache.k" ? r.bytes : 0;
+      for (const TensorUse& r : op.reads) {
+        bytes += r.id.starts_with("param:kv_cache.layer") && r.id.ends_with(".k") ? r.bytes : 0;
+      }
     }
     return bytes;
   };

@@ -1,13 +1,18 @@
 // FakeStepRunner: a StepRunner (engine/step_runner.h) whose model always predicts the token after the
 // last one each row was given (token + 1, wrapping at the vocabulary), and that records every pass. A test may
-// hold the passes at a gate (Hold / Release) to see the scheduler's queue while the model is busy.
+// hold the passes at a gate (Hold / Unhold) to see the scheduler's queue while the model is busy. Its KV
+// cache is a real engine::KvBlocks pool (by default one block of max_seq per slot): a pass that finds the
+// pool full fails, as ModelRunner's does.
 //
 // Thread-safe (the scheduler's thread runs passes while the test reads the record).
 #pragma once
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "engine/kv_blocks.h"
 #include "engine/step_runner.h"
 #include "tests/testing/fake_clock.h"
 
@@ -34,9 +39,19 @@ class FakeStepRunner final : public engine::StepRunner {
   };
 
   explicit FakeStepRunner(int slots, int64_t vocab = 320, int64_t max_seq = 64)
-      : slots_(slots), vocab_(vocab), max_seq_(max_seq) {}
+      : FakeStepRunner(slots, vocab, max_seq, {.blocks = slots + 1, .block_tokens = max_seq}) {}
+  // A runner whose KV cache is `pool` (Note [Block KV cache]): a pass that finds it full fails.
+  FakeStepRunner(int slots, int64_t vocab, int64_t max_seq, engine::KvPoolShape pool)
+      : slots_(slots), vocab_(vocab), max_seq_(max_seq), blocks_(pool, slots) {}
 
   absl::Status Step(absl::Span<const engine::StepRunner::Row> rows, std::vector<float>* logits) override {
+    {
+      std::vector<std::pair<int32_t, int64_t>> lengths;
+      for (const auto& r : rows) lengths.push_back({r.slot, r.start_pos + static_cast<int64_t>(r.tokens.size())});
+      absl::MutexLock lock(&mu_);
+      if (absl::Status s = blocks_.Resize(lengths); !s.ok()) return s;
+      peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
+    }
     Pass p;
     for (const engine::StepRunner::Row& r : rows) {
       p.rows.push_back(
@@ -51,7 +66,23 @@ class FakeStepRunner final : public engine::StepRunner {
     }
     return absl::OkStatus();
   }
+  void Release(int32_t slot) override {
+    const std::pair<int32_t, int64_t> empty{slot, 0};
+    absl::MutexLock lock(&mu_);
+    blocks_.Resize(absl::MakeConstSpan(&empty, 1)).IgnoreError();  // shrinking cannot fail
+  }
   int max_batch() const override { return slots_; }
+  int64_t kv_block_tokens() const override { return blocks_.shape().block_tokens; }
+  int64_t kv_blocks() const override { return blocks_.usable_blocks(); }
+  // KV blocks held now, and the most held after any pass.
+  int64_t blocks_in_use() const {
+    absl::MutexLock lock(&mu_);
+    return blocks_.blocks_in_use();
+  }
+  int64_t peak_blocks() const {
+    absl::MutexLock lock(&mu_);
+    return peak_blocks_;
+  }
   int64_t vocab_size() const override { return vocab_; }
   int64_t max_seq() const override { return max_seq_; }
   int64_t bos_id() const override { return 256; }
@@ -62,12 +93,12 @@ class FakeStepRunner final : public engine::StepRunner {
     clock_ = clock;
     per_pass_ = d;
   }
-  // Passes from now on wait in the runner until Release.
+  // Passes from now on wait in the runner until Unhold.
   void Hold() {
     absl::MutexLock lock(&mu_);
     held_ = true;
   }
-  void Release() {
+  void Unhold() {
     absl::MutexLock lock(&mu_);
     held_ = false;
   }
@@ -96,6 +127,8 @@ class FakeStepRunner final : public engine::StepRunner {
   const int64_t vocab_;
   const int64_t max_seq_;
   mutable absl::Mutex mu_;
+  engine::KvBlocks blocks_ ABSL_GUARDED_BY(mu_);
+  int64_t peak_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Pass> passes_ ABSL_GUARDED_BY(mu_);
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   FakeClock* clock_ ABSL_GUARDED_BY(mu_) = nullptr;

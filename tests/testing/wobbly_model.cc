@@ -27,12 +27,12 @@ def forward(self, tokens, slots, start_pos, k_cache, v_cache):
         start_pos = start_pos + 0
     return self.inner.forward(tokens, slots, start_pos, k_cache, v_cache)
 
-def step(self, tokens, positions, slots, nd: int, d_slots, d_span: int, p_slots, p_index, p_flat, p_span: int,
-         logit_ix, k_cache, v_cache):
+def step(self, tokens, positions, kv_rows, d_rows, p_index, p_flat, p_rows, logit_ix, live: int,
+         k_caches: List[Tensor], v_caches: List[Tensor]):
     if tokens.size(0) % 2 == 1:
         positions = positions + 0
-    return self.inner.step(tokens, positions, slots, nd, d_slots, d_span, p_slots, p_index, p_flat, p_span,
-                           logit_ix, k_cache, v_cache)
+    return self.inner.step(tokens, positions, kv_rows, d_rows, p_index, p_flat, p_rows, logit_ix, live, k_caches,
+                           v_caches)
 
 def full(self, tokens):
     return self.inner.full(tokens)

@@ -62,7 +62,7 @@ TEST_F(SchedulerTest, AFullQueueIsRefusedWhileTheModelIsBusy) {
   EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(full.status().message(), "the model's queue is full (2 requests waiting); retry later");
   EXPECT_EQ(sched.Stats().queued, 2);
-  runner.Release();
+  runner.Unhold();
   for (RecordingSink* s : {&running, &q1, &q2}) s->done.WaitForNotification();
   EXPECT_FALSE(refused.done.HasBeenNotified());
 }
@@ -76,7 +76,7 @@ TEST_F(SchedulerTest, ALaterRequestJoinsTheRunningDecodeStepAndReusesAFreedSlot)
   runner.AwaitPasses(1);
   ASSERT_TRUE(sched.Submit(Params(20, 3), &b).ok());
   ASSERT_TRUE(sched.Submit(Params(30, 2), &c).ok());  // waits: both slots are taken
-  runner.Release();
+  runner.Unhold();
   for (RecordingSink* s : {&a, &b, &c}) s->done.WaitForNotification();
   EXPECT_THAT(a.Tokens(), ElementsAre(11, 12, 13, 14, 15, 16));
   EXPECT_THAT(b.Tokens(), ElementsAre(21, 22, 23));
@@ -131,7 +131,7 @@ TEST_F(SchedulerTest, CancellationAndDeadlineEndARunningRequest) {
   runner.AwaitPasses(1);
   (*handle)->Cancel();
   clock_.Advance(absl::Seconds(10));
-  runner.Release();
+  runner.Unhold();
   gone.done.WaitForNotification();
   late.done.WaitForNotification();
   EXPECT_EQ(gone.Result().status.code(), absl::StatusCode::kCancelled);
@@ -169,7 +169,7 @@ TEST_F(SchedulerTest, ShutdownPastTheGraceEndsEveryRequestUnavailable) {
   while (sched.RunIdleIteration(IterationPhase::kDecode, 1, 0).code() != absl::StatusCode::kUnavailable) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  runner.Release();
+  runner.Unhold();
   stop.join();
   EXPECT_EQ(running.Result().status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(queued.Result().status.code(), absl::StatusCode::kUnavailable);
@@ -201,6 +201,47 @@ TEST_F(SchedulerTest, IdleIterationsRunOnFreeSlotsAndRefuseShapesThatCannotRun) 
   }
   EXPECT_EQ(sched.Stats().idle_passes_total, 3u);
   EXPECT_EQ(sched.Stats().requests_total, 0u);
+}
+
+// Note [Reserving KV blocks]: a pool of 6 blocks of 4 positions holds two requests of 2 + 10 tokens
+// (3 blocks each) at once, though there are 4 slots: the others wait in the queue for blocks, none is
+// ever refused by a full pool, and each gets its tokens.
+TEST_F(SchedulerTest, RequestsWaitForTheirKvBlocksAndEachGetsItsTokensThoughThePoolHoldsTwoAtOnce) {
+  FakeStepRunner runner(4, 320, 64, {.blocks = 7, .block_tokens = 4});
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 4}, &clock_);
+  runner.Hold();
+  std::vector<RecordingSink> sinks(6);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(sched.Submit(Params(10 * (i + 1), 10), &sinks[static_cast<size_t>(i)]).ok());
+  runner.Unhold();
+  for (int i = 0; i < 6; ++i) {
+    RecordingSink& sink = sinks[static_cast<size_t>(i)];
+    sink.done.WaitForNotification();
+    ASSERT_TRUE(sink.Result().status.ok()) << "request " << i << ": " << sink.Result().status;
+    std::vector<int32_t> want;
+    for (int t = 1; t <= 10; ++t) want.push_back(10 * (i + 1) + t);
+    EXPECT_EQ(sink.Tokens(), want) << "request " << i;
+  }
+  size_t widest = 0;
+  for (const FakeStepRunner::Pass& p : runner.passes()) widest = std::max(widest, p.rows.size());
+  EXPECT_EQ(widest, 2u) << "the pool holds two requests' whole lengths, and the slots four";
+  EXPECT_EQ(runner.peak_blocks(), 6);
+  sched.Shutdown(absl::Seconds(5));
+  EXPECT_EQ(runner.blocks_in_use(), 0) << "every ended sequence's blocks go back";
+}
+
+TEST_F(SchedulerTest, ARequestLongerThanTheWholeKvCacheIsRefusedNamingMaxTokens) {
+  FakeStepRunner runner(4, 320, 64, {.blocks = 5, .block_tokens = 4});  // 16 positions
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 4}, &clock_);
+  RecordingSink refused, fits;
+  const auto r = sched.Submit(Params(1, 15), &refused);  // 2 + 15 tokens: 5 blocks
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "max_tokens: the prompt's 2 tokens and max_tokens 15 need 20 KV-cache positions, and this model's KV "
+            "cache holds 16 (its kv_cache_tokens); ask for fewer tokens");
+  ASSERT_TRUE(sched.Submit(Params(1, 14), &fits).ok());
+  fits.done.WaitForNotification();
+  EXPECT_TRUE(fits.Result().status.ok());
+  EXPECT_EQ(fits.Tokens().size(), 14u);
 }
 
 }  // namespace

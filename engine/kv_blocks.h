@@ -1,0 +1,61 @@
+// KvBlocks: which blocks of a model's KV-cache pool each slot's sequence holds (Note [Block KV cache],
+// engine/kv_blocks.cc). The pool is `blocks` blocks of `block_tokens` positions; block 0 is the null
+// block, never handed out: block tables pad with it and attention masks what it holds. A sequence's
+// position p lives at pool row table[p / block_tokens] * block_tokens + p % block_tokens.
+//
+//   KvBlocks kv({.blocks = 1025, .block_tokens = 16}, /*slots=*/64);
+//   RETURN_IF_ERROR(kv.Resize({{slot, 130}}));     // the slot's sequence is now 130 positions long
+//   int64_t row = kv.RowOf(slot, 129);
+//   kv.Resize({{slot, 0}});                         // its blocks go back to the pool
+//
+// No libtorch: the runner copies rows into its packed step. Not thread-safe: the runner's thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace autouvm::engine {
+
+struct KvPoolShape {
+  int64_t blocks = 1;  // in the pool, the null block included
+  int64_t block_tokens = 16;
+};
+
+// Blocks that hold `tokens` positions.
+inline int64_t BlocksFor(int64_t tokens, int64_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
+
+class KvBlocks {
+ public:
+  KvBlocks(KvPoolShape shape, int slots);
+
+  // Each (slot, tokens) pair sets the slot's sequence to `tokens` positions: blocks are taken for what
+  // it grew by (the lowest free first, so that the rows in use stay at the pool's start), and those past
+  // its end go back. All or nothing: RESOURCE_EXHAUSTED, naming the blocks wanted and free, changes
+  // nothing.
+  absl::Status Resize(absl::Span<const std::pair<int32_t, int64_t>> lengths);
+  // The pool row of position `pos` of `slot`'s sequence (within its length).
+  int64_t RowOf(int32_t slot, int64_t pos) const;
+  // Positions the slot's blocks hold.
+  int64_t capacity(int32_t slot) const;
+
+  const KvPoolShape& shape() const { return shape_; }
+  int64_t usable_blocks() const { return shape_.blocks - 1; }  // the null block aside
+  int64_t blocks_in_use() const { return in_use_; }
+  // One past the highest pool row in use (a block boundary; at least the null block's): attention reads
+  // the pool only below it.
+  int64_t live_rows() const;
+
+ private:
+  KvPoolShape shape_;
+  std::vector<std::vector<int32_t>> tables_;  // per slot, its blocks in position order
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> free_;
+  std::vector<int32_t> holders_;  // per block: how many tables hold it (0 or 1)
+  int64_t in_use_ = 0;
+};
+
+}  // namespace autouvm::engine
