@@ -10,13 +10,24 @@ namespace autouvm::engine {
 // Note [Block KV cache]: a model's KV cache is a pool per layer (keys and values, [rows, kv heads, head
 // dim], each its own tensor "kv_cache.layer<i>.k" / ".v" in managed memory, which the profiler and the
 // executor plan like any tensor: pinned, streamed for its layer or read in place), cut into blocks of
-// block_tokens rows. A sequence holds the blocks its positions need, taken as it grows and given back
-// when it ends, so the pool is sized for the tokens live at once (models.<name>.kv_cache_tokens), not for
-// max_batch x max_seq: a batch of 256 short sequences needs what 256 x their length needs. Blocks are
-// taken lowest first, so the rows in use stay at the start of the pool; a step reads the pool only up to
+// block_tokens rows. A sequence holds the blocks of its length and gives them back when it ends, so the
+// pool is sized for the tokens live at once (models.<name>.kv_cache_tokens), not for max_batch x
+// max_seq: a batch of 256 short sequences needs what 256 x their length needs. Blocks are taken lowest
+// first, so the rows in use stay at the start of the pool; a step reads and writes the pool only below
 // the highest of them, and the memory past it is never touched (managed and host pages are given
 // physical memory when first written). Admission reserves a request's whole length (prompt plus
-// max_tokens, within max_seq) against the pool (StepPolicy), so no pass ever finds the pool full.
+// max_tokens, within max_seq) against the pool (Note [Reserving KV blocks], engine/step_policy.cc), so
+// no pass ever finds the pool full.
+//
+// Note [KV blocks taken at admission]: the runner takes a sequence's blocks for its whole length when
+// the scheduler admits it (StepRunner::Reserve), not position by position. A plan places a pool by the
+// rows its profiled iteration reached (Note [KV pools by their live rows], runtime/access_trace.cc):
+// with blocks taken as sequences grew, a decode profile recorded at a burst's first step reached an
+// eighth of the rows its last step used, and every later block was first touched outside the plan (the
+// 16-request burst on the H200's 7B: 4087 fault groups where it had none, TTFT 2.16 sweeps against
+// 1.5-1.6). Taken at admission, the rows a running batch will use are live from its first step, so
+// every profile of the batch covers them. What it costs is nothing on the device until a row is
+// written, and blocks a request never fills (it stops before max_tokens) until it ends.
 KvBlocks::KvBlocks(KvPoolShape shape, int slots)
     : shape_(shape), tables_(static_cast<size_t>(slots)), holders_(static_cast<size_t>(shape.blocks), 0) {
   AUTOUVM_CHECK_GE(shape_.blocks, 1) << "a pool has at least the null block";

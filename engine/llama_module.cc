@@ -34,9 +34,10 @@ namespace {
 // out). Each group's sequences have their pool rows in d_rows / p_rows, position by position up to the
 // group's span (the longest live sequence in it; a shorter one pads with the null block's row 0), and
 // attention gathers the keys and values of those rows only, masked past each query's own position. The
-// pool is read only below `live` (one past the highest row in use). The LM head runs only at logit_ix. A
-// group that is empty skips its attention, so the ops of a step depend on which groups it has: its
-// phase (decode, prefill, mixed).
+// pool is read and written only below `live` (one past the highest row in use), through a view of those
+// rows, so that a trace reaches only them (Note [KV pools by their live rows], runtime/access_trace.cc). The LM head
+// runs only at logit_ix. A group that is empty skips its attention, so the ops of a step depend on which groups it has:
+// its phase (decode, prefill, mixed).
 constexpr const char* kLayerSource = R"JIT(
 def rms(self, x, w):
     xf = x.float()
@@ -96,11 +97,11 @@ def gather(self, pool, rows):
 
 def step(self, x, cos, sin, kc, vc, kv_rows, live: int, d_rows, d_mask, p_index, p_flat, p_rows, p_mask):
     q, k, v = self.qkv(x, cos, sin)
-    kc[kv_rows] = k[0]
-    vc[kv_rows] = v[0]
-    q = q[0]
     kl = kc.narrow(0, 0, live)
     vl = vc.narrow(0, 0, live)
+    kl[kv_rows] = k[0]
+    vl[kv_rows] = v[0]
+    q = q[0]
     nd = d_rows.size(0)
     parts: List[Tensor] = []
     if nd > 0:

@@ -265,7 +265,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
       return absl::OutOfRangeError(absl::StrCat("row ", i, ": positions ", r.start_pos, "..", r.start_pos + len - 1,
                                                 " beyond max_seq ", config_.max_seq));
     }
-    lengths.push_back({r.slot, r.start_pos + len});
+    lengths.push_back({r.slot, std::max(impl_->blocks.capacity(r.slot), r.start_pos + len)});
     n += len;
     if (r.decode) {
       ++nd;
@@ -276,7 +276,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
       p_span = std::max(p_span, r.start_pos + len);
     }
   }
-  // A row sets its slot's sequence to end with it: blocks past that end go back to the pool.
+  // A slot grows to hold its row; its blocks go back only when it is Released.
   RETURN_IF_ERROR(impl_->blocks.Resize(lengths));
   const KvBlocks& blocks = impl_->blocks;
   std::vector<size_t> order;  // decode rows first
@@ -333,6 +333,12 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
     return TorchError("forward pass", e);
   }
   return absl::OkStatus();
+}
+
+void ModelRunner::Reserve(int32_t slot, int64_t tokens) {
+  const std::pair<int32_t, int64_t> length{slot, std::max(impl_->blocks.capacity(slot), tokens)};
+  const absl::Status taken = impl_->blocks.Resize(absl::MakeConstSpan(&length, 1));
+  AUTOUVM_CHECK(taken.ok()) << "the scheduler reserved more than the pool holds: " << taken;
 }
 
 void ModelRunner::Release(int32_t slot) {

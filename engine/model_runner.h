@@ -8,6 +8,7 @@
 //   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
 //   RETURN_IF_ERROR(runner->Prefill({{slot, prompt, 0}, ...}, &logits));  // several prompts in one pass
 //   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
+//   runner->Reserve(slot, 640);                                            // its blocks, taken now
 //   runner->Release(slot);                                                 // its sequence ended
 //
 // On a CUDA ComputeDevice the weights (generated ones made on the GPU), the caches and every activation
@@ -55,6 +56,7 @@ class ModelRunner final : public StepRunner {
   absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos = 0);
   // A step of decode rows only.
   absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits);
+  void Reserve(int32_t slot, int64_t tokens) override;
   void Release(int32_t slot) override;
   int max_batch() const override { return max_batch_; }
   int64_t kv_block_tokens() const override;

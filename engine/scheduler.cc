@@ -77,6 +77,8 @@ SchedulerStats Scheduler::Stats() const {
   s.prefill_tokens_total = c.prefill_tokens.load(std::memory_order_relaxed);
   s.idle_passes_total = c.idle_passes.load(std::memory_order_relaxed);
   s.prompt_tokens_waiting = c.prompt_tokens_waiting.load(std::memory_order_relaxed);
+  s.kv_blocks_reserved = c.kv_blocks_reserved.load(std::memory_order_relaxed);
+  s.kv_blocks_total = runner_->kv_blocks();
   for (const auto& q : queue_) s.prompt_tokens_waiting += static_cast<int64_t>(q->params.prompt.size());
   return s;
 }
@@ -159,6 +161,7 @@ void Scheduler::Loop() {
       policy_.FinishAll(absl::UnavailableError("the server is shutting down"), std::move(admitted), clock_->Now());
     } else {
       policy_.Admit(std::move(admitted), clock_->Now());
+      for (const auto& [slot, tokens] : policy_.TakeReserved()) runner_->Reserve(slot, tokens);
       if (std::optional<StepPlan> plan = policy_.Schedule(clock_->Now())) Run(*plan);
     }
     for (const int32_t slot : policy_.TakeReleased()) runner_->Release(slot);

@@ -58,6 +58,8 @@ struct SchedulerStats {
   uint64_t mixed_pass_tokens_total = 0;
   uint64_t idle_passes_total = 0;     // passes with no request (RunIdleIteration)
   int64_t prompt_tokens_waiting = 0;  // prompt tokens of the requests queued or admitted, not prefilled yet
+  int64_t kv_blocks_reserved = 0;     // KV-cache blocks the running requests hold (their whole lengths)
+  int64_t kv_blocks_total = 0;        // in the pool (StepRunner::kv_blocks)
 };
 
 class Scheduler {

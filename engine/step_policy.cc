@@ -29,9 +29,11 @@ StepPolicy::StepPolicy(PolicyOptions options, const tokenizer::Tokenizer* tokeni
 // stop token before max_tokens): they are free again when it ends.
 int64_t StepPolicy::KvBlocksFor(const GenerationParams& params) const {
   if (options_.kv_block_tokens <= 0) return 0;
-  const int64_t length =
-      std::min<int64_t>(static_cast<int64_t>(params.prompt.size()) + params.max_tokens, options_.max_seq);
-  return BlocksFor(length, options_.kv_block_tokens);
+  return BlocksFor(WholeLength(params), options_.kv_block_tokens);
+}
+
+int64_t StepPolicy::WholeLength(const GenerationParams& params) const {
+  return std::min<int64_t>(static_cast<int64_t>(params.prompt.size()) + params.max_tokens, options_.max_seq);
 }
 
 bool StepPolicy::idle_fits() const {
@@ -48,9 +50,11 @@ void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Ti
     s->kv_blocks = KvBlocksFor(s->params);
     AUTOUVM_CHECK_LE(s->kv_blocks, free_kv_blocks()) << "admitted a request whose KV blocks are not free";
     reserved_kv_blocks_ += s->kv_blocks;
+    counters_.kv_blocks_reserved = reserved_kv_blocks_;
     s->admitted = now;
     s->slot = free_slots_.back();
     free_slots_.pop_back();
+    reserved_.push_back({s->slot, WholeLength(s->params)});
     to_prefill_.push_back(s.get());
     counters_.prompt_tokens_waiting += static_cast<int64_t>(s->params.prompt.size());
     active_.push_back(std::move(s));
@@ -272,6 +276,7 @@ void StepPolicy::RetireFinished() {
       released_.push_back(s->slot);
       s->slot = -1;
       reserved_kv_blocks_ -= s->kv_blocks;
+      counters_.kv_blocks_reserved = reserved_kv_blocks_;
       s->kv_blocks = 0;
     }
   }

@@ -127,6 +127,7 @@ struct PolicyCounters {
   // Tokens computed by the passes of each phase (indexed by IterationPhase): decode rows and prompt tokens.
   std::atomic<uint64_t> pass_tokens[3] = {};
   std::atomic<int64_t> prompt_tokens_waiting{0};  // a gauge: of the admitted requests not prefilled yet
+  std::atomic<int64_t> kv_blocks_reserved{0};     // a gauge: KV-cache blocks the running requests hold
 };
 
 class StepPolicy {
@@ -142,6 +143,8 @@ class StepPolicy {
   // Slots given up since the last call (sequences that ended, idle iterations' slots): the runner's to
   // Release.
   std::vector<int32_t> TakeReleased() { return std::exchange(released_, {}); }
+  // Slots admitted since the last call, with the positions reserved for each: the runner's to Reserve.
+  std::vector<std::pair<int32_t, int64_t>> TakeReserved() { return std::exchange(reserved_, {}); }
   int running() const { return static_cast<int>(active_.size()); }  // sequences holding a slot
   const PolicyCounters& counters() const { return counters_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_; }
@@ -163,6 +166,8 @@ class StepPolicy {
   void FinishAll(const absl::Status& status, std::vector<std::unique_ptr<Sequence>> queued, absl::Time now);
 
  private:
+  // A request's prompt and max_tokens, within max_seq.
+  int64_t WholeLength(const GenerationParams& params) const;
   bool CheckStopConditions(Sequence* s, absl::Time now);
   void Advance(Sequence* s, float* logits, absl::Time now);
   void Finish(Sequence* s, absl::Status status, FinishReason reason, absl::Time now);
@@ -176,6 +181,7 @@ class StepPolicy {
   std::deque<IdleIteration> idle_;
   std::vector<int32_t> free_slots_;
   std::vector<int32_t> released_;
+  std::vector<std::pair<int32_t, int64_t>> reserved_;
   int64_t reserved_kv_blocks_ = 0;
   PolicyCounters counters_;
 };

@@ -44,9 +44,11 @@ std::vector<autouvm::v1::TensorReuse> ReuseDistances(const runtime::AccessTrace&
       }
     }
   }
-  // A named tensor (a weight, a cache) is placed whole, whatever part of it this iteration reached (one
-  // slot of a cache): its bytes are its storage's.
+  // A named weight is placed whole, whatever part of it this iteration reached: its bytes are its
+  // storage's. A KV-cache pool is placed by the rows the iteration reached (Note [KV pools by their live
+  // rows], runtime/access_trace.cc).
   for (const runtime::TensorUse& n : trace.named) {
+    if (runtime::IsKvCacheId(n.id)) continue;
     if (auto it = index.find(n.id); it != index.end()) {
       auto& r = out[static_cast<size_t>(it->second)];
       r.set_bytes(std::max(r.bytes(), n.bytes));

@@ -20,8 +20,29 @@ std::string Describe(const OpRecord& op) {
 
 }  // namespace
 
-bool IsWeightId(const std::string& id) {
-  return absl::StartsWith(id, "param:") && !absl::StartsWith(id, "param:kv_cache");
+bool IsWeightId(const std::string& id) { return absl::StartsWith(id, "param:") && !IsKvCacheId(id); }
+
+// Note [KV pools by their live rows]: a model's KV cache is a pool per layer whose rows in use lie at its
+// start (Note [Block KV cache], engine/kv_blocks.cc), and a step reads and writes it only below its live
+// rows. A pool is therefore placed by what an iteration reached of it, not by its storage: a pool sized
+// for 64 requests of 264 positions is 8.6 GB for a 7B, and planning it whole pinned it in full at batch 1
+// (over a 6.3 GB budget: every weight streamed, 468 ms a token against 140 with a pool for 16 requests,
+// bench/results/2026-12-01-block-kv-h200.md). The rows a running batch will use are live from its first
+// step (Note [KV blocks taken at admission], engine/kv_blocks.cc), so a profile of the batch reaches
+// them all; rows that come into use later (a new batch) are outside the plan until that batch's shape
+// is profiled: the device's first touch of them places them.
+bool IsKvCacheId(const std::string& id) { return absl::StartsWith(id, "param:kv_cache"); }
+
+int64_t KvBytesReached(const AccessTrace& trace, const std::string& id) {
+  int64_t reach = 0;
+  for (const OpRecord& op : trace.ops) {
+    for (const auto* uses : {&op.reads, &op.writes}) {
+      for (const TensorUse& u : *uses) {
+        if (u.id == id) reach = std::max(reach, u.end());
+      }
+    }
+  }
+  return reach;
 }
 
 std::vector<std::string> CompareTraces(const AccessTrace& expected, const AccessTrace& actual, size_t limit) {

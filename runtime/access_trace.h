@@ -17,8 +17,10 @@
 
 namespace autouvm::runtime {
 
-// A model's weight: a named tensor other than its KV cache ("param:kv_cache.k"), which ops write.
+// A model's weight: a named tensor other than its KV cache ("param:kv_cache.layer0.k"), which ops write.
 bool IsWeightId(const std::string& id);
+// A KV-cache pool ("param:kv_cache.layer0.k"; Note [KV pools by their live rows], access_trace.cc).
+bool IsKvCacheId(const std::string& id);
 
 struct TensorUse {
   std::string id;
@@ -53,6 +55,9 @@ struct AccessTrace {
   // the order a model allocates them in — with their storage sizes (offset and extent unused).
   std::vector<TensorUse> named;
 };
+
+// The storage bytes of KV-cache pool `id` that the trace's ops reach, from the pool's start (0: none).
+int64_t KvBytesReached(const AccessTrace& trace, const std::string& id);
 
 // Where two traces of what should be the same iteration part ways: one line per differing op (at most
 // `limit`), empty when they match. Used to decide that a profile no longer fits a model.

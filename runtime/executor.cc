@@ -33,6 +33,10 @@ Executor::Executor(DeviceBackend* backend, const Plan& plan, const AccessTrace& 
     ids_.push_back(id);
   };
   for (const TensorUse& n : trace.named) add(n.id);
+  // Note [KV pools by their live rows] (access_trace.cc): a pool's range is what the trace reached of it.
+  for (size_t t = 0; t < ranges_list_.size(); ++t) {
+    if (IsKvCacheId(ids_[t])) ranges_list_[t].bytes = std::min(ranges_list_[t].bytes, KvBytesReached(trace, ids_[t]));
+  }
   std::vector<std::string> rest;
   for (const auto& [id, r] : ranges) {
     if (!index.count(id)) rest.push_back(id);

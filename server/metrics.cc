@@ -130,6 +130,9 @@ std::string Metrics::Scrape() const {
       "Tokens the forward passes computed, by kind (a prefill's padding included; a decode's rows)", T::Counter);
   auto* prompts_waiting = s.Family("autouvm_prefill_tokens_waiting",
                                    "Prompt tokens of the requests queued or admitted, not prefilled yet", T::Gauge);
+  auto* kv_blocks =
+      s.Family("autouvm_kv_cache_blocks",
+               "KV-cache blocks: in the pool (total) and held by the running requests (reserved)", T::Gauge);
   auto* budget = s.Family("autouvm_device_budget_bytes",
                           "The model's device budget (model_defaults / models.<name>.device_budget)", T::Gauge);
   auto* followed = s.Family("autouvm_plan_iterations_total",
@@ -178,6 +181,8 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "decode"}}, st.decode_pass_tokens_total);
     Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "mixed"}}, st.mixed_pass_tokens_total);
     Snapshot::Add(prompts_waiting, model, st.prompt_tokens_waiting);
+    Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "total"}}, st.kv_blocks_total);
+    Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "reserved"}}, st.kv_blocks_reserved);
     if (m.session != nullptr) Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);
     if (m.execution == nullptr) continue;
     const profiler::ExecutionStats e = m.execution->stats();

@@ -18,8 +18,13 @@ namespace {
 using grpc::health::v1::HealthCheckResponse;
 
 constexpr char kModel[] = "tiny-llama";
-constexpr char kPrompt[] = "hello world";  // 11 bytes and BOS: the prefill bucket of 16
-constexpr int64_t kBudget = 8 << 20;       // of the tiny model's ~21 MiB of weights and caches
+// 143 bytes and BOS: a prefill whose products are too dense to read the weights in place (over 64
+// tokens in fp32), so that under the budget its plan streams them (a decode step reads what is not pinned
+// in place, and the KV pools it reaches are small: Note [KV pools by their live rows]).
+constexpr char kPrompt[] =
+    "hello world, this prompt is long enough that its prefill streams the weights it cannot pin through "
+    "the window and evicts them after their layer";
+constexpr int64_t kBudget = 8 << 20;  // of the tiny model's ~11 MiB of weights
 
 // A greedy completion of kPrompt; its text, or "" with the failure recorded.
 std::string Complete(DaemonProcess& d, uint32_t max_tokens) {
@@ -46,7 +51,7 @@ bool Ready(DaemonProcess& d, autouvm::v1::Phase phase) {
   req.set_model(kModel);
   req.mutable_shape()->set_phase(phase);
   req.mutable_shape()->set_batch(1);
-  if (phase == autouvm::v1::PHASE_PREFILL) req.mutable_shape()->set_prompt_len(12);
+  if (phase == autouvm::v1::PHASE_PREFILL) req.mutable_shape()->set_prompt_len(sizeof(kPrompt));  // BOS too
   autouvm::v1::GetProfileResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));

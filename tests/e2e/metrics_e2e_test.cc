@@ -26,7 +26,11 @@ using grpc::health::v1::HealthCheckResponse;
 constexpr char kModel[] = "tiny-llama";
 
 grpc::Status Generate(DaemonProcess& d, const std::string& model, uint32_t max_tokens) {
-  return CallGenerate(d, GreedyRequest(model, "hello metrics", max_tokens));
+  // Over 64 tokens: a prefill that streams weights under the budget (executor_e2e_test.cc's kPrompt).
+  return CallGenerate(d, GreedyRequest(model,
+                                       "hello metrics, a prompt long enough that its prefill cannot read the "
+                                       "weights in place and streams what the budget does not pin",
+                                       max_tokens));
 }
 
 TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) {
@@ -88,6 +92,10 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   EXPECT_EQ(prom.Sum(pass_tokens + "\"prefill\"}"), prom.Sum("autouvm_prompt_tokens_total" + m));
   EXPECT_EQ(prom.Sum(pass_tokens + "\"decode\"}"), 15);
   EXPECT_EQ(prom.Sum("autouvm_prefill_tokens_waiting" + m), 0);
+  // Note [Reserving KV blocks]: the ended requests hold no block; the pool is max_batch 8 x max_seq 512
+  // positions, in blocks of 16.
+  EXPECT_EQ(prom.Sum("autouvm_kv_cache_blocks{model=\"tiny-llama\",state=\"reserved\"}"), 0);
+  EXPECT_EQ(prom.Sum("autouvm_kv_cache_blocks{model=\"tiny-llama\",state=\"total\"}"), 8 * 512 / 16);
 
   // Every metric of docs/metrics.md is a series, labelled by model where it belongs to one.
   for (const std::string name : {"autouvm_prompt_tokens_total",

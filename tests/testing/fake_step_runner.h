@@ -47,8 +47,11 @@ class FakeStepRunner final : public engine::StepRunner {
   absl::Status Step(absl::Span<const engine::StepRunner::Row> rows, std::vector<float>* logits) override {
     {
       std::vector<std::pair<int32_t, int64_t>> lengths;
-      for (const auto& r : rows) lengths.push_back({r.slot, r.start_pos + static_cast<int64_t>(r.tokens.size())});
       absl::MutexLock lock(&mu_);
+      for (const auto& r : rows) {
+        lengths.push_back(
+            {r.slot, std::max(blocks_.capacity(r.slot), r.start_pos + static_cast<int64_t>(r.tokens.size()))});
+      }
       if (absl::Status s = blocks_.Resize(lengths); !s.ok()) return s;
       peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
     }
@@ -65,6 +68,17 @@ class FakeStepRunner final : public engine::StepRunner {
       (*logits)[logits->size() - static_cast<size_t>(vocab_) + Next(r.tokens.back())] = 1.0f;
     }
     return absl::OkStatus();
+  }
+  void Reserve(int32_t slot, int64_t tokens) override {
+    const std::pair<int32_t, int64_t> length{slot, tokens};
+    absl::MutexLock lock(&mu_);
+    reserve_status_.Update(blocks_.Resize(absl::MakeConstSpan(&length, 1)));
+    peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
+  }
+  // The first Reserve that found the pool full, if any.
+  absl::Status reserve_status() const {
+    absl::MutexLock lock(&mu_);
+    return reserve_status_;
   }
   void Release(int32_t slot) override {
     const std::pair<int32_t, int64_t> empty{slot, 0};
@@ -129,6 +143,7 @@ class FakeStepRunner final : public engine::StepRunner {
   mutable absl::Mutex mu_;
   engine::KvBlocks blocks_ ABSL_GUARDED_BY(mu_);
   int64_t peak_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status reserve_status_ ABSL_GUARDED_BY(mu_);
   std::vector<Pass> passes_ ABSL_GUARDED_BY(mu_);
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   FakeClock* clock_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -212,6 +212,12 @@ TEST_F(SchedulerTest, RequestsWaitForTheirKvBlocksAndEachGetsItsTokensThoughTheP
   runner.Hold();
   std::vector<RecordingSink> sinks(6);
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(sched.Submit(Params(10 * (i + 1), 10), &sinks[static_cast<size_t>(i)]).ok());
+  runner.AwaitPasses(1);
+  // Note [KV blocks taken at admission]: each sequence of the first pass holds its whole length's 3
+  // blocks already, though its prompt fills one.
+  EXPECT_EQ(runner.blocks_in_use(), 3 * static_cast<int64_t>(runner.passes()[0].rows.size()));
+  EXPECT_EQ(sched.Stats().kv_blocks_reserved, runner.blocks_in_use());
+  EXPECT_EQ(sched.Stats().kv_blocks_total, 6);
   runner.Unhold();
   for (int i = 0; i < 6; ++i) {
     RecordingSink& sink = sinks[static_cast<size_t>(i)];
@@ -225,8 +231,10 @@ TEST_F(SchedulerTest, RequestsWaitForTheirKvBlocksAndEachGetsItsTokensThoughTheP
   for (const FakeStepRunner::Pass& p : runner.passes()) widest = std::max(widest, p.rows.size());
   EXPECT_EQ(widest, 2u) << "the pool holds two requests' whole lengths, and the slots four";
   EXPECT_EQ(runner.peak_blocks(), 6);
+  EXPECT_TRUE(runner.reserve_status().ok()) << runner.reserve_status();
   sched.Shutdown(absl::Seconds(5));
   EXPECT_EQ(runner.blocks_in_use(), 0) << "every ended sequence's blocks go back";
+  EXPECT_EQ(sched.Stats().kv_blocks_reserved, 0);
 }
 
 TEST_F(SchedulerTest, ARequestLongerThanTheWholeKvCacheIsRefusedNamingMaxTokens) {

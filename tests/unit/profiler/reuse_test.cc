@@ -38,15 +38,30 @@ TEST(ReuseTest, AWeightSweptOncePerIterationWaitsForEveryOtherWeight) {
   EXPECT_EQ(r[1].max_stack_bytes(), 0);
 }
 
-TEST(ReuseTest, ANamedTensorCountsItsWholeStorageWhateverPartTheIterationReached) {
-  // A cache of 16 slots of which the step touched one: it is placed whole, so it counts whole.
+TEST(ReuseTest, ANamedWeightCountsItsWholeStorageWhateverPartTheIterationReached) {
+  // A table of 16 rows of which the step read one: it is placed whole, so it counts whole.
   runtime::AccessTrace t;
-  t.named = {{"param:kv_cache.k", 160 * kMiB}};
-  t.ops.push_back(Op(0, {"param:kv_cache.k", "act:x"}));
+  t.named = {{"param:tok_embeddings", 160 * kMiB}};
+  t.ops.push_back(Op(0, {"param:tok_embeddings", "act:x"}));
   const auto r = ReuseDistances(t);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].bytes(), 160 * kMiB);
   EXPECT_EQ(r[1].bytes(), 10 * kMiB);  // unnamed: what the ops reached
+}
+
+// Note [KV pools by their live rows]: a KV-cache pool counts the rows the iteration reached, from its start.
+TEST(ReuseTest, AKvPoolCountsTheRowsTheIterationReachedNotItsStorage) {
+  runtime::AccessTrace t;
+  t.named = {{"param:kv_cache.layer0.k", 160 * kMiB}};
+  t.ops.push_back(Op(0, {"param:kv_cache.layer0.k", "act:x"}));  // 10 MiB from its start
+  t.ops.push_back(Op(1, {"act:x"}));
+  t.ops[1].writes.push_back({"param:kv_cache.layer0.k", kMiB, 12 * kMiB, kMiB});  // a row written further on
+  const auto r = ReuseDistances(t);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].id(), "param:kv_cache.layer0.k");
+  EXPECT_EQ(r[0].bytes(), 13 * kMiB);
+  EXPECT_EQ(runtime::KvBytesReached(t, "param:kv_cache.layer0.k"), 13 * kMiB);
+  EXPECT_EQ(runtime::KvBytesReached(t, "param:kv_cache.layer1.k"), 0);
 }
 
 TEST(ReuseTest, ATensorUsedTwicePerIterationHasItsLongestGapAndLargestStack) {

@@ -42,6 +42,27 @@ TEST(ExecutorTest, FollowingAPlanKeepsTheDeviceUnderItsBudget) {
   EXPECT_EQ(f.sim->ReadCounters()->gpu_faults, 0);  // each weight arrived before its op
 }
 
+// Note [KV pools by their live rows]: a pool of 160 MiB of which the profiled iteration reached 5 MiB
+// (its live rows, at its start) is planned and placed as those 5 MiB: pinning it whole would take what
+// the budget has for the weights.
+TEST(ExecutorTest, AKvPoolIsPlacedByTheRowsItsTraceReachedNotItsWholeStorage) {
+  AccessTrace t;
+  t.named = {{"param:w0", 10 * kMiB}, {"param:kv_cache.layer0.k", 160 * kMiB}};
+  OpRecord op{.index = 0, .op = "aten::index_select", .kernel = "aten::index_select#0"};
+  op.reads = {{"param:w0", 10 * kMiB, 0, 10 * kMiB}, {"param:kv_cache.layer0.k", 4 * kMiB, 0, 4 * kMiB}};
+  op.writes = {{"param:kv_cache.layer0.k", kMiB, 4 * kMiB, kMiB}};
+  t.ops.push_back(op);
+  const int64_t budget = 64 * kMiB;  // the pool's storage alone is 2.5 times this
+  const Plan plan = PlanFor(t, budget);
+  EXPECT_THAT(plan.pinned, ::testing::UnorderedElementsAre("param:w0", "param:kv_cache.layer0.k"));
+  EXPECT_EQ(plan.pinned_bytes, 15 * kMiB);
+  Fixture f(t);
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ASSERT_TRUE(ex.Prepare().ok());
+  EXPECT_EQ(ex.resident_bytes(), 15 * kMiB);
+  EXPECT_EQ(f.Resident("param:kv_cache.layer0.k"), 5 * kMiB) << "only the rows the trace reached came in";
+}
+
 TEST(ExecutorTest, TheFollowerStopsAtTheFirstOpThePlanDoesNotKnow) {
   const AccessTrace t = DecodeLike(8, 16, /*rows=*/512);
   Fixture f(t);
