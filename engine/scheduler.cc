@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kv_blocks.h"
 
 namespace autouvm::engine {
 
@@ -92,6 +93,16 @@ absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_
   if (phase == IterationPhase::kPrefill && (prompt_len < 1 || prompt_len >= runner_->max_seq())) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt length ", prompt_len, " is not within 1..", runner_->max_seq() - 1));
+  }
+  // It runs on free slots, taking their KV blocks for its pass: one the whole pool cannot hold would
+  // never run.
+  const int64_t block = runner_->kv_block_tokens();
+  const int64_t need = batch * BlocksFor(phase == IterationPhase::kPrefill ? prompt_len : 1, block);
+  if (need > runner_->kv_blocks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch, " x ", phase == IterationPhase::kPrefill ? prompt_len : 1, " positions needs ",
+                     need * block, " KV-cache positions, and the model's KV cache holds ", runner_->kv_blocks() * block,
+                     " (its kv_cache_tokens)"));
   }
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");

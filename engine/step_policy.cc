@@ -22,11 +22,11 @@ StepPolicy::StepPolicy(PolicyOptions options, const tokenizer::Tokenizer* tokeni
 }
 
 // Note [Reserving KV blocks]: the KV cache's pool is sized for the positions live at once (Note [Block
-// KV cache], engine/kv_blocks.cc), and a sequence takes its blocks as it grows. Admission reserves the
-// blocks of the request's whole length, so a pass never finds the pool full and no sequence is ever
-// stopped or recomputed to make room: requests wait in the queue (in order) until both a slot and their
-// blocks are free. What a reservation gives up is the blocks of tokens a request may not generate (a
-// stop token before max_tokens): they are free again when it ends.
+// KV cache], engine/kv_blocks.cc). Admission reserves the blocks of the request's whole length (and the
+// runner takes them then: Note [KV blocks taken at admission]), so a pass never finds the pool full and
+// no sequence is ever stopped or recomputed to make room: requests wait in the queue (in order) until
+// both a slot and their blocks are free. What a reservation gives up is the blocks of tokens a request
+// may not generate (a stop token before max_tokens): they are free again when it ends.
 int64_t StepPolicy::KvBlocksFor(const GenerationParams& params) const {
   if (options_.kv_block_tokens <= 0) return 0;
   return BlocksFor(WholeLength(params), options_.kv_block_tokens);

@@ -237,7 +237,7 @@ TEST_F(SchedulerTest, RequestsWaitForTheirKvBlocksAndEachGetsItsTokensThoughTheP
   EXPECT_EQ(sched.Stats().kv_blocks_reserved, 0);
 }
 
-TEST_F(SchedulerTest, ARequestLongerThanTheWholeKvCacheIsRefusedNamingMaxTokens) {
+TEST_F(SchedulerTest, ARequestOrIdleIterationLongerThanTheWholeKvCacheIsRefusedNamingWhy) {
   FakeStepRunner runner(4, 320, 64, {.blocks = 5, .block_tokens = 4});  // 16 positions
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 4}, &clock_);
   RecordingSink refused, fits;
@@ -246,6 +246,13 @@ TEST_F(SchedulerTest, ARequestLongerThanTheWholeKvCacheIsRefusedNamingMaxTokens)
   EXPECT_EQ(r.status().message(),
             "max_tokens: the prompt's 2 tokens and max_tokens 15 need 20 KV-cache positions, and this model's KV "
             "cache holds 16 (its kv_cache_tokens); ask for fewer tokens");
+  // Reprofile's idle iterations take blocks too: a prefill of 4 x 8 positions cannot fit 16.
+  const absl::Status idle = sched.RunIdleIteration(IterationPhase::kPrefill, 4, 8);
+  EXPECT_EQ(idle.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(idle.message(),
+            "batch 4 x 8 positions needs 32 KV-cache positions, and the model's KV cache holds 16 (its "
+            "kv_cache_tokens)");
+  EXPECT_TRUE(sched.RunIdleIteration(IterationPhase::kPrefill, 2, 8).ok());
   ASSERT_TRUE(sched.Submit(Params(1, 14), &fits).ok());
   fits.done.WaitForNotification();
   EXPECT_TRUE(fits.Result().status.ok());
