@@ -77,6 +77,18 @@ absl::Status KvBlocks::Resize(absl::Span<const std::pair<int32_t, int64_t>> leng
   return absl::OkStatus();
 }
 
+absl::Status KvBlocks::Grow(absl::Span<const std::pair<int32_t, int64_t>> lengths) {
+  std::vector<std::pair<int32_t, int64_t>> grown(lengths.begin(), lengths.end());
+  for (auto& [slot, tokens] : grown) tokens = std::max(tokens, capacity(slot));
+  return Resize(grown);
+}
+
+void KvBlocks::Release(int32_t slot) {
+  const std::pair<int32_t, int64_t> empty{slot, 0};
+  const absl::Status shrunk = Resize(absl::MakeConstSpan(&empty, 1));
+  AUTOUVM_CHECK(shrunk.ok()) << "giving blocks back cannot fail: " << shrunk;
+}
+
 int64_t KvBlocks::RowOf(int32_t slot, int64_t pos) const {
   const std::vector<int32_t>& table = tables_[static_cast<size_t>(slot)];
   const size_t block = static_cast<size_t>(pos / shape_.block_tokens);

@@ -6,7 +6,7 @@
 //   KvBlocks kv({.blocks = 1025, .block_tokens = 16}, /*slots=*/64);
 //   RETURN_IF_ERROR(kv.Resize({{slot, 130}}));     // the slot's sequence is now 130 positions long
 //   int64_t row = kv.RowOf(slot, 129);
-//   kv.Resize({{slot, 0}});                         // its blocks go back to the pool
+//   kv.Release(slot);                               // its blocks go back to the pool
 //
 // No libtorch: the runner copies rows into its packed step. Not thread-safe: the runner's thread owns it.
 #pragma once
@@ -38,6 +38,11 @@ class KvBlocks {
   // its end go back. All or nothing: RESOURCE_EXHAUSTED, naming the blocks wanted and free, changes
   // nothing.
   absl::Status Resize(absl::Span<const std::pair<int32_t, int64_t>> lengths);
+  // As Resize, but a slot only grows: each to hold at least `tokens` positions (what a step or an
+  // admission needs; Note [KV blocks taken at admission], kv_blocks.cc).
+  absl::Status Grow(absl::Span<const std::pair<int32_t, int64_t>> lengths);
+  // Gives all of the slot's blocks back (its sequence ended).
+  void Release(int32_t slot);
   // The pool row of position `pos` of `slot`'s sequence (within its length).
   int64_t RowOf(int32_t slot, int64_t pos) const;
   // Positions the slot's blocks hold.

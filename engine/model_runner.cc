@@ -246,7 +246,7 @@ absl::Status ModelRunner::Step(absl::Span<const Row> rows, std::vector<float>* l
 absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_position, std::vector<float>* logits) {
   if (rows.empty()) return absl::InvalidArgumentError("a step with no rows");
   std::vector<bool> used(static_cast<size_t>(max_batch_), false);
-  std::vector<std::pair<int32_t, int64_t>> lengths;  // each slot's sequence after the step
+  std::vector<std::pair<int32_t, int64_t>> lengths;  // the positions each slot holds after the step
   int64_t n = 0, nd = 0, rp = 0, tp = 0, d_span = 0, p_span = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -265,7 +265,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
       return absl::OutOfRangeError(absl::StrCat("row ", i, ": positions ", r.start_pos, "..", r.start_pos + len - 1,
                                                 " beyond max_seq ", config_.max_seq));
     }
-    lengths.push_back({r.slot, std::max(impl_->blocks.capacity(r.slot), r.start_pos + len)});
+    lengths.push_back({r.slot, r.start_pos + len});
     n += len;
     if (r.decode) {
       ++nd;
@@ -277,7 +277,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
     }
   }
   // A slot grows to hold its row; its blocks go back only when it is Released.
-  RETURN_IF_ERROR(impl_->blocks.Resize(lengths));
+  RETURN_IF_ERROR(impl_->blocks.Grow(lengths));
   const KvBlocks& blocks = impl_->blocks;
   std::vector<size_t> order;  // decode rows first
   for (size_t i = 0; i < rows.size(); ++i)
@@ -336,16 +336,12 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
 }
 
 void ModelRunner::Reserve(int32_t slot, int64_t tokens) {
-  const std::pair<int32_t, int64_t> length{slot, std::max(impl_->blocks.capacity(slot), tokens)};
-  const absl::Status taken = impl_->blocks.Resize(absl::MakeConstSpan(&length, 1));
+  const std::pair<int32_t, int64_t> length{slot, tokens};
+  const absl::Status taken = impl_->blocks.Grow(absl::MakeConstSpan(&length, 1));
   AUTOUVM_CHECK(taken.ok()) << "the scheduler reserved more than the pool holds: " << taken;
 }
 
-void ModelRunner::Release(int32_t slot) {
-  const std::pair<int32_t, int64_t> empty{slot, 0};
-  const absl::Status shrunk = impl_->blocks.Resize(absl::MakeConstSpan(&empty, 1));
-  AUTOUVM_CHECK(shrunk.ok()) << "giving blocks back failed: " << shrunk;
-}
+void ModelRunner::Release(int32_t slot) { impl_->blocks.Release(slot); }
 
 int64_t ModelRunner::kv_block_tokens() const { return impl_->blocks.shape().block_tokens; }
 int64_t ModelRunner::kv_blocks() const { return impl_->blocks.usable_blocks(); }

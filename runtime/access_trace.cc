@@ -33,12 +33,12 @@ bool IsWeightId(const std::string& id) { return absl::StartsWith(id, "param:") &
 // is profiled: the device's first touch of them places them.
 bool IsKvCacheId(const std::string& id) { return absl::StartsWith(id, "param:kv_cache"); }
 
-int64_t KvBytesReached(const AccessTrace& trace, const std::string& id) {
-  int64_t reach = 0;
+std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace) {
+  std::unordered_map<std::string, int64_t> reach;
   for (const OpRecord& op : trace.ops) {
     for (const auto* uses : {&op.reads, &op.writes}) {
       for (const TensorUse& u : *uses) {
-        if (u.id == id) reach = std::max(reach, u.end());
+        if (IsKvCacheId(u.id)) reach[u.id] = std::max(reach[u.id], u.end());
       }
     }
   }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace autouvm::runtime {
@@ -56,8 +57,8 @@ struct AccessTrace {
   std::vector<TensorUse> named;
 };
 
-// The storage bytes of KV-cache pool `id` that the trace's ops reach, from the pool's start (0: none).
-int64_t KvBytesReached(const AccessTrace& trace, const std::string& id);
+// Of each KV-cache pool the trace's ops touch, the storage bytes they reach from its start.
+std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace);
 
 // Where two traces of what should be the same iteration part ways: one line per differing op (at most
 // `limit`), empty when they match. Used to decide that a profile no longer fits a model.

@@ -34,8 +34,11 @@ Executor::Executor(DeviceBackend* backend, const Plan& plan, const AccessTrace& 
   };
   for (const TensorUse& n : trace.named) add(n.id);
   // Note [KV pools by their live rows] (access_trace.cc): a pool's range is what the trace reached of it.
+  const std::unordered_map<std::string, int64_t> reached = KvBytesReached(trace);
   for (size_t t = 0; t < ranges_list_.size(); ++t) {
-    if (IsKvCacheId(ids_[t])) ranges_list_[t].bytes = std::min(ranges_list_[t].bytes, KvBytesReached(trace, ids_[t]));
+    if (!IsKvCacheId(ids_[t])) continue;
+    const auto it = reached.find(ids_[t]);
+    ranges_list_[t].bytes = std::min(ranges_list_[t].bytes, it == reached.end() ? 0 : it->second);
   }
   std::vector<std::string> rest;
   for (const auto& [id, r] : ranges) {

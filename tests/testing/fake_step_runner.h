@@ -47,12 +47,9 @@ class FakeStepRunner final : public engine::StepRunner {
   absl::Status Step(absl::Span<const engine::StepRunner::Row> rows, std::vector<float>* logits) override {
     {
       std::vector<std::pair<int32_t, int64_t>> lengths;
+      for (const auto& r : rows) lengths.push_back({r.slot, r.start_pos + static_cast<int64_t>(r.tokens.size())});
       absl::MutexLock lock(&mu_);
-      for (const auto& r : rows) {
-        lengths.push_back(
-            {r.slot, std::max(blocks_.capacity(r.slot), r.start_pos + static_cast<int64_t>(r.tokens.size()))});
-      }
-      if (absl::Status s = blocks_.Resize(lengths); !s.ok()) return s;
+      if (absl::Status s = blocks_.Grow(lengths); !s.ok()) return s;
       peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
     }
     Pass p;
@@ -72,7 +69,7 @@ class FakeStepRunner final : public engine::StepRunner {
   void Reserve(int32_t slot, int64_t tokens) override {
     const std::pair<int32_t, int64_t> length{slot, tokens};
     absl::MutexLock lock(&mu_);
-    reserve_status_.Update(blocks_.Resize(absl::MakeConstSpan(&length, 1)));
+    reserve_status_.Update(blocks_.Grow(absl::MakeConstSpan(&length, 1)));
     peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
   }
   // The first Reserve that found the pool full, if any.
@@ -81,9 +78,8 @@ class FakeStepRunner final : public engine::StepRunner {
     return reserve_status_;
   }
   void Release(int32_t slot) override {
-    const std::pair<int32_t, int64_t> empty{slot, 0};
     absl::MutexLock lock(&mu_);
-    blocks_.Resize(absl::MakeConstSpan(&empty, 1)).IgnoreError();  // shrinking cannot fail
+    blocks_.Release(slot);
   }
   int max_batch() const override { return slots_; }
   int64_t kv_block_tokens() const override { return blocks_.shape().block_tokens; }

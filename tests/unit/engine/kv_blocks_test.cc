@@ -74,5 +74,18 @@ TEST(KvBlocksTest, AStepThatNeedsMoreBlocksThanAreFreeChangesNothingAndSaysHowMa
   EXPECT_EQ(kv.blocks_in_use(), 3);
 }
 
+TEST(KvBlocksTest, GrowOnlyEverAddsBlocksAndReleaseGivesThemAllBack) {
+  KvBlocks kv({.blocks = 9, .block_tokens = 4}, 2);
+  ASSERT_TRUE(kv.Grow(Lengths{{0, 12}}).ok());  // reserved at admission: 3 blocks
+  ASSERT_TRUE(kv.Grow(Lengths{{0, 2}, {1, 5}}).ok());
+  EXPECT_EQ(kv.capacity(0), 12) << "a step inside the reservation keeps it";
+  EXPECT_EQ(kv.capacity(1), 8);
+  EXPECT_EQ(kv.Grow(Lengths{{1, 30}}).code(), absl::StatusCode::kResourceExhausted);  // 6 more, 3 free
+  EXPECT_EQ(kv.capacity(1), 8);
+  kv.Release(0);
+  EXPECT_EQ(kv.capacity(0), 0);
+  EXPECT_EQ(kv.blocks_in_use(), 2);
+}
+
 }  // namespace
 }  // namespace autouvm::engine
