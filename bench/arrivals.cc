@@ -13,6 +13,9 @@
 // against the ideal streams / sweep, the passes the burst took (ModelStatus deltas), and what the
 // executor moved; the burst's wall time per pass.
 //
+//   build-gpu/bench/arrivals --preset 7b --factor 2.0 --streams 64 --ramp-ms 150 --prefill-tokens 2048
+//       # the batch grows 1 → 64, one request per 150 ms: the longest gap between two tokens of any
+//       # request against the full batch's step (every new batch bucket's first passes included)
 //   build-gpu/bench/arrivals --preset mistral7b --factor 2.0 --streams 64 --prompt 128 --tokens 128 \
 //       --prefill-tokens 2048 --budget-of-weights                     # a large batch, its KV cache in the budget
 #include <CLI/CLI.hpp>
@@ -49,8 +52,10 @@ struct Burst {
   autouvm::v1::ModelStatus before, after;
 };
 
-// `streams` requests at once, each with its own prompt (the bench prompt with its first id varied).
-Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, int streams, int prompt_len, int tokens) {
+// `streams` requests, each with its own prompt (the bench prompt with its first id varied): at once, or
+// the i-th ramp_ms × i after the first (a batch growing one request at a time).
+Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, int streams, int prompt_len, int tokens,
+               int ramp_ms) {
   Burst b;
   b.runs.resize(static_cast<size_t>(streams));
   b.started.resize(static_cast<size_t>(streams));
@@ -63,6 +68,7 @@ Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, int
       std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
       prompt[0] = 1 + i;
       go.arrive_and_wait();
+      if (ramp_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(int64_t{ramp_ms} * i));
       b.started[static_cast<size_t>(i)] = Clock::now();
       b.runs[static_cast<size_t>(i)] = autouvm::bench::GenerateThroughDaemon(d.generation.get(), model, prompt, tokens);
       b.ended[static_cast<size_t>(i)] = Clock::now();
@@ -82,7 +88,7 @@ int main(int argc, char** argv) {
   CLI::App app{"arrivals: bursts of requests through the daemon under a budget (GPU host)"};
   std::string preset = "7b", prefill_tokens_list = "1,2048";
   double factor = 2.0;
-  int streams = 16, tokens = 128, prompt_len = 16, warmups = 1, repeats = 2;
+  int streams = 16, tokens = 128, prompt_len = 16, warmups = 1, repeats = 2, ramp_ms = 0;
   std::string daemon_path = AUTOUVMD_PATH;
   bool budget_of_weights = false;
   app.add_option("--preset", preset, "7b, mistral7b, 13b or small");
@@ -93,6 +99,9 @@ int main(int argc, char** argv) {
   app.add_option("--streams", streams, "requests per burst")->check(CLI::Range(1, 256));
   app.add_option("--tokens", tokens, "tokens generated per request")->check(CLI::Range(2, 4096));
   app.add_option("--prompt", prompt_len, "prompt tokens")->check(CLI::Range(2, 4096));
+  app.add_option("--ramp-ms", ramp_ms,
+                 "start the burst's requests this many ms apart (0: at once): the batch grows one request at a time")
+      ->check(CLI::Range(0, 60000));
   app.add_option("--warmups", warmups, "untimed bursts first (their new shapes are profiled)");
   app.add_option("--repeats", repeats, "timed bursts");
   app.add_option("--prefill-tokens", prefill_tokens_list, "max_prefill_tokens of each daemon, comma-separated");
@@ -117,15 +126,17 @@ int main(int argc, char** argv) {
   const int64_t budget = static_cast<int64_t>(static_cast<double>(budget_of_weights ? weights : named) / factor);
   std::printf(
       "%s preset, %.2f GiB named (%.2f GiB of weights), budget %.2f GiB (factor %.2f of the %s); bursts of %d "
-      "requests started at once, %d prompt tokens, %d generated; %d untimed and %d timed bursts per daemon\n\n",
+      "requests started %s, %d prompt tokens, %d generated; %d untimed and %d timed bursts per daemon\n\n",
       preset.c_str(), named / double(1 << 30), weights / double(1 << 30), budget / double(1 << 30), factor,
-      budget_of_weights ? "weights" : "named bytes", streams, prompt_len, tokens, warmups, repeats);
+      budget_of_weights ? "weights" : "named bytes", streams,
+      ramp_ms > 0 ? absl::StrCat(ramp_ms, " ms apart").c_str() : "at once", prompt_len, tokens, warmups, repeats);
   std::printf(
       "| max_prefill_tokens | burst | sweep ms | TTFT p50 ms | TTFT max ms | TTFT p50 / max, sweeps | aggregate tok/s "
       "| "
       "ideal tok/s (streams / sweep) | aggregate / ideal | prefill passes | mixed passes | decode steps | fault groups "
       "| "
-      "ms per pass | daemon exit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "ms per pass | passes by plan: own / nearest / none | longest gap ms | steady step ms | longest / steady | "
+      "daemon exit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const std::string& setting : std::vector<std::string>(absl::StrSplit(prefill_tokens_list, ','))) {
     const std::string dir = absl::StrCat(root, "/daemon-", setting);
@@ -134,16 +145,25 @@ int main(int argc, char** argv) {
         dir, repo, spec.name,
         absl::StrCat("model_defaults: {max_batch: ", std::max(streams, 1), ", max_queue: ", std::max(streams, 64),
                      ", policy: autouvm, device_budget: ", budget, ", max_prefill_tokens: ", setting, "}"));
+    // Wall-clock marks on stderr, to line device-memory samples up with (nvidia-smi's timestamps).
+    auto mark = [](const char* what) {
+      const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::fprintf(stderr, "arrivals: %.3f %s\n", now, what);
+    };
+    mark("daemon starting");
     autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config_path, dir);
     autouvm::bench::WaitModelReady(d, c.name);
+    mark("model ready");
     const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
     autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // profiles batch 1
     if (!autouvm::bench::WaitDecodeReady(d.admin.get(), c.name, absl::Seconds(120))) Die("no decode plan");
     const DaemonRun alone = autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);
     const double sweep_ms = 1e3 / alone.decode_tokens_per_s;
-    for (int w = 0; w < warmups; ++w) RunBurst(d, c.name, streams, prompt_len, tokens);
+    mark("bursts starting");
+    for (int w = 0; w < warmups; ++w) RunBurst(d, c.name, streams, prompt_len, tokens, ramp_ms);
     std::vector<Burst> bursts;
-    for (int r = 0; r < repeats; ++r) bursts.push_back(RunBurst(d, c.name, streams, prompt_len, tokens));
+    for (int r = 0; r < repeats; ++r) bursts.push_back(RunBurst(d, c.name, streams, prompt_len, tokens, ramp_ms));
+    mark("bursts done");
     const int code = autouvm::bench::StopDaemon(&d);
     failures += code != 0;
     for (size_t r = 0; r < bursts.size(); ++r) {
@@ -167,15 +187,28 @@ int main(int argc, char** argv) {
       const double aggregate = streams * (tokens - 1) / wall_s;
       const double ideal = streams * 1e3 / sweep_ms;
       const double p50 = Median(ttft), max = Max(ttft);
+      // The longest wait between two tokens of any request, against the step of the full batch: the
+      // median gap of the request that started last (with a ramp, it runs at the largest batch).
+      double longest_gap = 0;
+      size_t last_started = 0;
+      for (size_t i = 0; i < b.runs.size(); ++i) {
+        longest_gap = std::max(longest_gap, Max(b.runs[i].gaps_ms));
+        if (b.started[i] > b.started[last_started]) last_started = i;
+      }
+      const double steady = Median(b.runs[last_started].gaps_ms);
+      auto delta = [&](uint64_t (autouvm::v1::ModelStatus::*field)() const) {
+        return (unsigned long long)((b.after.*field)() - (b.before.*field)());
+      };
       std::printf(
-          "| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %llu | %lld | %.1f | %d "
-          "|\n",
+          "| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %llu | %lld | %.1f | "
+          "%llu / %llu / %llu | %.1f | %.1f | %.2f | %d |\n",
           setting.c_str(), r + 1, sweep_ms, p50, max, p50 / sweep_ms, max / sweep_ms, aggregate, ideal,
           aggregate / ideal, (unsigned long long)(b.after.prefill_passes_total() - b.before.prefill_passes_total()),
           (unsigned long long)(b.after.mixed_passes_total() - b.before.mixed_passes_total()),
           (unsigned long long)(b.after.decode_steps_total() - b.before.decode_steps_total()),
           (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), ms_per_pass,
-          code);
+          delta(&autouvm::v1::ModelStatus::passes_own_plan), delta(&autouvm::v1::ModelStatus::passes_nearest_plan),
+          delta(&autouvm::v1::ModelStatus::passes_no_plan), longest_gap, steady, longest_gap / steady, code);
     }
     std::fflush(stdout);
   }

@@ -134,7 +134,9 @@ DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::
   while (reader->Read(&resp)) {
     if (!resp.has_chunk()) continue;
     for (int32_t id : resp.chunk().token_ids()) {
-      last = Clock::now();
+      const Clock::time_point now = Clock::now();
+      if (!r.tokens.empty()) r.gaps_ms.push_back(1e3 * std::chrono::duration<double>(now - last).count());
+      last = now;
       if (r.tokens.empty()) {
         first = last;
         r.ttft_ms = 1e3 * std::chrono::duration<double>(first - start).count();

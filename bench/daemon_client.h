@@ -34,6 +34,7 @@ struct DaemonRun {
   std::vector<int32_t> tokens;
   double decode_tokens_per_s = 0;
   double ttft_ms = 0;
+  std::vector<double> gaps_ms;  // between consecutive tokens (the steps the request was in)
 };
 
 std::string ReadWholeFile(const std::string& path);

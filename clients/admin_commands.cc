@@ -69,6 +69,9 @@ void PrintStatus(const ModelStatus& status) {
   line("prefill_passes_total", status.prefill_passes_total());
   line("prefill_rows_total", status.prefill_rows_total());
   line("mixed_passes_total", status.mixed_passes_total());
+  line("passes_own_plan", status.passes_own_plan());
+  line("passes_nearest_plan", status.passes_nearest_plan());
+  line("passes_no_plan", status.passes_no_plan());
   line("model_digest", status.model_digest());
   line("policy", status.policy());
   line("device_budget_bytes", status.device_budget_bytes());

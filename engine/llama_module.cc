@@ -37,7 +37,11 @@ namespace {
 // pool is read and written only below `live` (one past the highest row in use), through a view of those
 // rows, so that a trace reaches only them (Note [KV pools by their live rows], runtime/access_trace.cc). The LM head
 // runs only at logit_ix. A group that is empty skips its attention, so the ops of a step depend on which groups it has:
-// its phase (decode, prefill, mixed).
+// its phase (decode, prefill, mixed) — and on nothing else: the gathered keys and values are copied to
+// contiguous [rows, kv heads, span, head dim] always (into a new tensor: `contiguous` copies only what is
+// not contiguous already, and a span of 1 is), where aten::matmul copied them itself for two rows or more and not
+// for one, so a decode step of one sequence ran other ops than one of two and could not follow its plan
+// (Note [Planned from the nearest profile], profiler/model_session.cc).
 constexpr const char* kLayerSource = R"JIT(
 def rms(self, x, w):
     xf = x.float()
@@ -93,7 +97,8 @@ def full(self, x, cos, sin, mask):
 def gather(self, pool, rows):
     R = rows.size(0)
     S = rows.size(1)
-    return pool.index_select(0, rows.view(-1)).view(R, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+    g = pool.index_select(0, rows.view(-1)).view(R, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+    return torch.empty([R, self.n_kv_heads, S, self.head_dim], dtype=pool.dtype, device=pool.device).copy_(g)
 
 def step(self, x, cos, sin, kc, vc, kv_rows, live: int, d_rows, d_mask, p_index, p_flat, p_rows, p_mask):
     q, k, v = self.qkv(x, cos, sin)

@@ -257,13 +257,16 @@ const runtime::TensorRange* ModelExecution::range(const std::string& id) const {
 }
 
 absl::Status ModelExecution::Suspend() {
-  if (executor_ == nullptr || !executor_->stages()) return absl::OkStatus();
+  if (executor_ == nullptr) return PutBackLeftovers();
+  if (!executor_->stages()) return absl::OkStatus();
   return ReleaseExecutor();
 }
 
 absl::Status ModelExecution::Drop(const std::string& key) {
   if (key != key_) return absl::OkStatus();
-  return ReleaseExecutor();
+  // A shape recorded again follows the nearest plan meanwhile, often the one whose weights are staged
+  // now: putting them back first took seconds on the H200 (a synchronous copy on the host).
+  return ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
 }
 
 int64_t ModelExecution::resident_bytes() const { return executor_ != nullptr ? executor_->resident_bytes() : 0; }

@@ -111,6 +111,9 @@ class ModelExecution {
   // host copies kept for the model's weights are freed.
   ~ModelExecution();
 
+  // What plans bind the model's tensors through (null: none), for its observer (Observer::ResolveBoundStorage).
+  const runtime::TensorBinding* binding() const { return binding_.get(); }
+
   // Makes `key`'s plan the one followed (switching to it if another owns the residency), ready for the
   // iteration about to run: the subscribers to add to the observer for it, in order — none when it
   // need not be observed (Note [Plans with nothing to do per op], model_execution.cc).
@@ -125,9 +128,11 @@ class ModelExecution {
   // it followed, or stopped for another reason: the backend's).
   int64_t last_differing_ops() const { return differing_ops_; }
   int64_t last_ops_compared() const { return ops_compared_; }
-  // Before an iteration that follows no plan: a plan that stages gives up the residency.
+  // Before an iteration that follows no plan: a plan that stages gives up the residency, and what a
+  // dropped plan left staged goes back to managed memory.
   absl::Status Suspend();
-  // Forgets the plan of `key` if it owns the residency (its profile is being replaced).
+  // Forgets the plan of `key` if it owns the residency (its profile is being replaced); what it staged
+  // stays staged for the next plan to adopt (Note [Plans hand staged weights on]) until Suspend.
   absl::Status Drop(const std::string& key);
 
   ExecutionStats stats() const;

@@ -1,6 +1,7 @@
 #include "profiler/model_session.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
@@ -21,6 +22,8 @@ absl::StatusOr<std::unique_ptr<ModelSession>> ModelSession::Create(ProfileIdenti
   for (const runtime::NamedTensor& t : named) {
     observer->NameTensor(reinterpret_cast<const void*>(t.addr), t.name, t.bytes);
   }
+  // An iteration recorded while it follows another shape's plan may read weights through their buffers.
+  if (execution != nullptr) observer->ResolveBoundStorage(execution->binding());
   return std::unique_ptr<ModelSession>(
       new ModelSession(std::move(identity), jobs, std::move(observer), std::move(execution)));
 }
@@ -42,72 +45,143 @@ autouvm::v1::ProfileKey ModelSession::Key(IterationPhase phase, int batch, int64
   return DecodeKey(id.model_digest, batch, id.gpu, id.device_budget_bytes, id.policy);
 }
 
-void ModelSession::Unfollow(bool drop_key) {
+void ModelSession::DropOwnPlan() {
   if (execution_ == nullptr) return;
-  absl::Status s;
-  if (drop_key) {
-    const std::string key = EncodeKey(key_);
-    plans_.erase(key);
-    s = execution_->Drop(key);
+  const std::string key = EncodeKey(key_);
+  plans_.erase(key);
+  if (absl::Status s = execution_->Drop(key); !s.ok()) {
+    AUTOUVM_LOG(WARNING) << "executor: releasing the followed plan: " << s.message();
   }
-  // The iteration reads the model's own weights: a plan that stages gives them back first.
-  if (s.ok()) s = execution_->Suspend();
-  if (!s.ok()) AUTOUVM_LOG(WARNING) << "executor: releasing the followed plan: " << s.message();
 }
 
-bool ModelSession::BeginFollowing() {
+void ModelSession::Suspend() {
+  if (execution_ == nullptr) return;
+  // The iteration reads the model's own weights: a plan that stages gives them back first.
+  if (absl::Status s = execution_->Suspend(); !s.ok()) {
+    AUTOUVM_LOG(WARNING) << "executor: releasing the followed plan: " << s.message();
+  }
+}
+
+bool ModelSession::BeginFollowing(const autouvm::v1::ProfileKey& plan_key, bool borrowed) {
   // `stock` is the driver alone, by definition.
   if (execution_ == nullptr || identity_.policy == "stock") return false;
-  const std::string key = EncodeKey(key_);
+  const std::string key = EncodeKey(plan_key);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    auto plan = jobs_->ReadPlan(key_);
+    auto plan = jobs_->ReadPlan(plan_key);
     if (!plan.ok()) return false;  // not ready or not checked yet (NOT_FOUND), or damaged (now stale)
     it = plans_.emplace(key, std::make_shared<const PlanToFollow>(std::move(*plan))).first;
   }
   auto subscribers = execution_->Begin(key, *it->second);
   if (!subscribers.ok()) {
     const absl::Status& s = subscribers.status();
-    // A plan that cannot be prepared here (the backend refused) fails its key: profiling it again would
-    // make the same plan, so the shape is served without one until an admin Reprofile.
     plans_.erase(it);
-    jobs_->Fail(key_, absl::StrCat("its plan could not be prepared: ", s.message()));
+    if (borrowed) {
+      refused_[EncodeKey(key_)].insert(key);
+    } else {
+      // A plan that cannot be prepared here (the backend refused) fails its key: profiling it again would
+      // make the same plan, so the shape is served without one until an admin Reprofile.
+      jobs_->Fail(plan_key, absl::StrCat("its plan could not be prepared: ", s.message()));
+    }
     return false;
   }
   following_ = std::move(*subscribers);
   for (runtime::OpSubscriber* sub : following_) observer_->AddSubscriber(sub);
+  plan_key_ = key;
+  borrowed_ = borrowed;
   return true;
+}
+
+// Note [Planned from the nearest profile]: a shape's first iterations come before its profile — the one
+// recorded, those while it is analysed, a stored profile's check after a restart — and a shape whose plan
+// stopped part way is profiled again. Run without a plan, such an iteration faults its weights in at a
+// fraction of the link's rate and leaves them on the device past the budget (issue 26: a 7B's first
+// 512-token prompt at factor 1.5-2.0 took 3.8-6.0 s on the H200, 3.6-7.6 sweeps warm). Plans of one phase differ across
+// shapes in their activations and the KV rows they reach, not in which weights are read in which order, so such an
+// iteration follows the plan of the nearest shape of its phase that has one (ProfileJobs::NearestPlanned: buckets
+// closest on a log scale, the larger at a tie, whose plan leaves more of the budget to activations), while it is
+// recorded or checked for its own. A borrowed plan whose ops stop agreeing part way serves the rest of
+// the iteration without hints, as an own plan's would, and lends to that shape no more; it is not made
+// stale (its own shape's iterations run its ops). Only a model's very first shape of a phase runs with no
+// plan, until its analysis ends. Re-profiling cannot loop: a key records on first sight, again after its first
+// mismatch, and never after its second (Note [A shape whose ops move]); following a borrowed plan records nothing.
+bool ModelSession::FollowNearest() {
+  const std::string self = EncodeKey(key_);
+  const auto refused = refused_.find(self);
+  static const std::set<std::string> kNone;
+  std::optional<autouvm::v1::ProfileKey> nearest =
+      jobs_->NearestPlanned(key_, refused == refused_.end() ? kNone : refused->second);
+  // A nearest key whose plan cannot be read now (made stale meanwhile) lends nothing this time.
+  return nearest.has_value() && BeginFollowing(*nearest, /*borrowed=*/true);
 }
 
 void ModelSession::BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) {
   mode_ = Mode::kNone;
+  plan_key_.clear();
+  borrowed_ = false;
   key_ = Key(phase, batch, prompt_len);
   // The run again of an iteration whose result could not be trusted follows nothing: an unstable key
   // keeps its plan (Note [A shape whose ops move]), which would stop at the same op again.
   const bool rerun = rerun_unfollowed_;
   rerun_unfollowed_ = false;
   if (rerun) {
-    Unfollow(false);
+    Suspend();
+    none_.fetch_add(1);
     return;
   }
   runtime::Observer* obs = observer_.get();
   if (jobs_->ShouldRecord(key_)) {
-    Unfollow(true);
+    DropOwnPlan();
     mode_ = Mode::kRecord;
     started_ = Seconds();
+    if (!FollowNearest()) Suspend();
     obs->BeginIteration(runtime::IterationMode::kRecord);
   } else if (jobs_->ShouldVerify(key_)) {
-    Unfollow(true);
+    DropOwnPlan();
     mode_ = Mode::kVerify;
     kernels_.clear();
     obs->AddSubscriber(this);
+    if (!FollowNearest()) Suspend();
     obs->BeginIteration(runtime::IterationMode::kObserve);
-  } else if (BeginFollowing()) {
+  } else if (BeginFollowing(key_, /*borrowed=*/false) || FollowNearest()) {
     mode_ = Mode::kFollow;
     if (!following_.empty()) obs->BeginIteration(runtime::IterationMode::kObserve);
   } else {
-    Unfollow(false);
+    Suspend();
   }
+  if (plan_key_.empty()) {
+    none_.fetch_add(1);
+  } else {
+    (borrowed_ ? nearest_ : own_).fetch_add(1);
+  }
+}
+
+bool ModelSession::EndFollowing(const absl::Status& status) {
+  if (plan_key_.empty()) return false;
+  runtime::Observer* obs = observer_.get();
+  for (runtime::OpSubscriber* sub : following_) obs->RemoveSubscriber(sub);
+  following_.clear();
+  absl::Status followed = execution_->End();
+  // A failed iteration says nothing about the plan; one that ran other ops than the plan's does
+  // (Note [A shape whose ops move], profiler/profile_jobs.cc).
+  if (!followed.ok() && status.ok()) {
+    const int64_t differing = execution_->last_differing_ops();
+    if (borrowed_) {
+      AUTOUVM_LOG(INFO) << "executor: " << EncodeKey(key_) << " followed the plan of " << plan_key_
+                        << " until it stopped (" << followed.message() << "); it borrows that plan no more";
+      refused_[EncodeKey(key_)].insert(plan_key_);
+    } else if (differing > 0) {
+      const std::string detail =
+          absl::StrCat(differing, " of ", execution_->last_ops_compared(), "; first: ", followed.message());
+      if (jobs_->ReportMismatch(key_, differing, detail)) DropOwnPlan();
+    } else {
+      AUTOUVM_LOG(WARNING) << "executor: " << EncodeKey(key_) << ": " << followed.message() << "; profiling it again";
+      jobs_->MarkStale(key_, absl::StrCat("an iteration did not follow its plan: ", followed.message()));
+      DropOwnPlan();
+    }
+  }
+  plan_key_.clear();
+  return execution_->last_iteration_untrusted();
 }
 
 bool ModelSession::AfterIteration(const absl::Status& status) {
@@ -119,41 +193,23 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
   if (mode_ == Mode::kVerify) obs->RemoveSubscriber(this);
   const Mode mode = mode_;
   mode_ = Mode::kNone;
-  if (mode == Mode::kFollow) {
-    for (runtime::OpSubscriber* sub : following_) obs->RemoveSubscriber(sub);
-    following_.clear();
-    absl::Status followed = execution_->End();
-    // A failed iteration says nothing about the plan; one that ran other ops than the plan's does
-    // (Note [A shape whose ops move], profiler/profile_jobs.cc).
-    if (!followed.ok() && status.ok()) {
-      const int64_t differing = execution_->last_differing_ops();
-      if (differing > 0) {
-        const std::string detail =
-            absl::StrCat(differing, " of ", execution_->last_ops_compared(), "; first: ", followed.message());
-        if (jobs_->ReportMismatch(key_, differing, detail)) Unfollow(true);
-      } else {
-        AUTOUVM_LOG(WARNING) << "executor: " << EncodeKey(key_) << ": " << followed.message() << "; profiling it again";
-        jobs_->MarkStale(key_, absl::StrCat("an iteration did not follow its plan: ", followed.message()));
-        Unfollow(true);
-      }
-    }
-    rerun_unfollowed_ = execution_->last_iteration_untrusted();
-    return rerun_unfollowed_;
-  }
+  rerun_unfollowed_ = EndFollowing(status);
   if (mode == Mode::kVerify) {
     // A failed iteration proves nothing about the profile either way: it stays ready, unchecked.
     if (status.ok()) jobs_->Verify(key_, std::move(kernels_));
-    return false;
+  } else if (mode == Mode::kRecord) {
+    if (!status.ok()) {
+      jobs_->Fail(key_, absl::StrCat("the recorded iteration failed: ", status.message()));
+    } else if (trace.ops.empty()) {
+      jobs_->Fail(key_, "the recorded iteration ran no operator the observer could see");
+    } else {
+      jobs_->Submit(key_, std::move(trace), Seconds() - started_);
+    }
   }
-  if (!status.ok()) {
-    jobs_->Fail(key_, absl::StrCat("the recorded iteration failed: ", status.message()));
-  } else if (trace.ops.empty()) {
-    jobs_->Fail(key_, "the recorded iteration ran no operator the observer could see");
-  } else {
-    jobs_->Submit(key_, std::move(trace), Seconds() - started_);
-  }
-  return false;
+  return rerun_unfollowed_;
 }
+
+SessionStats ModelSession::stats() const { return {own_.load(), nearest_.load(), none_.load()}; }
 
 void ModelSession::OnOp(const runtime::OpEvent& op) { kernels_.emplace_back(op.kernel); }
 

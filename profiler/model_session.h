@@ -9,11 +9,14 @@
 // runtime/observer.cc): no model runs an iteration without its plan because another holds the observer.
 //
 // With a ModelExecution, an iteration whose key has a checked plan (policies paper and autouvm) follows
-// it: the executor acts at the op boundaries the observer reports. An iteration that stops following
-// part way (its ops differ from the plan's, or the backend failed) makes the key stale, so it is
-// profiled again (once for a mismatch: a second makes the key unstable, Note [A shape whose ops move]);
-// if it may have read a staged weight's discarded range, AfterIteration asks the scheduler to run it
-// again, and that run follows no plan (it is recorded if the key records again).
+// it: the executor acts at the op boundaries the observer reports. An iteration whose key has none yet
+// (being recorded, analysed, verified, or profiled again) follows the plan of the nearest key of its
+// phase that has one (Note [Planned from the nearest profile]). An iteration that stops following its
+// own plan part way (its ops differ from the plan's, or the backend failed) makes the key stale, so it
+// is profiled again (once for a mismatch: a second makes the key unstable, Note [A shape whose ops
+// move]); one that stops following a borrowed plan makes that plan not lend to its key again. If it
+// may have read a staged weight's discarded range, AfterIteration asks the scheduler to run it again,
+// and that run follows no plan (it is recorded if the key records again).
 //
 //   ASSIGN_OR_RETURN(auto session, ModelSession::Create(identity, &jobs, runner->NamedTensors(),
 //                                                       std::move(execution)));   // execution may be null
@@ -23,8 +26,10 @@
 // stats may be used from any thread.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +51,13 @@ struct ProfileIdentity {
   std::string policy;
 };
 
+// Iterations by the plan they followed (from any thread).
+struct SessionStats {
+  int64_t own = 0;      // their key's own plan
+  int64_t nearest = 0;  // the nearest key's plan: their key had none yet
+  int64_t none = 0;     // no plan: none of their phase existed, or a run again after an untrusted one
+};
+
 class ModelSession final : public IterationHooks, private runtime::OpSubscriber {
  public:
   // `jobs` outlives the session; `named` are the model's tensors (its observer is given their names);
@@ -59,6 +71,7 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   const ProfileIdentity& identity() const { return identity_; }
   ModelExecution* execution() const { return execution_.get(); }  // null when plans are not followed
   runtime::Observer* observer() const { return observer_.get(); }
+  SessionStats stats() const;
 
   void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) override;
   bool AfterIteration(const absl::Status& status) override;
@@ -67,10 +80,17 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   ModelSession(ProfileIdentity identity, ProfileJobs* jobs, std::unique_ptr<runtime::Observer> observer,
                std::unique_ptr<ModelExecution> execution);
   void OnOp(const runtime::OpEvent& op) override;
-  // Begins following key_'s plan if it has a checked one; false if the iteration follows none.
-  bool BeginFollowing();
-  // Before an iteration that follows no plan; drop_key: key_'s profile is being replaced.
-  void Unfollow(bool drop_key);
+  // Begins following `plan_key`'s plan (key_'s own, or borrowed for it) if it has a checked one; false
+  // if the iteration follows none.
+  bool BeginFollowing(const autouvm::v1::ProfileKey& plan_key, bool borrowed);
+  // Begins following the plan of the key nearest to key_ that lends to it; false if there is none.
+  bool FollowNearest();
+  // After the iteration: ends following the plan begun; true if the result cannot be trusted.
+  bool EndFollowing(const absl::Status& status);
+  // key_'s profile is being replaced: its plan is forgotten (what it staged stays, for the next plan).
+  void DropOwnPlan();
+  // Before an iteration that follows no plan.
+  void Suspend();
 
   enum class Mode { kNone, kRecord, kVerify, kFollow };
   const ProfileIdentity identity_;
@@ -81,12 +101,18 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   // recorded or checked again.
   std::map<std::string, std::shared_ptr<const PlanToFollow>> plans_;
   std::vector<runtime::OpSubscriber*> following_;  // the followed iteration's subscribers
+  // Keys whose plan stopped part way in an iteration of another key, by that key: they lend it no more.
+  std::map<std::string, std::set<std::string>> refused_;
   // The iteration in progress (scheduler thread only).
   Mode mode_ = Mode::kNone;
   autouvm::v1::ProfileKey key_;
   std::vector<std::string> kernels_;
   double started_ = 0;
   bool rerun_unfollowed_ = false;  // the next iteration runs again one whose result was untrusted
+  // The plan the iteration follows: its key ("" for none), and whether it is another key's.
+  std::string plan_key_;
+  bool borrowed_ = false;
+  std::atomic<int64_t> own_{0}, nearest_{0}, none_{0};
 };
 
 }  // namespace autouvm::profiler

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -211,6 +212,40 @@ absl::StatusOr<PlanToFollow> ProfileJobs::ReadPlan(const autouvm::v1::ProfileKey
 std::map<std::string, double> ProfileJobs::ProfilingSeconds() const {
   absl::MutexLock lock(&mu_);
   return profiling_seconds_;
+}
+
+std::optional<autouvm::v1::ProfileKey> ProfileJobs::NearestPlanned(const autouvm::v1::ProfileKey& key,
+                                                                   const std::set<std::string>& excluded) const {
+  auto log2 = [](int32_t n) { return std::log2(static_cast<double>(std::max(n, 1))); };
+  const std::string self = EncodeKey(key);
+  absl::MutexLock lock(&mu_);
+  const ProfileStatus* best = nullptr;
+  double best_distance = 0;
+  bool best_larger = false;
+  for (const auto& [k, s] : status_) {
+    const autouvm::v1::ProfileKey& c = s.key;
+    // An unstable key's plan does not even serve its own shape throughout.
+    if (k == self || excluded.count(k) > 0 || s.state != ProfileState::kReady || !s.verified || s.unstable ||
+        checking_.count(k) > 0) {
+      continue;
+    }
+    if (c.phase() != key.phase() || c.model_digest() != key.model_digest() || c.gpu() != key.gpu() ||
+        c.device_budget_bytes() != key.device_budget_bytes() || c.policy() != key.policy() ||
+        c.schema_version() != key.schema_version()) {
+      continue;
+    }
+    const double distance =
+        std::abs(log2(c.batch()) - log2(key.batch())) + std::abs(log2(c.prompt_bucket()) - log2(key.prompt_bucket()));
+    // A larger shape's plan leaves more of the budget to activations and KV rows than this one needs.
+    const bool larger = c.batch() >= key.batch() && c.prompt_bucket() >= key.prompt_bucket();
+    if (best == nullptr || distance < best_distance || (distance == best_distance && larger && !best_larger)) {
+      best = &s;
+      best_distance = distance;
+      best_larger = larger;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return best->key;
 }
 
 ProfileStatus ProfileJobs::Status(const autouvm::v1::ProfileKey& key) const {

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -100,6 +101,12 @@ class ProfileJobs {
   // move]). True if the key records again.
   bool ReportMismatch(const autouvm::v1::ProfileKey& key, int64_t differing, const std::string& detail);
 
+  // The key with a checked plan (what ReadPlan reads) nearest to `key`: the same model, phase, GPU,
+  // budget, policy and schema, its batch and prompt buckets closest on a log scale, the larger at a tie
+  // (Note [Planned from the nearest profile], profiler/model_session.cc). Never `key` itself nor a key
+  // in `excluded` (encoded keys); nullopt when there is none.
+  std::optional<autouvm::v1::ProfileKey> NearestPlanned(const autouvm::v1::ProfileKey& key,
+                                                        const std::set<std::string>& excluded) const;
   ProfileStatus Status(const autouvm::v1::ProfileKey& key) const;
   // The stored plan of a ready key this process recorded or has checked, read from the repository:
   // NOT_FOUND while the key is not ready, unchecked or being checked; DATA_LOSS if what is stored is

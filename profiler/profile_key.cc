@@ -58,13 +58,13 @@ int32_t PromptBucket(int64_t prompt_len) {
 
 ProfileKey PrefillKey(std::string model_digest, int32_t batch, int64_t prompt_len, std::string gpu,
                       int64_t device_budget_bytes, std::string policy) {
-  return Key(std::move(model_digest), v1::PHASE_PREFILL, batch, PromptBucket(prompt_len), std::move(gpu),
+  return Key(std::move(model_digest), v1::PHASE_PREFILL, PromptBucket(batch), PromptBucket(prompt_len), std::move(gpu),
              device_budget_bytes, std::move(policy));
 }
 
 ProfileKey DecodeKey(std::string model_digest, int32_t batch, std::string gpu, int64_t device_budget_bytes,
                      std::string policy) {
-  return Key(std::move(model_digest), v1::PHASE_DECODE, batch, 0, std::move(gpu), device_budget_bytes,
+  return Key(std::move(model_digest), v1::PHASE_DECODE, PromptBucket(batch), 0, std::move(gpu), device_budget_bytes,
              std::move(policy));
 }
 

@@ -5,9 +5,10 @@
 //   autouvm::v1::ProfileKey key = DecodeKey(digest, /*batch=*/4, ...);
 //   std::string k = EncodeKey(key);    // "v1/<digest>/decode/b4/p0/h200-pcie5/<budget>/autouvm"
 //
-// Shapes (ARCHITECTURE.md "Shapes"): one decode profile per batch size serves every position; prefill
-// is bucketed by batch and the prompt length rounded up to a power of two; a mixed pass by its rows and
-// its longest prompt chunk, both rounded up to powers of two. docs/profile-store.md.
+// Shapes (ARCHITECTURE.md "Shapes"): a decode profile serves every position of the batches in its
+// bucket, the batch rounded up to a power of two (a batch of 5 is b8); prefill is bucketed by batch and
+// the prompt length, each rounded up to a power of two; a mixed pass by its rows and its longest prompt
+// chunk, both rounded up to powers of two. docs/profile-store.md.
 //
 // Plain functions; thread-safe.
 #pragma once

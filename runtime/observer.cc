@@ -276,6 +276,12 @@ struct Observer::Impl {
     {
       std::lock_guard<std::mutex> lock(names_mu);
       auto it = names.find(key);
+      if (it == names.end() && binding != nullptr) {
+        // A named tensor bound to a device buffer (Note [Streaming through a device buffer]).
+        if (const uint64_t from = binding->BoundFrom(reinterpret_cast<uint64_t>(key))) {
+          it = names.find(reinterpret_cast<const void*>(from));
+        }
+      }
       if (it != names.end()) {
         touched_named.insert(it->second.index);
         return it->second.id;
@@ -301,6 +307,7 @@ struct Observer::Impl {
     size_t index;  // in `named`
   };
   std::unordered_map<const void*, Name> names;  // guarded by names_mu
+  const TensorBinding* binding = nullptr;       // ResolveBoundStorage's
   std::vector<TensorUse> named;                 // guarded by names_mu
   // Indices into `named` of the tensors the iteration being recorded touched (Note [Named per trace]).
   std::set<size_t> touched_named;
@@ -334,6 +341,8 @@ std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
   auto ctx = std::make_unique<OpContext>();
   ctx->bookkeeping = IsBookkeeping(fn.name());
   ctx->inside_op = !t_stack.empty();
+  // Before anything of the op launches, as in an observed iteration: a followed plan acts here.
+  if (!ctx->bookkeeping) t_recording->Announce();
   CollectLast(fn.inputs(), fn.num_inputs(), &ctx->inputs);
   t_stack.push_back(ctx.get());
   ctx->start = std::chrono::steady_clock::now();
@@ -420,6 +429,8 @@ void Observer::NameTensor(const void* storage_data, const std::string& name, int
   impl_->names[storage_data] = {id, impl_->named.size()};
   impl_->named.push_back({std::move(id), storage_bytes});
 }
+
+void Observer::ResolveBoundStorage(const TensorBinding* binding) { impl_->binding = binding; }
 
 void Observer::MakeExecutionRepeatable() {
   torch::jit::getProfilingMode() = false;

@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/access_trace.h"
+#include "runtime/tensor_binding.h"
 
 namespace autouvm::runtime {
 
@@ -55,7 +56,9 @@ class OpSubscriber {
  public:
   virtual ~OpSubscriber() = default;
   // Before the leaf op numbered `index` launches anything: called once per index, at the start of the
-  // first op that may contain it (a composite op, or the leaf itself). Observed iterations only.
+  // first op that may contain it (a composite op, or the leaf itself). Observed and recorded iterations
+  // alike: an iteration recorded for its own profile may follow another shape's plan meanwhile (Note
+  // [Planned from the nearest profile], profiler/model_session.cc).
   virtual void BeforeOp(int64_t /*index*/) {}
   virtual void OnOp(const OpEvent& op) = 0;
 };
@@ -74,6 +77,10 @@ class Observer {
   // Names the tensor whose storage starts at `storage_data` (a parameter, buffer or cache) and holds
   // `storage_bytes`. Name them in allocation order: traces list them so (AccessTrace::named).
   void NameTensor(const void* storage_data, const std::string& name, int64_t storage_bytes);
+  // Tensors `binding` points at a device buffer for a while (runtime/tensor_binding.h) keep their names
+  // while bound: a recorded op that reads a buffer names the tensor bound there. `binding` (null for
+  // none) outlives the observer; it is read on the iteration's thread.
+  void ResolveBoundStorage(const TensorBinding* binding);
   // Fixes TorchScript's graph executor so that every run executes the same op sequence (no profiling
   // executor re-specialising the graph over the first runs, no fusion groups hiding ops). Call before
   // loading models; process-wide.

@@ -27,10 +27,13 @@ absl::Status StorageBinding::Bind(uint64_t range_addr, uint64_t device_addr) {
   c10::DataPtr buffer(reinterpret_cast<void*>(device_addr), device);  // not owned: no deleter
   if (e.bound) {
     e.storage.set_data_ptr_noswap(std::move(buffer));
+    Forget(e.device_addr, range_addr);
   } else {
     e.own = e.storage.set_data_ptr(std::move(buffer));
     e.bound = true;
   }
+  e.device_addr = device_addr;
+  bound_at_[device_addr] = range_addr;
   return absl::OkStatus();
 }
 
@@ -44,7 +47,18 @@ absl::Status StorageBinding::Unbind(uint64_t range_addr) {
   e.storage.set_data_ptr_noswap(std::move(e.own));
   e.own = c10::DataPtr();
   e.bound = false;
+  Forget(e.device_addr, range_addr);
   return absl::OkStatus();
+}
+
+void StorageBinding::Forget(uint64_t device_addr, uint64_t range_addr) {
+  auto it = bound_at_.find(device_addr);
+  if (it != bound_at_.end() && it->second == range_addr) bound_at_.erase(it);
+}
+
+uint64_t StorageBinding::BoundFrom(uint64_t device_addr) const {
+  auto it = bound_at_.find(device_addr);
+  return it == bound_at_.end() ? 0 : it->second;
 }
 
 }  // namespace autouvm::runtime

@@ -24,14 +24,19 @@ class StorageBinding final : public TensorBinding {
 
   absl::Status Bind(uint64_t range_addr, uint64_t device_addr) override;
   absl::Status Unbind(uint64_t range_addr) override;
+  uint64_t BoundFrom(uint64_t device_addr) const override;
 
  private:
+  // Drops bound_at_'s entry for device_addr if it is range_addr's.
+  void Forget(uint64_t device_addr, uint64_t range_addr);
   struct Entry {
     c10::Storage storage;
     c10::DataPtr own;  // the storage's allocation while it is bound; empty otherwise
     bool bound = false;
+    uint64_t device_addr = 0;  // where it is bound
   };
   std::unordered_map<uint64_t, Entry> by_addr_;
+  std::unordered_map<uint64_t, uint64_t> bound_at_;  // device_addr → range_addr of the last bound there
 };
 
 }  // namespace autouvm::runtime

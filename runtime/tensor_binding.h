@@ -24,6 +24,9 @@ class TensorBinding {
   // NOT_FOUND when no tensor's storage started at `range_addr`.
   virtual absl::Status Bind(uint64_t range_addr, uint64_t device_addr) = 0;
   virtual absl::Status Unbind(uint64_t range_addr) = 0;
+  // The range_addr of the tensor bound to `device_addr` now (the last bound there), 0 if none: what an
+  // observer recording meanwhile names the buffer by (Observer::ResolveBoundStorage).
+  virtual uint64_t BoundFrom(uint64_t device_addr) const = 0;
 };
 
 }  // namespace autouvm::runtime

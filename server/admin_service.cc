@@ -98,6 +98,12 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_prefill_passes_total(stats.prefill_passes_total);
   out->set_prefill_rows_total(stats.prefill_rows_total);
   out->set_mixed_passes_total(stats.mixed_passes_total);
+  if (m.session != nullptr) {
+    const profiler::SessionStats ss = m.session->stats();
+    out->set_passes_own_plan(static_cast<uint64_t>(ss.own));
+    out->set_passes_nearest_plan(static_cast<uint64_t>(ss.nearest));
+    out->set_passes_no_plan(static_cast<uint64_t>(ss.none));
+  }
   profiles_->FillModelStatus(m, out);
   if (m.execution != nullptr) {
     const profiler::ExecutionStats e = m.execution->stats();

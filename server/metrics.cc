@@ -138,6 +138,9 @@ std::string Metrics::Scrape() const {
   auto* followed = s.Family("autouvm_plan_iterations_total",
                             "Iterations that followed a plan, by outcome (followed, abandoned)", T::Counter);
   auto* switches = s.Family("autouvm_plan_switches_total", "Plans prepared to hold the model's placement", T::Counter);
+  auto* by_plan =
+      s.Family("autouvm_iterations_by_plan_total",
+               "Forward passes by the plan they followed: their shape's own, the nearest shape's, none", T::Counter);
   auto* prefetch =
       s.Family("autouvm_prefetch_bytes_total", "Bytes the executor asked to fetch ahead of need", T::Counter);
   auto* evicted = s.Family("autouvm_evicted_bytes_total", "Bytes the executor evicted", T::Counter);
@@ -183,7 +186,13 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(prompts_waiting, model, st.prompt_tokens_waiting);
     Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "total"}}, st.kv_blocks_total);
     Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "reserved"}}, st.kv_blocks_reserved);
-    if (m.session != nullptr) Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);
+    if (m.session != nullptr) {
+      Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);
+      const profiler::SessionStats ss = m.session->stats();
+      Snapshot::Add(by_plan, {{"model", m.name}, {"plan", "own"}}, ss.own);
+      Snapshot::Add(by_plan, {{"model", m.name}, {"plan", "nearest"}}, ss.nearest);
+      Snapshot::Add(by_plan, {{"model", m.name}, {"plan", "none"}}, ss.none);
+    }
     if (m.execution == nullptr) continue;
     const profiler::ExecutionStats e = m.execution->stats();
     const Labels uvm{{"model", m.name}, {"backend", e.backend}};

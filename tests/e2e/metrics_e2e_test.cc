@@ -106,6 +106,7 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
                                  "autouvm_device_budget_bytes",
                                  "autouvm_plan_iterations_total",
                                  "autouvm_plan_switches_total",
+                                 "autouvm_iterations_by_plan_total",
                                  "autouvm_prefetch_bytes_total",
                                  "autouvm_evicted_bytes_total",
                                  "autouvm_resident_bytes",
@@ -151,6 +152,13 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
     return prom.Sum("autouvm_migrated_bytes_total{model=\"tiny-llama\",direction=\"h2d\"}") > h2d;
   })) << h2d;
   EXPECT_EQ(prom.Sum("autouvm_plan_iterations_total{model=\"tiny-llama\",outcome=\"abandoned\"}"), 0);
+  // Passes by plan: the profiled shapes' own plans serve them now; the model's first shape of each phase
+  // ran with none until its analysis ended (Note [Planned from the nearest profile]).
+  const double own = prom.Sum("autouvm_iterations_by_plan_total{model=\"tiny-llama\",plan=\"own\"}");
+  const double none = prom.Sum("autouvm_iterations_by_plan_total{model=\"tiny-llama\",plan=\"none\"}");
+  EXPECT_GE(own, 12);
+  EXPECT_GE(none, 1);
+  EXPECT_LT(none, own);
 
   // The Grafana dashboard, its variables as Grafana fills them for this model.
   std::ifstream file(AUTOUVM_DASHBOARD_PATH);

@@ -5,6 +5,7 @@
 // observed: Note [One global callback], runtime/observer.cc).
 #include "profiler/model_session.h"
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -44,7 +45,7 @@ class ModelSessionTest : public ::testing::Test {
     Model m;
     const engine::ModelConfig c = testing::SmallLlamaConfig(name);
     EXPECT_TRUE(engine::WriteLlamaModel(c, seed, dir_.path()).ok());
-    auto runner = engine::ModelRunner::Create(dir_.Sub(name), c, 2);
+    auto runner = engine::ModelRunner::Create(dir_.Sub(name), c, 4);
     EXPECT_TRUE(runner.ok()) << runner.status();
     if (!runner.ok()) return m;
     m.runner = std::move(*runner);
@@ -83,7 +84,7 @@ class ModelSessionTest : public ::testing::Test {
   std::unique_ptr<ProfileJobs> jobs_;
 };
 
-TEST_F(ModelSessionTest, AShapeIsRecordedOnceThenFollowsItsPlanAndANewShapeIsRecordedOnItsOwn) {
+TEST_F(ModelSessionTest, AShapeIsRecordedOnceThenFollowsItsPlanAndANewShapeFollowsTheNearestWhileRecorded) {
   Model m = Load("alpha", 3);
   ASSERT_NE(m.session, nullptr);
   const autouvm::v1::ProfileKey one = m.session->Key(IterationPhase::kDecode, 1, 0);
@@ -91,8 +92,9 @@ TEST_F(ModelSessionTest, AShapeIsRecordedOnceThenFollowsItsPlanAndANewShapeIsRec
   EXPECT_EQ(EncodeKey(one), EncodeKey(DecodeKey(std::string(64, 'a'), 1, spec_.name,
                                                 m.session->identity().device_budget_bytes, "autouvm")));
 
-  ASSERT_TRUE(Step(m, 1, 1).ok());  // recorded: no plan to follow yet
+  ASSERT_TRUE(Step(m, 1, 1).ok());  // recorded: the model's first shape has no plan to follow
   EXPECT_EQ(m.session->execution()->stats().followed_iterations, 0);
+  EXPECT_EQ(m.session->stats().none, 1);
   jobs_->Drain();
   EXPECT_EQ(jobs_->Status(one).state, ProfileState::kReady);
   for (int64_t pos = 2; pos < 6; ++pos) ASSERT_TRUE(Step(m, 1, pos).ok());
@@ -101,18 +103,90 @@ TEST_F(ModelSessionTest, AShapeIsRecordedOnceThenFollowsItsPlanAndANewShapeIsRec
   EXPECT_EQ(s.abandoned_iterations, 0);
   EXPECT_EQ(s.following, EncodeKey(one));
   EXPECT_GT(s.prefetched_bytes, 0);  // half the named bytes: the plan fetches on the mirror
+  EXPECT_EQ(m.session->stats().own, 4);
 
-  // Batch 2 is another shape: recorded (its iteration follows nothing), then followed, a plan switch.
+  // Batch 2 is another shape: recorded while it follows batch 1's plan to its last op (Note [Planned
+  // from the nearest profile]); then it follows its own, a plan switch.
   EXPECT_EQ(jobs_->Status(two).state, ProfileState::kUnprofiled);
   ASSERT_TRUE(Step(m, 2, 6).ok());
-  EXPECT_EQ(m.session->execution()->stats().followed_iterations, 4);
+  s = m.session->execution()->stats();
+  EXPECT_EQ(s.followed_iterations, 5) << s.last_error;
+  EXPECT_EQ(s.abandoned_iterations, 0) << s.last_error;
+  EXPECT_EQ(s.following, EncodeKey(one));
+  EXPECT_EQ(m.session->stats().nearest, 1);
   jobs_->Drain();
   EXPECT_EQ(jobs_->Status(two).state, ProfileState::kReady);
   ASSERT_TRUE(Step(m, 2, 7).ok());
   s = m.session->execution()->stats();
-  EXPECT_EQ(s.followed_iterations, 5);
+  EXPECT_EQ(s.followed_iterations, 6);
   EXPECT_EQ(s.following, EncodeKey(two));
   EXPECT_EQ(s.plan_switches, 2);
+  // Batch 3 is in batch 2's bucket (b4: powers of two), recorded while it follows batch 2's plan.
+  const autouvm::v1::ProfileKey four = m.session->Key(IterationPhase::kDecode, 3, 0);
+  EXPECT_EQ(four.batch(), 4);
+  ASSERT_TRUE(Step(m, 3, 8).ok());
+  EXPECT_EQ(m.session->execution()->stats().following, EncodeKey(two));
+  EXPECT_EQ(m.session->execution()->stats().abandoned_iterations, 0);
+  EXPECT_EQ(m.session->stats().nearest, 2);
+  EXPECT_EQ(m.session->stats().none, 1);
+}
+
+// Note [Planned from the nearest profile]: re-profiling cannot loop, whatever the ops do. A model of
+// plain aten ops over two named weights: b1 always runs the same ops; b2's move every other iteration
+// (an op in front shifts them all); b4's moved ones are what it runs from the start, so the plan it
+// borrows (b1's) stops at its first op. Every iteration but the model's first follows a plan.
+TEST_F(ModelSessionTest, AShapeWhoseOpsMoveIsRecordedTwiceAtMostAndEveryIterationButTheFirstFollowsAPlan) {
+  const at::Tensor w1 = at::randn({128, 128}), w2 = at::randn({128, 128});
+  const std::vector<runtime::NamedTensor> named = {
+      {"w1", reinterpret_cast<uint64_t>(w1.data_ptr()), static_cast<int64_t>(w1.nbytes())},
+      {"w2", reinterpret_cast<uint64_t>(w2.data_ptr()), static_cast<int64_t>(w2.nbytes())}};
+  auto execution = ModelExecution::Mirror(spec_, named, {});
+  ASSERT_TRUE(execution.ok()) << execution.status();
+  auto created = ModelSession::Create({std::string(64, 'm'), spec_.name, static_cast<int64_t>(w1.nbytes()), "autouvm"},
+                                      jobs_.get(), named, std::move(*execution));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ModelSession& session = **created;
+  // One iteration as the scheduler runs it (once more if the session asks), then its analysis.
+  auto iterate = [&](int batch, bool moved) {
+    for (int attempt = 0;; ++attempt) {
+      session.BeforeIteration(IterationPhase::kDecode, batch, 0);
+      at::Tensor x = at::ones({batch, 128});
+      if (moved) x = x * 2;
+      const at::Tensor y = at::mm(at::relu(at::mm(x, w1)), w2);
+      EXPECT_EQ(y.size(0), batch);
+      if (!session.AfterIteration(absl::OkStatus()) || attempt > 0) break;
+    }
+    jobs_->Drain();
+  };
+  auto recordings = [&](int batch) {
+    int n = 0;
+    for (const StateChange& c : jobs_->Status(session.Key(IterationPhase::kDecode, batch, 0)).history) {
+      n += c.state == ProfileState::kRecording;
+    }
+    return n;
+  };
+  iterate(1, false);
+  constexpr int kIterations = 40;
+  for (int i = 0; i < kIterations; ++i) iterate(2, /*moved=*/i % 2 == 1);
+  for (int i = 0; i < 10; ++i) iterate(4, /*moved=*/true);
+
+  EXPECT_EQ(recordings(1), 1);
+  // Recorded on first sight and after its first mismatch; unstable after its second, and kept its plan.
+  EXPECT_EQ(recordings(2), 2);
+  const ProfileStatus b2 = jobs_->Status(session.Key(IterationPhase::kDecode, 2, 0));
+  EXPECT_TRUE(b2.unstable) << b2.reason;
+  EXPECT_EQ(b2.state, ProfileState::kReady) << b2.reason;
+  // Every moved iteration of b2 is counted; b4's stop in a borrowed plan is not its own profile's fault.
+  EXPECT_EQ(jobs_->identity_mismatches(), kIterations / 2);
+  EXPECT_EQ(recordings(4), 1);
+  const ProfileStatus b4 = jobs_->Status(session.Key(IterationPhase::kDecode, 4, 0));
+  EXPECT_EQ(b4.state, ProfileState::kReady) << b4.reason;
+  EXPECT_FALSE(b4.unstable);
+  const SessionStats st = session.stats();
+  EXPECT_EQ(st.none, 1);  // b1's first: the model had no plan yet
+  EXPECT_EQ(st.own + st.nearest + st.none, 1 + kIterations + 10);
+  // b2's two recordings and b4's first followed b1's plan.
+  EXPECT_EQ(st.nearest, 3);
 }
 
 TEST_F(ModelSessionTest, TwoModelsFollowTheirPlansOnTwoThreadsAtOnce) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
+#include <algorithm>
+#include <cstring>
 #include <set>
 #include <thread>
 
@@ -275,10 +277,59 @@ TEST_F(ObserverTest, SubscribersSeeEachRecordedOpWithItsTensors) {
     }
   }
   EXPECT_TRUE(found);
+  // A recorded op is announced before it runs as in an observed iteration, so that a plan can be
+  // followed while the iteration is recorded (Note [Planned from the nearest profile]).
+  ASSERT_EQ(collector.order.size(), 2 * trace.ops.size());
+  for (size_t i = 0; i < trace.ops.size(); ++i) {
+    EXPECT_EQ(collector.order[2 * i], (std::pair<char, int64_t>{'b', static_cast<int64_t>(i)}));
+    EXPECT_EQ(collector.order[2 * i + 1], (std::pair<char, int64_t>{'a', static_cast<int64_t>(i)}));
+  }
   // Removed: the next iteration is not delivered to it.
   const size_t delivered = collector.seen.size();
   DecodeStep(runner.get(), 9, 3);
   EXPECT_EQ(collector.seen.size(), delivered);
+}
+
+// A weight a plan streams through a device buffer is bound to it for its ops (runtime/tensor_binding.h):
+// its storage's data pointer is the buffer's then. An iteration recorded meanwhile (Note [Planned from
+// the nearest profile]) still names it by its parameter, not as an input of the iteration.
+TEST_F(ObserverTest, ARecordedIterationNamesAWeightBoundToABuffer) {
+  auto runner = Load(SmallConfig("bound", 1));
+  ASSERT_NE(runner, nullptr);
+  ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 7}).ok());
+  auto ids_of = [](const AccessTrace& t) {
+    std::vector<std::string> ids;
+    for (const OpRecord& op : t.ops) {
+      for (const TensorUse& u : op.reads) ids.push_back(u.id);
+    }
+    return ids;
+  };
+  const std::vector<std::string> plain = ids_of(DecodeStep(runner.get(), 8, 2));
+  std::unique_ptr<TensorBinding> binding = runner->NewTensorBinding();
+  ASSERT_NE(binding, nullptr);
+  const NamedTensor* wq = nullptr;
+  const std::vector<NamedTensor> named = runner->NamedTensors();
+  for (const NamedTensor& t : named) {
+    if (t.name == "layer0.wq") wq = &t;
+  }
+  ASSERT_NE(wq, nullptr);
+  // The "device buffer": a copy of the weight elsewhere, so the step computes the same.
+  std::vector<char> buffer(static_cast<size_t>(wq->bytes));
+  std::memcpy(buffer.data(), reinterpret_cast<const void*>(wq->addr), buffer.size());
+  const uint64_t at = reinterpret_cast<uint64_t>(buffer.data());
+  ASSERT_TRUE(binding->Bind(wq->addr, at).ok());
+  EXPECT_EQ(binding->BoundFrom(at), wq->addr);
+  const std::vector<std::string> unresolved = ids_of(DecodeStep(runner.get(), 8, 2));
+  observer_->ResolveBoundStorage(binding.get());
+  const std::vector<std::string> resolved = ids_of(DecodeStep(runner.get(), 8, 2));
+  ASSERT_TRUE(binding->Unbind(wq->addr).ok());
+  EXPECT_EQ(binding->BoundFrom(at), 0u);
+  observer_->ResolveBoundStorage(nullptr);
+  EXPECT_EQ(resolved, plain);
+  // Without the binding's answer the bound weight is an unknown input: what the test tells apart.
+  EXPECT_NE(unresolved, plain);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), "param:layer0.wq"), 1);
+  EXPECT_EQ(std::count(unresolved.begin(), unresolved.end(), "param:layer0.wq"), 0);
 }
 
 TEST_F(ObserverTest, AnObservedIterationNumbersTheSameOpsAsARecordedOne) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "profiler/profile_key.h"
 #include "runtime/plan_proto.h"
 #include "tests/testing/temp_dir.h"
@@ -251,6 +253,41 @@ TEST_F(ProfileJobsTest, AKeyMarkedStaleWhileAnalysedRecordsAgain) {
   jobs->Drain();
   EXPECT_EQ(jobs->Status(key_).state, ProfileState::kStale);
   EXPECT_TRUE(jobs->ShouldRecord(key_));
+}
+
+// Note [Planned from the nearest profile]: a key with no plan of its own borrows the nearest checked
+// one of its model, phase, GPU, budget and policy — closest buckets on a log scale, the larger at a tie.
+TEST_F(ProfileJobsTest, TheNearestPlannedKeyIsOfTheSamePhaseAndIdentityClosestOnALogScale) {
+  auto jobs = Jobs();
+  const std::string d(64, 'n');
+  const int64_t budget = 12 << 20;
+  auto ready = [&](const autouvm::v1::ProfileKey& k) {
+    ASSERT_TRUE(jobs->ShouldRecord(k));
+    jobs->Submit(k, Trace(), 0);
+  };
+  for (int b : {1, 4, 16}) ready(DecodeKey(d, b, "h200-pcie5", budget, "autouvm"));
+  ready(PrefillKey(d, 2, 64, "h200-pcie5", budget, "autouvm"));
+  ready(DecodeKey(d, 2, "h200-pcie5", budget * 2, "autouvm"));                 // another budget
+  ready(DecodeKey(std::string(64, 'o'), 2, "h200-pcie5", budget, "autouvm"));  // another model
+  const auto recording = DecodeKey(d, 64, "h200-pcie5", budget, "autouvm");
+  ASSERT_TRUE(jobs->ShouldRecord(recording));  // not ready: lends nothing
+  jobs->Drain();
+  auto nearest = [&](int batch, std::set<std::string> excluded = {}) {
+    auto k = jobs->NearestPlanned(DecodeKey(d, batch, "h200-pcie5", budget, "autouvm"), excluded);
+    return k.has_value() ? k->batch() : -1;
+  };
+  EXPECT_EQ(nearest(2), 4);    // b1 and b4 are as near (1 on the log scale): the larger
+  EXPECT_EQ(nearest(8), 16);   // b4 and b16 likewise
+  EXPECT_EQ(nearest(32), 16);  // b64 is still recording
+  EXPECT_EQ(nearest(4), 16);   // never itself: b1 and b16 are both 2 away, the larger
+  EXPECT_EQ(nearest(2, {EncodeKey(DecodeKey(d, 4, "h200-pcie5", budget, "autouvm"))}), 1);
+  // A prefill key is borrowed only by prefill keys.
+  auto prefill = jobs->NearestPlanned(PrefillKey(d, 1, 100, "h200-pcie5", budget, "autouvm"), {});
+  ASSERT_TRUE(prefill.has_value());
+  EXPECT_EQ(prefill->phase(), autouvm::v1::PHASE_PREFILL);
+  EXPECT_FALSE(jobs->NearestPlanned(MixedKey(d, 4, 16, "h200-pcie5", budget, "autouvm"), {}).has_value());
+  // Another policy has nothing to borrow.
+  EXPECT_FALSE(jobs->NearestPlanned(DecodeKey(d, 2, "h200-pcie5", budget, "paper"), {}).has_value());
 }
 
 }  // namespace

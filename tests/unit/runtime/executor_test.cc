@@ -202,6 +202,12 @@ class RecordingBinding final : public TensorBinding {
     bound.erase(range_addr);
     return absl::OkStatus();
   }
+  uint64_t BoundFrom(uint64_t device_addr) const override {
+    for (const auto& [range, where] : bound) {
+      if (where.first == device_addr) return range;
+    }
+    return 0;
+  }
 };
 
 TEST(ExecutorTest, StagedWeightsGoThroughOneDeviceBufferBoundForTheirOpsFasterThanIntoTheirOwnRanges) {
