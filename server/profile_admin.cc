@@ -191,7 +191,11 @@ grpc::Status ProfileAdmin::Reprofile(const autouvm::v1::ReprofileRequest& reques
     if (request.now()) {
       // A prompt of the bucket's length, within the model's context.
       const int64_t len = std::min<int64_t>(key.prompt_bucket(), model->config.max_seq - 1);
-      const absl::Status s = model->scheduler->RunIdleIteration(PhaseOf(key.phase()), key.batch(), len);
+      // A batch of the bucket (powers of two: (b/2, b]) the model can hold: its top, or max_batch where
+      // that lies within it (max_batch 6 runs b8's iteration at 6).
+      const int slots = static_cast<int>(model->settings.max_batch);
+      const int batch = key.batch() > slots && slots > key.batch() / 2 ? slots : key.batch();
+      const absl::Status s = model->scheduler->RunIdleIteration(PhaseOf(key.phase()), batch, len);
       if (!s.ok()) return ToGrpc(s);
     }
     *response->add_profiles() = Summarize(model->name, key, nullptr, nullptr);

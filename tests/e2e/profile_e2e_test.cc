@@ -246,6 +246,30 @@ TEST(ProfileE2E, ReprofileMakesANewProfileAtTheNextRequestOrAtOnce) {
   EXPECT_NE(s.error_message().find("shape.batch"), std::string::npos) << s.error_message();
 }
 
+// Decode shapes are bucketed by batch to powers of two: batches 5 and 6 are b8. A model of max_batch 6
+// can still have b8 profiled at once (its iteration runs 6 rows, within the bucket), and batch 5 is served
+// by that profile; a batch above max_batch is refused naming shape.batch.
+TEST(ProfileE2E, ReprofileNowRunsABucketAtTheLargestBatchTheModelHolds) {
+  DaemonProcess d({.config_yaml = "models: {tiny-llama: {max_batch: 6}}"});
+  StartServing(d);
+  autouvm::v1::ReprofileRequest req;
+  req.set_model(kModel);
+  *req.mutable_shape() = Decode(5);
+  req.set_now(true);
+  autouvm::v1::ReprofileResponse resp;
+  grpc::Status s = Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.profiles_size(), 1);
+  EXPECT_EQ(resp.profiles(0).profile_key().batch(), 8);
+  ASSERT_TRUE(Eventually([&] { return Ready(d, Decode(6)); })) << Profile(d, Decode(5)).DebugString();
+  EXPECT_EQ(Profile(d, Decode(5)).summary().key(), Profile(d, Decode(6)).summary().key());
+  EXPECT_NE(Profile(d, Decode(5)).summary().key().find("/decode/b8/"), std::string::npos);
+  *req.mutable_shape() = Decode(7);
+  s = Call(d, &autouvm::v1::Admin::Stub::Reprofile, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("shape.batch"), std::string::npos) << s.error_message();
+}
+
 TEST(ProfileE2E, ReprofileWhileTheModelLoadsIsAFailedPrecondition) {
   DaemonProcess d({.generate_default_model = false});
   // model.yaml is a FIFO: loading blocks on it until the test writes the text.
