@@ -170,8 +170,14 @@ int main(int argc, char** argv) {
       const Burst& b = bursts[r];
       std::vector<double> ttft;
       Clock::time_point first_token = Clock::time_point::max(), last_token = Clock::time_point::min();
+      // The longest wait between two tokens of any request, against the step of the full batch: the
+      // median gap of the request that started last (with a ramp, it runs at the largest batch).
+      double longest_gap = 0;
+      size_t last_started = 0;
       for (size_t i = 0; i < b.runs.size(); ++i) {
         ttft.push_back(b.runs[i].ttft_ms);
+        longest_gap = std::max(longest_gap, Max(b.runs[i].gaps_ms));
+        if (b.started[i] > b.started[last_started]) last_started = i;
         const auto first = b.started[i] + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double, std::milli>(b.runs[i].ttft_ms));
         first_token = std::min(first_token, first);
@@ -179,33 +185,25 @@ int main(int argc, char** argv) {
       }
       const double wall_s = std::chrono::duration<double>(last_token - first_token).count();
       const Clock::time_point started = *std::min_element(b.started.begin(), b.started.end());
-      const uint64_t passes = b.after.prefill_passes_total() + b.after.mixed_passes_total() +
-                              b.after.decode_steps_total() - b.before.prefill_passes_total() -
-                              b.before.mixed_passes_total() - b.before.decode_steps_total();
+      // What a ModelStatus counter moved over the burst.
+      auto delta = [&](uint64_t (autouvm::v1::ModelStatus::*field)() const) {
+        return (unsigned long long)((b.after.*field)() - (b.before.*field)());
+      };
+      const uint64_t passes = delta(&autouvm::v1::ModelStatus::prefill_passes_total) +
+                              delta(&autouvm::v1::ModelStatus::mixed_passes_total) +
+                              delta(&autouvm::v1::ModelStatus::decode_steps_total);
       const double ms_per_pass =
           std::chrono::duration<double, std::milli>(last_token - started).count() / std::max<uint64_t>(passes, 1);
       const double aggregate = streams * (tokens - 1) / wall_s;
       const double ideal = streams * 1e3 / sweep_ms;
       const double p50 = Median(ttft), max = Max(ttft);
-      // The longest wait between two tokens of any request, against the step of the full batch: the
-      // median gap of the request that started last (with a ramp, it runs at the largest batch).
-      double longest_gap = 0;
-      size_t last_started = 0;
-      for (size_t i = 0; i < b.runs.size(); ++i) {
-        longest_gap = std::max(longest_gap, Max(b.runs[i].gaps_ms));
-        if (b.started[i] > b.started[last_started]) last_started = i;
-      }
       const double steady = Median(b.runs[last_started].gaps_ms);
-      auto delta = [&](uint64_t (autouvm::v1::ModelStatus::*field)() const) {
-        return (unsigned long long)((b.after.*field)() - (b.before.*field)());
-      };
       std::printf(
           "| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %llu | %lld | %.1f | "
           "%llu / %llu / %llu | %.1f | %.1f | %.2f | %d |\n",
           setting.c_str(), r + 1, sweep_ms, p50, max, p50 / sweep_ms, max / sweep_ms, aggregate, ideal,
-          aggregate / ideal, (unsigned long long)(b.after.prefill_passes_total() - b.before.prefill_passes_total()),
-          (unsigned long long)(b.after.mixed_passes_total() - b.before.mixed_passes_total()),
-          (unsigned long long)(b.after.decode_steps_total() - b.before.decode_steps_total()),
+          aggregate / ideal, delta(&autouvm::v1::ModelStatus::prefill_passes_total),
+          delta(&autouvm::v1::ModelStatus::mixed_passes_total), delta(&autouvm::v1::ModelStatus::decode_steps_total),
           (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), ms_per_pass,
           delta(&autouvm::v1::ModelStatus::passes_own_plan), delta(&autouvm::v1::ModelStatus::passes_nearest_plan),
           delta(&autouvm::v1::ModelStatus::passes_no_plan), longest_gap, steady, longest_gap / steady, code);
