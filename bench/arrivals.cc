@@ -18,6 +18,9 @@
 //       # request against the full batch's step (every new batch bucket's first passes included)
 //   build-gpu/bench/arrivals --preset mistral7b --factor 2.0 --streams 64 --prompt 128 --tokens 128 \
 //       --prefill-tokens 2048 --budget-of-weights                     # a large batch, its KV cache in the budget
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
@@ -79,6 +82,31 @@ Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, int
   return b;
 }
 
+// Runs `size` in a forked child and hands back its two figures (through a pipe); Die()s if it failed.
+template <typename F>
+std::pair<int64_t, int64_t> SizeInChild(F size) {
+  int fds[2];
+  if (pipe(fds) != 0) Die("pipe");
+  const pid_t pid = fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    close(fds[0]);
+    const std::pair<int64_t, int64_t> figures = size();
+    const ssize_t wrote = write(fds[1], &figures, sizeof(figures));
+    _exit(wrote == static_cast<ssize_t>(sizeof(figures)) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::pair<int64_t, int64_t> figures{0, 0};
+  const ssize_t got = read(fds[0], &figures, sizeof(figures));
+  close(fds[0]);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  if (got != static_cast<ssize_t>(sizeof(figures)) || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    Die("sizing the model in a child process failed");
+  }
+  return figures;
+}
+
 double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
 }  // namespace
@@ -106,6 +134,11 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed bursts");
   app.add_option("--prefill-tokens", prefill_tokens_list, "max_prefill_tokens of each daemon, comma-separated");
   app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  bool plan_at_load = false;
+  app.add_flag("--plan-at-load", plan_at_load, "models.<name>.plan_at_load: every phase planned before serving");
+  std::string log_dir;
+  app.add_option("--log-dir", log_dir,
+                 "keep each daemon's log there (daemon-<max_prefill_tokens>.log), at debug level: a line per pass");
   CLI11_PARSE(app, argc, argv);
 
   const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/arrivals-", getpid());
@@ -113,16 +146,17 @@ int main(int argc, char** argv) {
   const auto spec = Check(autouvm::runtime::FindGpuSpec("h200-pcie5"), "spec");
   autouvm::engine::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
   c.name = absl::StrCat("bench-", preset);
-  Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
-  int64_t named = 0, weights = 0;
-  {
-    // The named bytes, from the model as the daemon loads it (its KV cache for a burst; freed before the
-    // daemon starts).
+  // The model entry written and its named bytes taken from the model as the daemon loads it (its KV cache
+  // for a burst) in a child process: what its CUDA context and allocator hold goes with it, so the daemon's
+  // residency is all the card shows, and this process starts no torch threads before it forks.
+  const auto [named, weights] = SizeInChild([&] {
+    Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
     auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
     auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, streams, device.get()), "sizing");
-    for (const auto& t : runner->NamedTensors()) named += t.bytes;
-    weights = runner->parameter_bytes();
-  }
+    int64_t n = 0;
+    for (const auto& t : runner->NamedTensors()) n += t.bytes;
+    return std::pair<int64_t, int64_t>{n, runner->parameter_bytes()};
+  });
   const int64_t budget = static_cast<int64_t>(static_cast<double>(budget_of_weights ? weights : named) / factor);
   std::printf(
       "%s preset, %.2f GiB named (%.2f GiB of weights), budget %.2f GiB (factor %.2f of the %s); bursts of %d "
@@ -144,14 +178,17 @@ int main(int argc, char** argv) {
     const std::string config_path = autouvm::bench::WriteCudaDaemonConfig(
         dir, repo, spec.name,
         absl::StrCat("model_defaults: {max_batch: ", std::max(streams, 1), ", max_queue: ", std::max(streams, 64),
-                     ", policy: autouvm, device_budget: ", budget, ", max_prefill_tokens: ", setting, "}"));
+                     ", policy: autouvm, device_budget: ", budget, ", max_prefill_tokens: ", setting,
+                     ", plan_at_load: ", plan_at_load ? "true" : "false", "}"));
     // Wall-clock marks on stderr, to line device-memory samples up with (nvidia-smi's timestamps).
     auto mark = [](const char* what) {
       const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
       std::fprintf(stderr, "arrivals: %.3f %s\n", now, what);
     };
     mark("daemon starting");
-    autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config_path, dir);
+    autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(
+        daemon_path, config_path, dir,
+        log_dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--log-level", "debug"});
     autouvm::bench::WaitModelReady(d, c.name);
     mark("model ready");
     const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
@@ -166,6 +203,11 @@ int main(int argc, char** argv) {
     mark("bursts done");
     const int code = autouvm::bench::StopDaemon(&d);
     failures += code != 0;
+    if (!log_dir.empty()) {
+      std::filesystem::create_directories(log_dir);
+      std::filesystem::copy_file(d.log, absl::StrCat(log_dir, "/daemon-", setting, ".log"),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
     for (size_t r = 0; r < bursts.size(); ++r) {
       const Burst& b = bursts[r];
       std::vector<double> ttft;

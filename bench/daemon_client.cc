@@ -40,11 +40,14 @@ std::string ReadWholeFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-DaemonUnderTest StartDaemon(const std::string& binary, const std::string& config_path, const std::string& dir) {
+DaemonUnderTest StartDaemon(const std::string& binary, const std::string& config_path, const std::string& dir,
+                            const std::vector<std::string>& extra_args) {
   DaemonUnderTest d;
   const std::string port_file = dir + "/port";
   d.log = dir + "/daemon.log";
-  d.pid = Spawn({binary, "--config", config_path, "--port-file", port_file}, d.log);
+  std::vector<std::string> argv = {binary, "--config", config_path, "--port-file", port_file};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  d.pid = Spawn(argv, d.log);
   if (d.pid < 0) Die("cannot start " + binary);
   std::string port;
   for (int i = 0; i < 600 && port.empty(); ++i) {

@@ -38,9 +38,10 @@ struct DaemonRun {
 };
 
 std::string ReadWholeFile(const std::string& path);
-// Starts `binary --config config_path --port-file dir/port`, its output in dir/daemon.log, and waits
-// (up to 60 s) for its port.
-DaemonUnderTest StartDaemon(const std::string& binary, const std::string& config_path, const std::string& dir);
+// Starts `binary --config config_path --port-file dir/port [extra_args]`, its output in dir/daemon.log,
+// and waits (up to 60 s) for its port.
+DaemonUnderTest StartDaemon(const std::string& binary, const std::string& config_path, const std::string& dir,
+                            const std::vector<std::string>& extra_args = {});
 // Waits (up to 2 minutes) until `model` is READY; Die()s if it failed or the daemon exited.
 void WaitModelReady(const DaemonUnderTest& d, const std::string& model);
 // Whether the model's batch-1 decode profile is ready (its plan can be followed).

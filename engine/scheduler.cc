@@ -90,14 +90,21 @@ absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_
     return absl::InvalidArgumentError(
         absl::StrCat("batch ", batch, " is not within 1..", slots, " (the model's slots)"));
   }
-  if (phase == IterationPhase::kPrefill && (prompt_len < 1 || prompt_len >= runner_->max_seq())) {
+  const bool prompts = phase != IterationPhase::kDecode;
+  if (prompts && (prompt_len < 1 || prompt_len >= runner_->max_seq())) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt length ", prompt_len, " is not within 1..", runner_->max_seq() - 1));
+  }
+  if (phase == IterationPhase::kMixed && batch < 2) {
+    return absl::InvalidArgumentError("a mixed iteration needs a batch of 2 or more (a decode row and a prompt)");
   }
   // It runs on free slots, taking their KV blocks for its pass: one the whole pool cannot hold would
   // never run.
   const int64_t block = runner_->kv_block_tokens();
-  const int64_t need = batch * BlocksFor(phase == IterationPhase::kPrefill ? prompt_len : 1, block);
+  const int64_t need = phase == IterationPhase::kPrefill ? batch * BlocksFor(prompt_len, block)
+                       : phase == IterationPhase::kMixed
+                           ? (batch - 1) * BlocksFor(1, block) + BlocksFor(prompt_len, block)
+                           : batch * BlocksFor(1, block);
   if (need > runner_->kv_blocks()) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch ", batch, " x ", phase == IterationPhase::kPrefill ? prompt_len : 1, " positions needs ",

@@ -40,8 +40,12 @@ bool StepPolicy::idle_fits() const {
   if (idle_.empty() || idle_.front().batch > free_slots()) return false;
   if (options_.kv_block_tokens <= 0) return true;
   const IdleIteration& it = idle_.front();
-  const int64_t len = it.phase == IterationPhase::kPrefill ? it.prompt_len : 1;
-  return it.batch * BlocksFor(len, options_.kv_block_tokens) <= free_kv_blocks();
+  const int64_t b = options_.kv_block_tokens;
+  const int64_t blocks = it.phase == IterationPhase::kPrefill ? it.batch * BlocksFor(it.prompt_len, b)
+                         : it.phase == IterationPhase::kMixed
+                             ? (it.batch - 1) * BlocksFor(1, b) + BlocksFor(it.prompt_len, b)
+                             : it.batch * BlocksFor(1, b);
+  return blocks <= free_kv_blocks();
 }
 
 void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now) {
@@ -138,7 +142,8 @@ StepPlan StepPolicy::IdlePlan(const IdleIteration& it) const {
   StepPlan plan{.kind = StepPlan::Kind::kIdle, .phase = it.phase};
   for (int i = 0; i < it.batch; ++i) {
     const int32_t slot = free_slots_[free_slots_.size() - 1 - i];
-    if (it.phase == IterationPhase::kPrefill) {
+    // A mixed iteration: batch - 1 decode rows first, then one prompt.
+    if (it.phase == IterationPhase::kPrefill || (it.phase == IterationPhase::kMixed && i == it.batch - 1)) {
       plan.rows.push_back({.slot = slot, .tokens = std::vector<int32_t>(static_cast<size_t>(it.prompt_len), bos)});
     } else {
       plan.rows.push_back({.slot = slot, .tokens = {bos}, .start_pos = 0, .decode = true});

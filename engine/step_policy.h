@@ -63,6 +63,8 @@ struct Sequence {
 };
 
 // A forward pass without a request, on free slots (its output is dropped).
+// A pass with no request: `batch` rows of prompt_len tokens (prefill), of one token (decode), or batch - 1
+// decode rows and one prompt of prompt_len (mixed).
 struct IdleIteration {
   IterationPhase phase;
   int batch;

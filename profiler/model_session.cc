@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "profiler/profile_key.h"
@@ -116,6 +117,8 @@ bool ModelSession::FollowNearest() {
 }
 
 void ModelSession::BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) {
+  pass_started_ = Seconds();
+  pass_outcome_.clear();
   mode_ = Mode::kNone;
   plan_key_.clear();
   borrowed_ = false;
@@ -166,6 +169,7 @@ bool ModelSession::EndFollowing(const absl::Status& status) {
   // (Note [A shape whose ops move], profiler/profile_jobs.cc).
   if (!followed.ok() && status.ok()) {
     const int64_t differing = execution_->last_differing_ops();
+    pass_outcome_ = absl::StrCat(", stopped: ", followed.message());
     if (borrowed_) {
       AUTOUVM_LOG(INFO) << "executor: " << EncodeKey(key_) << " followed the plan of " << plan_key_
                         << " until it stopped (" << followed.message() << "); it borrows that plan no more";
@@ -180,12 +184,24 @@ bool ModelSession::EndFollowing(const absl::Status& status) {
       DropOwnPlan();
     }
   }
-  plan_key_.clear();
   return execution_->last_iteration_untrusted();
 }
 
+// One debug line per pass, to line a slow step up with the plan it followed (or did not).
+void ModelSession::LogPass(Mode mode, bool rerun) const {
+  if (!base::LogEnabled(base::LogLevel::kDebug)) return;
+  static constexpr const char* kModes[] = {"served", "recorded", "checked", "followed"};
+  AUTOUVM_LOG(DEBUG) << "pass " << EncodeKey(key_) << ": " << kModes[static_cast<int>(mode)] << ", plan "
+                     << (plan_key_.empty() ? "none" : absl::StrCat(borrowed_ ? "nearest " : "own ", plan_key_)) << ", "
+                     << absl::StrFormat("%.1f", 1e3 * (Seconds() - pass_started_)) << " ms" << pass_outcome_
+                     << (rerun ? "; its result is not trusted: run again" : "");
+}
+
 bool ModelSession::AfterIteration(const absl::Status& status) {
-  if (mode_ == Mode::kNone) return false;
+  if (mode_ == Mode::kNone) {
+    LogPass(Mode::kNone, false);
+    return false;
+  }
   runtime::Observer* obs = observer_.get();
   // A followed plan with nothing to do per op ran unobserved (Note [Plans with nothing to do per op]).
   const bool observed = mode_ != Mode::kFollow || !following_.empty();
@@ -194,6 +210,8 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
   const Mode mode = mode_;
   mode_ = Mode::kNone;
   rerun_unfollowed_ = EndFollowing(status);
+  LogPass(mode, rerun_unfollowed_);
+  plan_key_.clear();
   if (mode == Mode::kVerify) {
     // A failed iteration proves nothing about the profile either way: it stays ready, unchecked.
     if (status.ok()) jobs_->Verify(key_, std::move(kernels_));

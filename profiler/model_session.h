@@ -93,6 +93,7 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   void Suspend();
 
   enum class Mode { kNone, kRecord, kVerify, kFollow };
+  void LogPass(Mode mode, bool rerun) const;
   const ProfileIdentity identity_;
   ProfileJobs* const jobs_;
   const std::unique_ptr<runtime::Observer> observer_;
@@ -108,6 +109,8 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   autouvm::v1::ProfileKey key_;
   std::vector<std::string> kernels_;
   double started_ = 0;
+  double pass_started_ = 0;
+  std::string pass_outcome_;       // how following ended, for LogPass
   bool rerun_unfollowed_ = false;  // the next iteration runs again one whose result was untrusted
   // The plan the iteration follows: its key ("" for none), and whether it is another key's.
   std::string plan_key_;

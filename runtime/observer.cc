@@ -65,9 +65,16 @@ bool IsBookkeeping(std::string_view op) {
 // [1, 1, T, max_seq] of tiny-llama (max_seq 512) ran op 7 as aten::fill_ at T = 64 and as aten::zero_
 // at T = 33..63, one bucket, and each alternation cost the key its profile. A leaf zero_ is named as the
 // fill_ it stands for: both write every element of their tensor and read nothing.
-// ObserverTest.EveryLengthOfAPrefillBucketRunsTheSameOps runs every length of every bucket.
+// ObserverTest.EveryLengthOfAPrefillBucketRunsTheSameOps runs every length of every bucket. Likewise
+// CUDA's index_select (and the embedding, which calls it) runs as a child aten::gather once it picks
+// enough rows: on the H200 a decode step of 32 sequences ran op 16 as aten::gather#0 where one of 1 ran
+// aten::index_select#0, so no decode or mixed batch could follow its neighbour's plan past its first
+// gather (each such pass then ran again without a plan, 2.3-4.2 s, bench/results/2026-12-02-*). A leaf
+// gather is named as the index_select it stands for: both read rows of a table at given indices
+// (Note [Gather ops]) and write a fresh output. ObserverTest.AGatherIsNamedAsTheIndexSelectItStandsFor.
 std::string_view CanonicalOp(std::string_view op) {
   if (op == "aten::zero_") return "aten::fill_";
+  if (op == "aten::gather") return "aten::index_select";
   return op;
 }
 

@@ -23,6 +23,9 @@ struct ModelSettings {
   // How long an idle model's first request may wait for others to share its first pass, at most (the
   // wait is also at most 5% of the model's last pass: engine::SchedulerOptions::max_queue_delay).
   int64_t max_queue_delay_ms = 10;
+  // Plan the model's first shapes of each phase before it is served (Note [Plans before the first
+  // request], server/model_manager.cc).
+  bool plan_at_load = false;
   int64_t default_max_tokens = 128;  // when a request leaves max_tokens unset
   int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
   std::string policy = "autouvm";    // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")

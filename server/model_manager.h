@@ -86,6 +86,7 @@ class ModelManager final : public engine::ModelDirectory {
 
  private:
   absl::Status LoadOne(ServedModel* model);
+  void PlanAtLoad(ServedModel* model);  // Note [Plans before the first request], model_manager.cc
 
   struct Entry {
     std::unique_ptr<ServedModel> model;

@@ -34,7 +34,9 @@ autouvm::v1::ProfileState ToProto(ProfileState s) {
 }
 
 engine::IterationPhase PhaseOf(autouvm::v1::Phase p) {
-  return p == autouvm::v1::PHASE_PREFILL ? engine::IterationPhase::kPrefill : engine::IterationPhase::kDecode;
+  return p == autouvm::v1::PHASE_PREFILL ? engine::IterationPhase::kPrefill
+         : p == autouvm::v1::PHASE_MIXED ? engine::IterationPhase::kMixed
+                                         : engine::IterationPhase::kDecode;
 }
 
 grpc::Status Invalid(const std::string& what) { return {grpc::StatusCode::INVALID_ARGUMENT, what}; }

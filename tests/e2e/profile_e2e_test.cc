@@ -15,6 +15,7 @@
 #include <functional>
 #include <iostream>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -157,6 +158,42 @@ TEST(ProfileE2E, TheFirstRequestIsServedWhileItsShapesAreProfiledInTheBackground
   bool prefill = false;
   for (const auto& p : status.profiles()) prefill |= p.profile_key().phase() == autouvm::v1::PHASE_PREFILL;
   EXPECT_TRUE(prefill);
+}
+
+// Note [Plans before the first request]: with plan_at_load the model becomes READY only once a decode, a
+// prefill and a mixed shape each have a checked plan and were run following it, so a request's passes all
+// follow a plan (its own or the nearest), and a restart checks the stored profiles before serving.
+TEST(ProfileE2E, PlanAtLoadPlansEveryPhaseBeforeTheModelIsServed) {
+  DaemonProcess d({.config_yaml = "model_defaults: {plan_at_load: true}"});
+  autouvm::v1::GetModelStatusRequest sreq;
+  sreq.set_model(kModel);
+  for (int start = 0; start < 2; ++start) {
+    if (start == 0) {
+      StartServing(d);
+    } else {
+      Restart(d);
+    }
+    autouvm::v1::ModelStatus status;
+    ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::GetModelStatus, sreq, &status).ok());
+    std::set<autouvm::v1::Phase> phases;
+    for (const auto& p : status.profiles()) {
+      EXPECT_EQ(p.state(), kReady) << p.DebugString();
+      phases.insert(p.profile_key().phase());
+    }
+    EXPECT_EQ(phases, (std::set<autouvm::v1::Phase>{autouvm::v1::PHASE_PREFILL, autouvm::v1::PHASE_DECODE,
+                                                    autouvm::v1::PHASE_MIXED}))
+        << status.DebugString();
+    // Recorded (the first start) or checked (the restart) once each, then followed once each.
+    EXPECT_EQ(status.passes_own_plan(), 3u) << "start " << start;
+    EXPECT_EQ(status.passes_no_plan(), 3u) << "start " << start;
+    EXPECT_NE(d.Log().find("planned 3 shapes before serving"), std::string::npos) << d.Log();
+    ASSERT_TRUE(Generate(d, "hello", 4).ok());
+    ASSERT_TRUE(Call(d, &autouvm::v1::Admin::Stub::GetModelStatus, sreq, &status).ok());
+    EXPECT_EQ(status.passes_no_plan(), 3u) << "a request's pass ran with no plan: " << status.DebugString();
+    EXPECT_GE(status.passes_own_plan() + status.passes_nearest_plan(), 3u + 4u);
+  }
+  const GetProfileResponse decode = Profile(d, Decode(1));
+  EXPECT_EQ(History(decode.summary()), (std::vector<S>{kUnprofiled, kReady, kReady})) << decode.DebugString();
 }
 
 TEST(ProfileE2E, ARestartKeepsTheProfileAndChecksItInsteadOfProfilingAgain) {

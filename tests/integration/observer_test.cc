@@ -403,6 +403,35 @@ TEST_F(ObserverTest, EveryLengthOfAPrefillBucketRunsTheSameOps) {
   EXPECT_EQ(buckets, 10);  // 1, 2, 4, ..., 512
 }
 
+// Prompt groups of one row and of several run the same ops, so a prefill (or mixed pass) of many prompts
+// can follow the plan of one with a single prompt. This holds on the CPU; on the H200 (PyTorch 2.11,
+// CUDA) a pass with two or more prompt rows runs an aten::copy_ before the prompt group's first bmm that
+// one with a single row does not (bench/results/2026-12-02-shape-ops-h200.md), still to be found.
+TEST_F(ObserverTest, APromptGroupOfOneRowAndOfTwoRunTheSameOps) {
+  auto runner = Load(SmallConfig("rows", 1));
+  ASSERT_NE(runner, nullptr);
+  const std::vector<int32_t> prompt(8, 65);
+  std::vector<std::vector<std::string>> kernels;
+  for (int rows = 1; rows <= 2; ++rows) {
+    std::vector<engine::StepRunner::Row> step;
+    for (int32_t slot = 0; slot < rows; ++slot) {
+      runner->Reserve(slot, 16);
+      step.push_back({.slot = slot, .tokens = prompt});
+    }
+    std::vector<float> logits;
+    observer_->BeginIteration();
+    ASSERT_TRUE(runner->Step(step, &logits).ok());
+    kernels.emplace_back();
+    for (const OpRecord& op : observer_->EndIteration().ops) kernels.back().push_back(op.kernel);
+    for (int32_t slot = 0; slot < rows; ++slot) runner->Release(slot);
+  }
+  ASSERT_FALSE(kernels[0].empty());
+  for (size_t i = 0; i < std::min(kernels[0].size(), kernels[1].size()); ++i) {
+    ASSERT_EQ(kernels[1][i], kernels[0][i]) << "op " << i;
+  }
+  EXPECT_EQ(kernels[1].size(), kernels[0].size());
+}
+
 // Runs `source`'s forward on `inputs` under the observer and returns its trace.
 AccessTrace TraceScript(Observer* observer, const std::string& source, std::vector<c10::IValue> inputs) {
   torch::jit::Module m("M");
@@ -447,6 +476,40 @@ TEST_F(ObserverTest, AnOutOverloadIsCountedInRecordedAndObservedIterations) {
   observer_->RemoveSubscriber(&collector);
   ASSERT_EQ(collector.seen.size(), 1u);
   EXPECT_EQ(collector.seen[0].kernel, recorded.ops[0].kernel);
+}
+
+// Note [Kernels that depend on size]: CUDA's index_select of many rows runs as a child aten::gather. The
+// script here stands in for it (one form or the other by a flag, as CUDA picks by the number of rows):
+// both forms are numbered alike, recorded or observed, and the table's use is the rows read.
+TEST_F(ObserverTest, AGatherIsNamedAsTheIndexSelectItStandsFor) {
+  torch::NoGradGuard no_grad;
+  torch::jit::Module m("M");
+  m.define(
+      "def forward(self, x, i, many: bool):\n"
+      "  if many:\n"
+      "    return torch.gather(x, 0, i.unsqueeze(1).expand(i.size(0), x.size(1)))\n"
+      "  return torch.index_select(x, 0, i)\n");
+  const at::Tensor table = torch::randn({64, 4}), rows = torch::tensor({int64_t{3}, int64_t{9}, int64_t{60}});
+  for (const bool many : {false, true}) {
+    observer_->BeginIteration();
+    const at::Tensor out = m.forward({table, rows, many}).toTensor();
+    const AccessTrace recorded = observer_->EndIteration();
+    EXPECT_TRUE(torch::equal(out, table.index_select(0, rows)));
+    ASSERT_EQ(recorded.ops.size(), 1u) << "many " << many;
+    EXPECT_EQ(recorded.ops[0].op, "aten::index_select");
+    EXPECT_EQ(recorded.ops[0].kernel, "aten::index_select#0");
+    ASSERT_FALSE(recorded.ops[0].reads.empty());
+    EXPECT_EQ(recorded.ops[0].reads[0].id, "input:0");
+    EXPECT_EQ(recorded.ops[0].reads[0].bytes, 3 * 4 * 4);  // three rows of four floats
+    Collector collector;
+    observer_->AddSubscriber(&collector);
+    observer_->BeginIteration(IterationMode::kObserve);
+    m.forward({table, rows, !many});
+    observer_->EndIteration();
+    observer_->RemoveSubscriber(&collector);
+    ASSERT_EQ(collector.seen.size(), 1u);
+    EXPECT_EQ(collector.seen[0].kernel, "aten::index_select#0") << "observed with many " << !many;
+  }
 }
 
 // A conversion's result is allocated by a bookkeeping op and filled by aten::copy_: an activation that
