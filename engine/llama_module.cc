@@ -41,7 +41,12 @@ namespace {
 // contiguous [rows, kv heads, span, head dim] always (into a new tensor: `contiguous` copies only what is
 // not contiguous already, and a span of 1 is), where aten::matmul copied them itself for two rows or more and not
 // for one, so a decode step of one sequence ran other ops than one of two and could not follow its plan
-// (Note [Planned from the nearest profile], profiler/model_session.cc).
+// (Note [Planned from the nearest profile], profiler/model_session.cc). Likewise the queries are made
+// contiguous before they are grouped by key/value head: with one key/value head per query head
+// (Llama-2-7B) the grouping is the transposed view itself, which aten::matmul folds for one row and
+// copies inside itself for several, so a prefill of 16 prompts could not follow the plan of one (on the
+// H200: "op 49 is aten::copy_#9, the plan expected aten::bmm#0"). Made contiguous, it is copied for every
+// number of rows when a row has more than one token, and never for a decode group's single tokens.
 constexpr const char* kLayerSource = R"JIT(
 def rms(self, x, w):
     xf = x.float()
@@ -68,7 +73,7 @@ def attend(self, q, keys, vals, mask):
     T = q.size(1)
     S = keys.size(2)
     rep = self.n_heads // self.n_kv_heads
-    qh = q.transpose(1, 2).reshape(B, self.n_kv_heads, rep * T, self.head_dim)
+    qh = q.transpose(1, 2).contiguous().reshape(B, self.n_kv_heads, rep * T, self.head_dim)
     scores = torch.matmul(qh, keys.transpose(2, 3)).float() * self.scale
     scores = scores.view(B, self.n_kv_heads, rep, T, S) + mask.unsqueeze(1)
     probs = torch.softmax(scores, -1).to(qh.dtype).view(B, self.n_kv_heads, rep * T, S)

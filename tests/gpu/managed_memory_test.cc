@@ -7,7 +7,12 @@
 
 #include <optional>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/llama_builder.h"
+#include "engine/model_runner.h"
+#include "runtime/compute_device.h"
+#include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
@@ -183,3 +188,92 @@ TEST(ManagedMemoryTest, TheEnvironmentCapIsParsed) {
 
 }  // namespace
 }  // namespace autouvm::runtime::cuda
+
+namespace autouvm::runtime {
+namespace {
+
+// Each recorded op's kernel id and, for a failure's message, its tensors' shapes.
+struct ShapedKernels : OpSubscriber {
+  void OnOp(const OpEvent& e) override {
+    ids.emplace_back(e.kernel);
+    std::vector<std::string> shapes;
+    for (const TensorAccess& t : e.tensors) {
+      shapes.push_back(absl::StrCat(t.write ? "w" : "r", "[", absl::StrJoin(t.shape, ","), "]"));
+    }
+    detail.push_back(absl::StrCat(std::string(e.kernel), " ", absl::StrJoin(shapes, " ")));
+  }
+  std::vector<std::string> ids, detail;
+};
+
+// Note [Kernels that depend on size] on CUDA, through the daemon's runner: a packed step runs the same ops
+// whatever number of decode rows and of prompt rows it has, as long as it has the same groups — what lets
+// a batch bucket follow its neighbour's plan (Note [Planned from the nearest profile]).
+TEST(ManagedMemoryTest, PackedStepsOfOneRowAndOfSeveralRunTheSameOpsOnTheGpu) {
+  auto spec = FindGpuSpec("h200-pcie5");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto device = OpenComputeDevice({.backend = "cuda", .spec = *spec});
+  if (!device.ok()) GTEST_SKIP() << device.status();
+  auto observer = Observer::Create();
+  ASSERT_TRUE(observer.ok()) << observer.status();
+  Observer::MakeExecutionRepeatable();
+  // Grouped-query attention, and one key/value head per query head (Llama-2-7B's).
+  for (const int64_t kv_heads : {2, 4}) {
+    testing::TempDir dir;
+    engine::ModelConfig c = testing::SmallLlamaConfig(absl::StrCat("rows", kv_heads), 1, "bf16");
+    c.n_kv_heads = kv_heads;
+    ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir.path()).ok());
+    auto runner = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    (*runner)->NameTensors(observer->get());
+    auto on = (*device)->Enter();
+    const std::vector<int32_t> prompt(16, 65), one(1, 66);
+    // A step of `decode` decode rows then `prompts` prompt rows, recorded.
+    auto step = [&](int decode, int prompts) {
+      std::vector<engine::StepRunner::Row> rows;
+      for (int32_t slot = 0; slot < decode + prompts; ++slot) {
+        (*runner)->Reserve(slot, 32);
+        if (slot < decode) {
+          rows.push_back({.slot = slot, .tokens = one, .start_pos = 0, .decode = true});
+        } else {
+          rows.push_back({.slot = slot, .tokens = prompt});
+        }
+      }
+      ShapedKernels k;
+      (*observer)->AddSubscriber(&k);
+      (*observer)->BeginIteration();
+      std::vector<float> logits;
+      const absl::Status ran = (*runner)->Step(rows, &logits);
+      (*observer)->EndIteration();
+      (*observer)->RemoveSubscriber(&k);
+      EXPECT_TRUE(ran.ok()) << ran;
+      for (int32_t slot = 0; slot < decode + prompts; ++slot) (*runner)->Release(slot);
+      return k;
+    };
+    struct Case {
+      int decode, prompts;
+    };
+    for (const auto& [base, others] : std::vector<std::pair<Case, std::vector<Case>>>{
+             {{1, 0}, {{2, 0}, {7, 0}}}, {{0, 1}, {{0, 2}, {0, 5}}}, {{1, 1}, {{3, 1}, {1, 3}, {3, 3}}}}) {
+      const ShapedKernels want = step(base.decode, base.prompts);
+      ASSERT_FALSE(want.ids.empty());
+      for (const Case& other : others) {
+        const ShapedKernels got = step(other.decode, other.prompts);
+        const std::string what = absl::StrCat(kv_heads, " key/value heads: ", other.decode, " decode + ", other.prompts,
+                                              " prompt rows against ", base.decode, " + ", base.prompts);
+        size_t i = 0;
+        while (i < want.ids.size() && i < got.ids.size() && want.ids[i] == got.ids[i]) ++i;
+        if (i < want.ids.size() || i < got.ids.size()) {
+          std::string context;
+          for (size_t j = i >= 2 ? i - 2 : 0; j < i + 3; ++j) {
+            absl::StrAppend(&context, "\n  op ", j, ": ", j < got.detail.size() ? got.detail[j] : "-", "   |   ",
+                            j < want.detail.size() ? want.detail[j] : "-");
+          }
+          ADD_FAILURE() << what << ": first differing op " << i << " (ran | expected)" << context;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace autouvm::runtime
