@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefill-tokens", prefill_tokens_list, "max_prefill_tokens of each daemon, comma-separated");
   app.add_option("--autouvmd", daemon_path, "the daemon binary");
   bool plan_at_load = false;
-  app.add_flag("--plan-at-load", plan_at_load, "models.<name>.plan_at_load: every phase planned before serving");
+  app.add_flag("--plan-at-load", plan_at_load,
+               "models.<name>.plan_at_load: every phase planned before serving (without it, set false)");
   std::string log_dir;
   app.add_option("--log-dir", log_dir,
                  "keep each daemon's log there (daemon-<max_prefill_tokens>.log), at debug level: a line per pass");

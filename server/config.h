@@ -24,8 +24,8 @@ struct ModelSettings {
   // wait is also at most 5% of the model's last pass: engine::SchedulerOptions::max_queue_delay).
   int64_t max_queue_delay_ms = 10;
   // Plan the model's first shapes of each phase before it is served (Note [Plans before the first
-  // request], server/model_manager.cc).
-  bool plan_at_load = false;
+  // request], server/model_manager.cc); false: every shape is profiled at its first request.
+  bool plan_at_load = true;
   int64_t default_max_tokens = 128;  // when a request leaves max_tokens unset
   int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
   std::string policy = "autouvm";    // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")

@@ -167,7 +167,8 @@ TEST_F(CliProfilesE2E, ExportThenImportIntoAnotherDaemon) {
   EXPECT_FALSE(std::filesystem::exists(bundle + ".tmp"));
 
   // The same model files (so the same digest), but an empty profile store.
-  DaemonProcess other({.generate_default_model = false});
+  // Profiled on demand: the imported profiles are checked at its first request, not at load.
+  DaemonProcess other({.config_yaml = "model_defaults: {plan_at_load: false}\n", .generate_default_model = false});
   std::filesystem::create_directories(other.repository());
   std::filesystem::copy(daemon_->repository(), other.repository(), std::filesystem::copy_options::recursive);
   ASSERT_TRUE(other.Start()) << other.Log();

@@ -35,7 +35,9 @@ grpc::Status Generate(DaemonProcess& d, const std::string& model, uint32_t max_t
 
 TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) {
   // A budget below the model's bytes, so that the executor streams on the mirror and its counters move.
-  DaemonProcess d({.config_yaml = "models: {tiny-llama: {device_budget: 8388608}}\n"});
+  // Profiled on demand, so that the counters move with the requests alone.
+  DaemonProcess d(
+      {.config_yaml = "model_defaults: {plan_at_load: false}\nmodels: {tiny-llama: {device_budget: 8388608}}\n"});
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
   autouvm::v1::ServerStatus status;

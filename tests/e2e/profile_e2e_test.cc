@@ -36,6 +36,9 @@ using autouvm::v1::ProfileState;
 using grpc::health::v1::HealthCheckResponse;
 
 constexpr char kModel[] = "tiny-llama";
+// These tests are of profiling on demand (a shape recorded at its first request): without the plans made
+// at load (Note [Plans before the first request], which PlanAtLoadPlansEveryPhaseBeforeTheModelIsServed checks).
+constexpr char kOnDemand[] = "model_defaults: {plan_at_load: false}\n";
 
 grpc::Status Generate(DaemonProcess& d, const std::string& text, uint32_t max_tokens) {
   autouvm::v1::GenerateResponse resp;
@@ -119,7 +122,7 @@ constexpr S kUnprofiled = autouvm::v1::PROFILE_STATE_UNPROFILED, kRecording = au
             kStale = autouvm::v1::PROFILE_STATE_STALE;
 
 TEST(ProfileE2E, TheFirstRequestIsServedWhileItsShapesAreProfiledInTheBackground) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   StartServing(d);
   const GetProfileResponse before = Profile(d, Decode(1));
   EXPECT_EQ(before.summary().state(), kUnprofiled);
@@ -197,7 +200,7 @@ TEST(ProfileE2E, PlanAtLoadPlansEveryPhaseBeforeTheModelIsServed) {
 }
 
 TEST(ProfileE2E, ARestartKeepsTheProfileAndChecksItInsteadOfProfilingAgain) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   StartServing(d);
   ProfileOnce(d);
   const int64_t created = Profile(d, Decode(1)).summary().created_unix_ms();
@@ -215,7 +218,7 @@ TEST(ProfileE2E, ARestartKeepsTheProfileAndChecksItInsteadOfProfilingAgain) {
 }
 
 TEST(ProfileE2E, AChangedModelFileIsANewModelToItsProfiles) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   StartServing(d);
   ProfileOnce(d);
   autouvm::v1::GetModelStatusRequest sreq;
@@ -236,7 +239,7 @@ TEST(ProfileE2E, AChangedModelFileIsANewModelToItsProfiles) {
 }
 
 TEST(ProfileE2E, ReprofileMakesANewProfileAtTheNextRequestOrAtOnce) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   StartServing(d);
   ProfileOnce(d);
   const int64_t first = Profile(d, Decode(1)).summary().created_unix_ms();
@@ -287,7 +290,7 @@ TEST(ProfileE2E, ReprofileMakesANewProfileAtTheNextRequestOrAtOnce) {
 // can still have b8 profiled at once (its iteration runs 6 rows, within the bucket), and batch 5 is served
 // by that profile; a batch above max_batch is refused naming shape.batch.
 TEST(ProfileE2E, ReprofileNowRunsABucketAtTheLargestBatchTheModelHolds) {
-  DaemonProcess d({.config_yaml = "models: {tiny-llama: {max_batch: 6}}"});
+  DaemonProcess d({.config_yaml = std::string(kOnDemand) + "models: {tiny-llama: {max_batch: 6}}"});
   StartServing(d);
   autouvm::v1::ReprofileRequest req;
   req.set_model(kModel);
@@ -308,7 +311,7 @@ TEST(ProfileE2E, ReprofileNowRunsABucketAtTheLargestBatchTheModelHolds) {
 }
 
 TEST(ProfileE2E, ReprofileWhileTheModelLoadsIsAFailedPrecondition) {
-  DaemonProcess d({.generate_default_model = false});
+  DaemonProcess d({.config_yaml = kOnDemand, .generate_default_model = false});
   // model.yaml is a FIFO: loading blocks on it until the test writes the text.
   ASSERT_TRUE(engine::WriteLlamaModel(engine::DefaultTinyModelConfig(kModel), 3, d.repository()).ok());
   const std::string yaml = d.repository() + "/" + kModel + "/model.yaml";
@@ -333,7 +336,7 @@ TEST(ProfileE2E, ReprofileWhileTheModelLoadsIsAFailedPrecondition) {
 }
 
 TEST(ProfileE2E, ADamagedEntryOnDiskIsDetectedCountedAndRebuilt) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   StartServing(d);
   ProfileOnce(d);
   const std::string key = Profile(d, Decode(1)).summary().key();
@@ -366,7 +369,7 @@ TEST(ProfileE2E, ADamagedEntryOnDiskIsDetectedCountedAndRebuilt) {
 }
 
 TEST(ProfileE2E, AProfileWhoseOpsDoNotMatchTheModelIsMadeStaleAndRebuilt) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   StartServing(d);
   ProfileOnce(d);
   autouvm::v1::ExportProfilesRequest ereq;
@@ -418,7 +421,7 @@ size_t ExpectConsistentStore(DaemonProcess& d, const std::string& when) {
 }
 
 TEST(ProfileE2E, KillNineWhileProfilingLeavesAConsistentDatabase) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   // Several rounds, each killed at a different moment of profiling new shapes (prefill buckets).
   for (int round = 0; round < 4; ++round) {
     StartServing(d);
@@ -446,7 +449,7 @@ TEST(ProfileE2E, KillNineAtRandomMomentsOfProfilingNeverLeavesTheDatabaseInconsi
   if (const char* env = std::getenv("AUTOUVM_CRASH_SEED"); env != nullptr) seed = static_cast<uint32_t>(std::atol(env));
   std::cout << "crash safety: " << rounds << " rounds, AUTOUVM_CRASH_SEED=" << seed << "\n";
   std::mt19937 rng(seed);
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   size_t most = 0;
   for (int round = 0; round < rounds; ++round) {
     const std::string when = "round " + std::to_string(round) + " (AUTOUVM_CRASH_SEED=" + std::to_string(seed) + ")";
@@ -484,7 +487,7 @@ TEST(ProfileE2E, KillNineAtRandomMomentsOfProfilingNeverLeavesTheDatabaseInconsi
 }
 
 TEST(ProfileE2E, ProfilesExportedFromOneDaemonMakeAnotherStartReady) {
-  DaemonProcess a;
+  DaemonProcess a({.config_yaml = kOnDemand});
   StartServing(a);
   ProfileOnce(a);
   autouvm::v1::ExportProfilesRequest ereq;
@@ -493,7 +496,7 @@ TEST(ProfileE2E, ProfilesExportedFromOneDaemonMakeAnotherStartReady) {
   ASSERT_TRUE(Call(a, &autouvm::v1::Admin::Stub::ExportProfiles, ereq, &bundle).ok());
   ASSERT_GE(bundle.entries_size(), 2);  // the prefill bucket and decode b1
 
-  DaemonProcess b;
+  DaemonProcess b({.config_yaml = kOnDemand});
   StartServing(b);
   autouvm::v1::ImportProfilesRequest ireq;
   *ireq.mutable_bundle() = bundle;
@@ -559,7 +562,7 @@ TEST(ProfileE2E, AnEmptyAdminTokenFileStopsStartUpNamingIt) {
 }
 
 TEST(ProfileE2E, AProfileStoreThatCannotBeOpenedLeavesTheDaemonServingInMemory) {
-  DaemonProcess d;
+  DaemonProcess d({.config_yaml = kOnDemand});
   std::filesystem::create_directories(d.state_dir());
   std::ofstream(d.state_dir() + "/profiles") << "not a directory";
   StartServing(d);
