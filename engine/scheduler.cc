@@ -101,10 +101,7 @@ absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_
   // It runs on free slots, taking their KV blocks for its pass: one the whole pool cannot hold would
   // never run.
   const int64_t block = runner_->kv_block_tokens();
-  const int64_t need = phase == IterationPhase::kPrefill ? batch * BlocksFor(prompt_len, block)
-                       : phase == IterationPhase::kMixed
-                           ? (batch - 1) * BlocksFor(1, block) + BlocksFor(prompt_len, block)
-                           : batch * BlocksFor(1, block);
+  const int64_t need = IdleKvBlocks({phase, batch, prompt_len}, block);
   if (need > runner_->kv_blocks()) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch ", batch, " x ", phase == IterationPhase::kPrefill ? prompt_len : 1, " positions needs ",

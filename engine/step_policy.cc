@@ -39,13 +39,19 @@ int64_t StepPolicy::WholeLength(const GenerationParams& params) const {
 bool StepPolicy::idle_fits() const {
   if (idle_.empty() || idle_.front().batch > free_slots()) return false;
   if (options_.kv_block_tokens <= 0) return true;
-  const IdleIteration& it = idle_.front();
-  const int64_t b = options_.kv_block_tokens;
-  const int64_t blocks = it.phase == IterationPhase::kPrefill ? it.batch * BlocksFor(it.prompt_len, b)
-                         : it.phase == IterationPhase::kMixed
-                             ? (it.batch - 1) * BlocksFor(1, b) + BlocksFor(it.prompt_len, b)
-                             : it.batch * BlocksFor(1, b);
-  return blocks <= free_kv_blocks();
+  return IdleKvBlocks(idle_.front(), options_.kv_block_tokens) <= free_kv_blocks();
+}
+
+int64_t IdleKvBlocks(const IdleIteration& it, int64_t block_tokens) {
+  const int64_t one = BlocksFor(1, block_tokens), prompt = BlocksFor(it.prompt_len, block_tokens);
+  switch (it.phase) {
+    case IterationPhase::kPrefill:
+      return it.batch * prompt;
+    case IterationPhase::kMixed:
+      return (it.batch - 1) * one + prompt;
+    default:
+      return it.batch * one;
+  }
 }
 
 void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now) {

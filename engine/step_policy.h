@@ -62,14 +62,15 @@ struct Sequence {
   bool done = false;
 };
 
-// A forward pass without a request, on free slots (its output is dropped).
-// A pass with no request: `batch` rows of prompt_len tokens (prefill), of one token (decode), or batch - 1
-// decode rows and one prompt of prompt_len (mixed).
+// A forward pass without a request, on free slots (its output is dropped): `batch` rows of prompt_len
+// tokens (prefill), of one token (decode), or batch - 1 decode rows and one prompt of prompt_len (mixed).
 struct IdleIteration {
   IterationPhase phase;
   int batch;
   int64_t prompt_len;
 };
+// The KV blocks of `block_tokens` positions its rows take for its pass.
+int64_t IdleKvBlocks(const IdleIteration& it, int64_t block_tokens);
 
 struct StepPlan {
   struct Row {

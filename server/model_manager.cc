@@ -145,8 +145,9 @@ void ModelManager::PlanAtLoad(ServedModel* m) {
   if (m->settings.max_batch >= 2) shapes.insert(shapes.begin() + 1, {engine::IterationPhase::kMixed, 2});
   // Runs each shape once (decode last) and waits until the scheduler has run them all; false past the deadline.
   const absl::Time deadline = started + absl::Minutes(2);
+  uint64_t queued = 0;  // of the last round
   auto run_all = [&]() {
-    uint64_t queued = 0;
+    queued = 0;
     const uint64_t before = m->scheduler->Stats().idle_passes_total;
     for (const Shape& s : shapes) {
       const int64_t prompt = s.phase == engine::IterationPhase::kDecode ? 0 : len;
@@ -167,7 +168,7 @@ void ModelManager::PlanAtLoad(ServedModel* m) {
     AUTOUVM_LOG(WARNING).Model(m->name) << "planning at load did not finish within 2 minutes; serving without it";
     return;
   }
-  AUTOUVM_LOG(INFO).Model(m->name) << "planned " << shapes.size() << " shapes before serving (a " << len
+  AUTOUVM_LOG(INFO).Model(m->name) << "planned " << queued << " shapes before serving (a " << len
                                    << "-token prompt) in " << absl::ToInt64Milliseconds(absl::Now() - started) << " ms";
 }
 
