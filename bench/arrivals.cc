@@ -23,15 +23,18 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "bench/daemon_client.h"
@@ -109,6 +112,44 @@ std::pair<int64_t, int64_t> SizeInChild(F size) {
 
 double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
+// The model's device residency as its executor accounts it (ModelStatus.execution.resident_bytes),
+// sampled every 100 ms from the daemon's start until Stop(): the most seen and the plan that held it.
+class ResidencySampler {
+ public:
+  ResidencySampler(autouvm::v1::Admin::Stub* admin, std::string model)
+      : thread_([this, admin, model = std::move(model)] {
+          while (!stop_.load()) {
+            const autouvm::v1::ModelStatus st = autouvm::bench::ModelStatusOf(admin, model);
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              ++samples_;
+              if (st.execution().resident_bytes() > max_) {
+                max_ = st.execution().resident_bytes();
+                key_ = st.execution().following();
+              }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        }) {}
+  ~ResidencySampler() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string Describe(int64_t budget) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return absl::StrFormat("%d samples, the most %.2f GiB = %.3f of the budget, under %s", samples_,
+                           max_ / double(1 << 30), max_ / static_cast<double>(budget), key_.empty() ? "-" : key_);
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  int64_t samples_ = 0, max_ = 0;
+  std::string key_;
+  std::thread thread_;  // last: it reads the members above
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,7 +212,8 @@ int main(int argc, char** argv) {
       "ideal tok/s (streams / sweep) | aggregate / ideal | prefill passes | mixed passes | decode steps | fault groups "
       "| "
       "ms per pass | passes by plan: own / nearest / none | longest gap ms | steady step ms | longest / steady | "
-      "daemon exit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "executor's peak resident / budget | weights read in place for KV rows, GiB | daemon exit |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const std::string& setting : std::vector<std::string>(absl::StrSplit(prefill_tokens_list, ','))) {
     const std::string dir = absl::StrCat(root, "/daemon-", setting);
@@ -190,6 +232,7 @@ int main(int argc, char** argv) {
     autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(
         daemon_path, config_path, dir,
         log_dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--log-level", "debug"});
+    ResidencySampler residency(d.admin.get(), c.name);
     autouvm::bench::WaitModelReady(d, c.name);
     mark("model ready");
     const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
@@ -202,6 +245,7 @@ int main(int argc, char** argv) {
     std::vector<Burst> bursts;
     for (int r = 0; r < repeats; ++r) bursts.push_back(RunBurst(d, c.name, streams, prompt_len, tokens, ramp_ms));
     mark("bursts done");
+    residency.Stop();
     const int code = autouvm::bench::StopDaemon(&d);
     failures += code != 0;
     if (!log_dir.empty()) {
@@ -243,14 +287,19 @@ int main(int argc, char** argv) {
       const double steady = Median(b.runs[last_started].gaps_ms);
       std::printf(
           "| %s | %zu | %.1f | %.1f | %.1f | %.2f / %.2f | %.1f | %.1f | %.2f | %llu | %llu | %llu | %lld | %.1f | "
-          "%llu / %llu / %llu | %.1f | %.1f | %.2f | %d |\n",
+          "%llu / %llu / %llu | %.1f | %.1f | %.2f | %.3f | %.2f | %d |\n",
           setting.c_str(), r + 1, sweep_ms, p50, max, p50 / sweep_ms, max / sweep_ms, aggregate, ideal,
           aggregate / ideal, delta(&autouvm::v1::ModelStatus::prefill_passes_total),
           delta(&autouvm::v1::ModelStatus::mixed_passes_total), delta(&autouvm::v1::ModelStatus::decode_steps_total),
           (long long)(b.after.execution().gpu_fault_groups() - b.before.execution().gpu_fault_groups()), ms_per_pass,
           delta(&autouvm::v1::ModelStatus::passes_own_plan), delta(&autouvm::v1::ModelStatus::passes_nearest_plan),
-          delta(&autouvm::v1::ModelStatus::passes_no_plan), longest_gap, steady, longest_gap / steady, code);
+          delta(&autouvm::v1::ModelStatus::passes_no_plan), longest_gap, steady, longest_gap / steady,
+          static_cast<double>(b.after.execution().peak_resident_bytes()) / static_cast<double>(budget),
+          static_cast<double>(b.after.execution().displaced_bytes()) / double(1 << 30), code);
     }
+    std::printf(
+        "\nmax_prefill_tokens %s: the executor's resident bytes, sampled every 100 ms from the daemon's start: %s\n\n",
+        setting.c_str(), residency.Describe(budget).c_str());
     std::fflush(stdout);
   }
   std::filesystem::remove_all(root);

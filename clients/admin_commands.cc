@@ -90,6 +90,8 @@ void PrintStatus(const ModelStatus& status) {
     line("execution.staged_bytes", e.staged_bytes());
     line("execution.host_copy_bytes", e.host_copy_bytes());
     line("execution.in_place_bytes", e.in_place_bytes());
+    line("execution.displaced_bytes", e.displaced_bytes());
+    line("execution.peak_resident_bytes", e.peak_resident_bytes());
     line("execution.gpu_fault_groups", e.gpu_fault_groups());
     line("execution.h2d_bytes", e.h2d_bytes());
     line("execution.d2h_bytes", e.d2h_bytes());

@@ -19,15 +19,17 @@ namespace autouvm::engine {
 // max_tokens, within max_seq) against the pool (Note [Reserving KV blocks], engine/step_policy.cc), so
 // no pass ever finds the pool full.
 //
-// Note [KV blocks taken at admission]: the runner takes a sequence's blocks for its whole length when
-// the scheduler admits it (StepRunner::Reserve), not position by position. A plan places a pool by the
-// rows its profiled iteration reached (Note [KV pools by their live rows], runtime/access_trace.cc):
-// with blocks taken as sequences grew, a decode profile recorded at a burst's first step reached an
-// eighth of the rows its last step used, and every later block was first touched outside the plan (the
-// 16-request burst on the H200's 7B: 4087 fault groups where it had none, TTFT 2.16 sweeps against
-// 1.5-1.6). Taken at admission, the rows a running batch will use are live from its first step, so
-// every profile of the batch covers them. What it costs is nothing on the device until a row is
-// written, and blocks a request never fills (it stops before max_tokens) until it ends.
+// Note [KV blocks taken as sequences grow]: the runner takes a sequence's blocks as its steps reach
+// them, lowest first, so the rows a batch uses are a prefix of the pool that grows with it. Before each
+// step the runner tells the plan's executor how far that prefix reaches (ModelRunner::
+// set_kv_rows_listener), and the executor places that much of each pool, taking the room from pinned
+// weights while the plan would exceed its budget (Note [KV pools follow the rows in use],
+// runtime/executor.cc). Blocks were once taken for a sequence's whole length at admission, so that the
+// plan of a batch's first step, which places a pool by the rows its profile reached, covered its last
+// steps' rows too: every row a burst would ever use was on the device from its first step, taken from
+// the pins (a 16-request burst of the H200's 7B decoded at 0.79 of 16 / sweep). The policy still
+// reserves the whole length against the pool (Note [Reserving KV blocks], engine/step_policy.cc), so a
+// step never finds it full.
 KvBlocks::KvBlocks(KvPoolShape shape, int slots)
     : shape_(shape), tables_(static_cast<size_t>(slots)), holders_(static_cast<size_t>(shape.blocks), 0) {
   AUTOUVM_CHECK_GE(shape_.blocks, 1) << "a pool has at least the null block";

@@ -38,8 +38,8 @@ class KvBlocks {
   // its end go back. All or nothing: RESOURCE_EXHAUSTED, naming the blocks wanted and free, changes
   // nothing.
   absl::Status Resize(absl::Span<const std::pair<int32_t, int64_t>> lengths);
-  // As Resize, but a slot only grows: each to hold at least `tokens` positions (what a step or an
-  // admission needs; Note [KV blocks taken at admission], kv_blocks.cc).
+  // As Resize, but a slot only grows: each to hold at least `tokens` positions (what a step needs;
+  // Note [KV blocks taken as sequences grow], kv_blocks.cc).
   absl::Status Grow(absl::Span<const std::pair<int32_t, int64_t>> lengths);
   // Gives all of the slot's blocks back (its sequence ended).
   void Release(int32_t slot);

@@ -279,6 +279,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
   // A slot grows to hold its row; its blocks go back only when it is Released.
   RETURN_IF_ERROR(impl_->blocks.Grow(lengths));
   const KvBlocks& blocks = impl_->blocks;
+  if (kv_rows_listener_) kv_rows_listener_(blocks.live_rows(), blocks.shape().blocks * blocks.shape().block_tokens);
   std::vector<size_t> order;  // decode rows first
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].decode) order.push_back(i);
@@ -335,13 +336,14 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
   return absl::OkStatus();
 }
 
-void ModelRunner::Reserve(int32_t slot, int64_t tokens) {
-  const std::pair<int32_t, int64_t> length{slot, tokens};
-  const absl::Status taken = impl_->blocks.Grow(absl::MakeConstSpan(&length, 1));
-  AUTOUVM_CHECK(taken.ok()) << "the scheduler reserved more than the pool holds: " << taken;
+void ModelRunner::Release(int32_t slot) {
+  impl_->blocks.Release(slot);
+  // The next plan prepared places the rows still in use, not those of the sequences that ended.
+  if (kv_rows_listener_) {
+    const KvBlocks& blocks = impl_->blocks;
+    kv_rows_listener_(blocks.live_rows(), blocks.shape().blocks * blocks.shape().block_tokens);
+  }
 }
-
-void ModelRunner::Release(int32_t slot) { impl_->blocks.Release(slot); }
 
 int64_t ModelRunner::kv_block_tokens() const { return impl_->blocks.shape().block_tokens; }
 int64_t ModelRunner::kv_blocks() const { return impl_->blocks.usable_blocks(); }

@@ -8,7 +8,6 @@
 //   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
 //   RETURN_IF_ERROR(runner->Prefill({{slot, prompt, 0}, ...}, &logits));  // several prompts in one pass
 //   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
-//   runner->Reserve(slot, 640);                                            // its blocks, taken now
 //   runner->Release(slot);                                                 // its sequence ended
 //
 // On a CUDA ComputeDevice the weights (generated ones made on the GPU), the caches and every activation
@@ -20,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,8 +56,14 @@ class ModelRunner final : public StepRunner {
   absl::StatusOr<std::vector<float>> Prefill(int32_t slot, absl::Span<const int32_t> tokens, int64_t start_pos = 0);
   // A step of decode rows only.
   absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits);
-  void Reserve(int32_t slot, int64_t tokens) override;
   void Release(int32_t slot) override;
+  // Called in every step once its KV blocks are taken, before the forward pass, and after a Release:
+  // the pools' rows in use
+  // (one past the highest block taken) and their rows in all (Note [KV blocks taken as sequences grow],
+  // engine/kv_blocks.cc). The model's ModelExecution places its pools by them.
+  void set_kv_rows_listener(std::function<void(int64_t live_rows, int64_t pool_rows)> listener) {
+    kv_rows_listener_ = std::move(listener);
+  }
   int max_batch() const override { return max_batch_; }
   int64_t kv_block_tokens() const override;
   int64_t kv_blocks() const override;
@@ -102,6 +108,7 @@ class ModelRunner final : public StepRunner {
   int64_t parameter_bytes_ = 0;
   int64_t kv_cache_bytes_ = 0;
   std::string compute_dtype_;
+  std::function<void(int64_t, int64_t)> kv_rows_listener_;
 };
 
 // Sets libtorch's intra-op thread pool size for the process (call once, before models run).

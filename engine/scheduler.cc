@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/kv_blocks.h"
@@ -103,10 +104,14 @@ absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_
   const int64_t block = runner_->kv_block_tokens();
   const int64_t need = IdleKvBlocks({phase, batch, prompt_len}, block);
   if (need > runner_->kv_blocks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch ", batch, " x ", phase == IterationPhase::kPrefill ? prompt_len : 1, " positions needs ",
-                     need * block, " KV-cache positions, and the model's KV cache holds ", runner_->kv_blocks() * block,
-                     " (its kv_cache_tokens)"));
+    const std::string what =
+        phase == IterationPhase::kPrefill ? absl::StrCat("batch ", batch, " x ", prompt_len, " positions")
+        : phase == IterationPhase::kMixed
+            ? absl::StrCat("a mixed pass of ", batch - 1, " decode rows and a prompt of ", prompt_len, " positions")
+            : absl::StrCat("a decode step of batch ", batch);
+    return absl::InvalidArgumentError(absl::StrCat(what, " needs ", need * block,
+                                                   " KV-cache positions, and the model's KV cache holds ",
+                                                   runner_->kv_blocks() * block, " (its kv_cache_tokens)"));
   }
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
@@ -176,7 +181,6 @@ void Scheduler::Loop() {
       policy_.FinishAll(absl::UnavailableError("the server is shutting down"), std::move(admitted), clock_->Now());
     } else {
       policy_.Admit(std::move(admitted), clock_->Now());
-      for (const auto& [slot, tokens] : policy_.TakeReserved()) runner_->Reserve(slot, tokens);
       if (std::optional<StepPlan> plan = policy_.Schedule(clock_->Now())) Run(*plan);
     }
     for (const int32_t slot : policy_.TakeReleased()) runner_->Release(slot);

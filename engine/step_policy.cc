@@ -22,8 +22,9 @@ StepPolicy::StepPolicy(PolicyOptions options, const tokenizer::Tokenizer* tokeni
 }
 
 // Note [Reserving KV blocks]: the KV cache's pool is sized for the positions live at once (Note [Block
-// KV cache], engine/kv_blocks.cc). Admission reserves the blocks of the request's whole length (and the
-// runner takes them then: Note [KV blocks taken at admission]), so a pass never finds the pool full and
+// KV cache], engine/kv_blocks.cc). Admission reserves the blocks of the request's whole length (the
+// runner takes them as the sequence grows: Note [KV blocks taken as sequences grow]), so a pass never
+// finds the pool full and
 // no sequence is ever stopped or recomputed to make room: requests wait in the queue (in order) until
 // both a slot and their blocks are free. What a reservation gives up is the blocks of tokens a request
 // may not generate (a stop token before max_tokens): they are free again when it ends.
@@ -64,7 +65,6 @@ void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Ti
     s->admitted = now;
     s->slot = free_slots_.back();
     free_slots_.pop_back();
-    reserved_.push_back({s->slot, WholeLength(s->params)});
     to_prefill_.push_back(s.get());
     counters_.prompt_tokens_waiting += static_cast<int64_t>(s->params.prompt.size());
     active_.push_back(std::move(s));

@@ -146,8 +146,6 @@ class StepPolicy {
   // Slots given up since the last call (sequences that ended, idle iterations' slots): the runner's to
   // Release.
   std::vector<int32_t> TakeReleased() { return std::exchange(released_, {}); }
-  // Slots admitted since the last call, with the positions reserved for each: the runner's to Reserve.
-  std::vector<std::pair<int32_t, int64_t>> TakeReserved() { return std::exchange(reserved_, {}); }
   int running() const { return static_cast<int>(active_.size()); }  // sequences holding a slot
   const PolicyCounters& counters() const { return counters_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_; }
@@ -184,7 +182,6 @@ class StepPolicy {
   std::deque<IdleIteration> idle_;
   std::vector<int32_t> free_slots_;
   std::vector<int32_t> released_;
-  std::vector<std::pair<int32_t, int64_t>> reserved_;
   int64_t reserved_kv_blocks_ = 0;
   PolicyCounters counters_;
 };

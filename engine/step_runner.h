@@ -7,8 +7,8 @@
 //                                        {.slot = 3, .tokens = chunk, .start_pos = 0}};
 //   RETURN_IF_ERROR(runner->Step(rows, &logits));   // one vocab_size() row of logits per row that wants one
 //
-// The scheduler Reserves a slot's positions when it admits a sequence and Releases the slot when the
-// sequence ends.
+// The runner takes a slot's KV-cache blocks as its sequence grows (Note [KV blocks taken as sequences
+// grow], engine/kv_blocks.cc); the scheduler Releases the slot when the sequence ends.
 //
 // Not thread-safe: one scheduler thread drives a runner.
 #pragma once
@@ -49,9 +49,6 @@ class StepRunner {
   // once; positions lie within max_seq.
   virtual absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) = 0;
 
-  // A sequence admitted into `slot` will reach `tokens` positions: the runner may take what they need
-  // now (Note [KV blocks taken at admission], engine/kv_blocks.cc). Within kv_blocks() for all slots.
-  virtual void Reserve(int32_t /*slot*/, int64_t /*tokens*/) {}
   // The slot's sequence ended: the runner may give back what it holds for it (its KV-cache blocks).
   virtual void Release(int32_t /*slot*/) {}
 

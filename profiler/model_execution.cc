@@ -113,6 +113,7 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
     stats_.resident_bytes = 0;
     stats_.staged_bytes = 0;
     stats_.in_place_bytes = 0;
+    stats_.displaced_bytes = 0;
     stats_.following.clear();
   }
   follower_.reset();
@@ -147,7 +148,8 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       executor_ = std::make_unique<runtime::Executor>(backend_, plan.plan, *trace_, ranges_);
       executor_->set_binding(binding_.get());
       if (options_.driver_eviction != nullptr) executor_->set_driver_eviction(options_.driver_eviction);
-      s = executor_->Prepare();
+      s = executor_->SetKvRows(kv_live_rows_, kv_pool_rows_);
+      if (s.ok()) s = executor_->Prepare();
       if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("preparing the plan of ", key, ": ", s.message()));
     }
     if (!s.ok()) {
@@ -175,6 +177,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     stats_.resident_bytes = executor_->resident_bytes();
     stats_.staged_bytes = executor_->staged_bytes();
     stats_.in_place_bytes = executor_->in_place_bytes();
+    stats_.displaced_bytes = executor_->displaced_bytes();
   }
   // Note [Plans with nothing to do per op]: a plan that pins or reads in place everything (a model
   // within its budget) does nothing at op boundaries once prepared; observing each op to follow it
@@ -194,8 +197,19 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
   return subscribers;
 }
 
+void ModelExecution::SetKvRows(int64_t live_rows, int64_t pool_rows) {
+  kv_live_rows_ = live_rows;
+  kv_pool_rows_ = pool_rows;
+  if (executor_ == nullptr) return;
+  if (absl::Status s = executor_->SetKvRows(live_rows, pool_rows); !s.ok() && kv_error_.ok()) {
+    kv_error_ = absl::Status(s.code(), absl::StrCat("placing the KV rows in use: ", s.message()));
+  }
+}
+
 absl::Status ModelExecution::End() {
   absl::Status why = op_by_op_ ? follower_->EndIteration() : absl::OkStatus();
+  if (why.ok() && !kv_error_.ok()) why = kv_error_;
+  kv_error_ = absl::OkStatus();
   differing_ops_ = op_by_op_ ? follower_->last_differing_ops() : 0;
   ops_compared_ = op_by_op_ ? follower_->last_ops_compared() : 0;
   untrusted_ = !why.ok() && executor_->stages();
@@ -224,6 +238,7 @@ absl::Status ModelExecution::End() {
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, executor_->peak_resident_bytes());
   stats_.staged_bytes = executor_->staged_bytes();
   stats_.in_place_bytes = executor_->in_place_bytes();
+  stats_.displaced_bytes = executor_->displaced_bytes();
   return why;
 }
 

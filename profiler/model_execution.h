@@ -78,6 +78,9 @@ struct ExecutionStats {
   // Streamed weights the plan's executor could not stage, read in place instead (Note [Unstageable
   // weights are read in place], runtime/executor.cc).
   int64_t in_place_bytes = 0;
+  // Of those, pinned weights read in place to make room for KV rows in use (Note [KV pools follow the
+  // rows in use], runtime/executor.cc), by the plan followed now.
+  int64_t displaced_bytes = 0;
   int64_t sampled_iterations = 0;  // timed op by op for the runtime monitor
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
   int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone
@@ -134,6 +137,11 @@ class ModelExecution {
   // Forgets the plan of `key` if it owns the residency (its profile is being replaced); what it staged
   // stays staged for the next plan to adopt (Note [Plans hand staged weights on]) until Suspend.
   absl::Status Drop(const std::string& key);
+  // The model's KV pools have `live_rows` of their `pool_rows` in use, for the iteration about to run
+  // (its blocks taken): the followed plan places that much of them, and every plan prepared later
+  // (Note [KV pools follow the rows in use], runtime/executor.cc). An error stops following the plan
+  // for the iteration; End() reports it.
+  void SetKvRows(int64_t live_rows, int64_t pool_rows);
 
   ExecutionStats stats() const;
   // The named bytes the followed plan's executor holds on the device now, and the most held over every
@@ -175,6 +183,8 @@ class ModelExecution {
   std::unique_ptr<runtime::OpTimer> timer_;  // null when monitor_every is 0
   std::unique_ptr<runtime::RuntimeMonitor> monitor_;
   bool untrusted_ = false;
+  int64_t kv_live_rows_ = 0, kv_pool_rows_ = 0;  // as of the last SetKvRows (0 of 0: never told)
+  absl::Status kv_error_;                        // SetKvRows' for the iteration in progress
   int64_t differing_ops_ = 0;
   int64_t ops_compared_ = 0;
   bool op_by_op_ = false;  // the iteration Begin() prepared is observed op by op

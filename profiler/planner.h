@@ -66,8 +66,7 @@ Residency PinnedResidency(const runtime::Plan& plan);
 // the plan leaves room for the most of them alive at once.
 bool IsTransient(const std::string& id);
 
-// The most FLOPs per byte of a tensor at which its one reader may read it in place from host memory:
-// at bf16, a product with up to 32 rows reads each weight tile once (Note [Remote tensors]).
-inline constexpr double kMaxRemoteFlopsPerByte = 32.0;
+// runtime/plan.h: the most FLOPs per byte at which a tensor's one reader may read it in place.
+using runtime::kMaxRemoteFlopsPerByte;
 
 }  // namespace autouvm::profiler

@@ -27,10 +27,9 @@ bool IsWeightId(const std::string& id) { return absl::StartsWith(id, "param:") &
 // rows. A pool is therefore placed by what an iteration reached of it, not by its storage: a pool sized
 // for 64 requests of 264 positions is 8.6 GB for a 7B, and planning it whole pinned it in full at batch 1
 // (over a 6.3 GB budget: every weight streamed, 468 ms a token against 140 with a pool for 16 requests,
-// bench/results/2026-12-01-block-kv-h200.md). The rows a running batch will use are live from its first
-// step (Note [KV blocks taken at admission], engine/kv_blocks.cc), so a profile of the batch reaches
-// them all; rows that come into use later (a new batch) are outside the plan until that batch's shape
-// is profiled: the device's first touch of them places them.
+// bench/results/2026-12-01-block-kv-h200.md). This is what a plan is made for; the executor, told the
+// rows in use before each step, places the pools by those (Note [KV pools follow the rows in use],
+// executor.cc).
 bool IsKvCacheId(const std::string& id) { return absl::StartsWith(id, "param:kv_cache"); }
 
 std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace) {

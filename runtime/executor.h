@@ -73,6 +73,14 @@ class Executor {
   // Brings back pinned tensors that something else evicted (the RuntimeMonitor names them): prefetched
   // on the copy stream, and the compute stream waits for them. Ids the plan does not pin are ignored.
   absl::Status Repin(const std::vector<std::string>& ids);
+  // The model's KV pools hold `live_rows` rows in use of their `pool_rows` (Note [KV pools follow the
+  // rows in use], executor.cc): before Prepare() it sets where each pool's range ends; after, before an
+  // iteration, the rows a pinned or fetched pool grew by come onto the device on the copy stream (the
+  // compute stream waits for them), and pinned weights are read in place instead, last pinned first,
+  // while the plan's footprint would exceed its budget.
+  absl::Status SetKvRows(int64_t live_rows, int64_t pool_rows);
+  // Bytes of pinned weights SetKvRows() made read in place (also in in_place_bytes()).
+  int64_t displaced_bytes() const { return displaced_bytes_; }
   int64_t repinned_bytes() const { return repinned_bytes_; }
 
   // Whether BeforeOp/AfterOp do anything: a plan that pins or reads in place everything needs no
@@ -88,8 +96,8 @@ class Executor {
   int64_t staged_bytes() const;
   int64_t prefetched_bytes() const { return prefetched_bytes_; }
   int64_t evicted_bytes() const { return evicted_bytes_; }
-  // Bytes of streamed weights Prepare() could not stage and maps in host memory instead (Note
-  // [Unstageable weights are read in place], executor.cc).
+  // Bytes of weights read in place from host memory: streamed ones Prepare() could not stage (Note
+  // [Unstageable weights are read in place], executor.cc) and pinned ones displaced by KV rows.
   int64_t in_place_bytes() const { return in_place_bytes_; }
   // The named bytes the executor has placed on the device and not yet evicted (pinned, and streamed
   // tensors between their fetch and their eviction), now and at most since Prepare().
@@ -106,6 +114,10 @@ class Executor {
   };
   absl::Status Issue(Fetch& f);
   void Count(size_t tensor, bool on_device);
+  // Pinned bytes (on the device, or to be pinned by Prepare()) plus the plan's window, over its budget.
+  int64_t Overshoot() const;
+  // Reads pinned weights in place, displaceable_ in order, until the footprint is within the budget.
+  absl::Status Displace();
   // The device buffer (Note [Streaming through a device buffer]): where a tensor of `bytes` would go
   // next, or -1 while the space is still held by a tensor whose last op has not been launched.
   struct Slot {
@@ -135,6 +147,15 @@ class Executor {
   std::vector<size_t> pinned_;
   std::vector<size_t> remote_;
   std::vector<size_t> affinity_;
+  std::vector<int64_t> storage_bytes_;  // parallel to ranges_list_: each tensor's whole range
+  // Pinned weights that one op reads at a low intensity (kMaxRemoteFlopsPerByte, runtime/plan.h), never written: the
+  // ones a growing KV cache may displace, last pinned first; and those it has.
+  std::vector<size_t> displaceable_;
+  std::vector<bool> displaced_;  // parallel to ranges_list_
+  const int64_t budget_bytes_;
+  const int64_t footprint_bytes_;  // what the plan was made to hold: its pins and window
+  bool prepared_ = false;
+  bool warned_over_ = false;  // Displace() found nothing left to read in place
   const bool driver_evicts_;
   const bool stage_;
   std::vector<bool> written_;  // parallel to ranges_list_: some op of the trace writes it
@@ -159,6 +180,7 @@ class Executor {
   int64_t evicted_bytes_ = 0;
   int64_t in_place_bytes_ = 0;
   int64_t repinned_bytes_ = 0;
+  int64_t displaced_bytes_ = 0;
   int64_t resident_bytes_ = 0;
   int64_t peak_resident_bytes_ = 0;
 };

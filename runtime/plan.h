@@ -25,6 +25,11 @@ struct Prefetch {
   bool operator==(const Prefetch&) const = default;
 };
 
+// The most FLOPs per byte of a tensor at which its one reader may read it in place from host memory:
+// at bf16, a product with up to 32 rows reads each weight tile once (Note [Remote tensors],
+// profiler/planner.cc). The planner's remote tensors and the executor's displaced pins keep to it.
+inline constexpr double kMaxRemoteFlopsPerByte = 32.0;
+
 struct Plan {
   int64_t budget_bytes = 0;         // the device budget planned for
   int64_t window_bytes = 0;         // of it, set aside for tensors streamed through

@@ -119,6 +119,8 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_staged_bytes(e.staged_bytes);
     x->set_host_copy_bytes(e.host_copy_bytes);
     x->set_in_place_bytes(e.in_place_bytes);
+    x->set_displaced_bytes(e.displaced_bytes);
+    x->set_peak_resident_bytes(e.peak_resident_bytes);
     x->set_last_error(e.last_error);
     x->set_gpu_fault_groups(e.counters.gpu_fault_groups);
     x->set_h2d_bytes(e.counters.h2d_total());

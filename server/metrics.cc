@@ -150,6 +150,10 @@ std::string Metrics::Scrape() const {
                                "Pinned host memory held for weights' host copies (staged or kept for reuse)", T::Gauge);
   auto* in_place =
       s.Family("autouvm_in_place_bytes", "Streamed weights the executor could not stage and reads in place", T::Gauge);
+  auto* displaced =
+      s.Family("autouvm_displaced_bytes", "Pinned weights read in place to make room for the KV rows in use", T::Gauge);
+  auto* peak =
+      s.Family("autouvm_peak_resident_bytes", "The most named bytes the executor has held on the device", T::Gauge);
   auto* faults = s.Family("autouvm_gpu_page_fault_groups_total", "Batches of GPU page faults serviced", T::Counter);
   auto* migrated = s.Family("autouvm_migrated_bytes_total",
                             "Bytes moved over the link, by direction (h2d, d2h) and cause", T::Counter);
@@ -207,6 +211,8 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(staged, uvm, e.staged_bytes);
     Snapshot::Add(host_copies, uvm, e.host_copy_bytes);
     Snapshot::Add(in_place, uvm, e.in_place_bytes);
+    Snapshot::Add(displaced, uvm, e.displaced_bytes);
+    Snapshot::Add(peak, uvm, e.peak_resident_bytes);
     Snapshot::Add(faults, uvm, e.counters.gpu_fault_groups);
     for (int c = 0; c < runtime::kMigrationCauses; ++c) {
       const std::string cause(runtime::MigrationCauseName(static_cast<runtime::MigrationCause>(c)));

@@ -116,6 +116,11 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
                                       m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes), m->settings.policy},
                                      profiling_.jobs, named, std::move(execution)));
     m->execution = m->session->execution();
+    if (m->execution != nullptr) {
+      // Note [KV pools follow the rows in use] (runtime/executor.cc).
+      m->runner->set_kv_rows_listener(
+          [execution = m->execution](int64_t live, int64_t pool) { execution->SetKvRows(live, pool); });
+    }
     options.hooks = m->session.get();
   }
   m->scheduler = std::make_unique<engine::Scheduler>(m->runner.get(), m->tokenizer.get(), options, clock_);

@@ -103,6 +103,27 @@ TEST(ExecutorE2E, ReadyShapesFollowTheirPlansOnTheMirrorAndGenerateTheSameTokens
   EXPECT_GE(e.sampled_iterations(), 1u) << e.DebugString();
 }
 
+// Note [KV pools follow the rows in use] (runtime/executor.cc): the runner tells the followed plan how
+// many pool rows are in use before each step, and the mirror places them. A request of 8 tokens ends
+// with 152 positions (10 blocks of 16, and the null block); one of 200 tokens grows to 344 (22 blocks),
+// and the executor's account grows by the 12 blocks' rows of every layer's keys and values, which stay
+// placed when it ends.
+TEST(ExecutorE2E, TheKvRowsALongerSequenceGrowsIntoArePlacedByThePlanItFollows) {
+  // tiny-llama: 4 layers, keys and values, 2 key/value heads of 32 dims in fp32.
+  constexpr int64_t kRowBytes = 4 * 2 * 2 * 32 * 4;
+  DaemonProcess d({.config_yaml = Config("autouvm", true)});
+  ProfileBoth(d, 8);
+  Complete(d, 8);  // every step followed, its rows within the plan's
+  const autouvm::v1::ExecutionStatus shorter = Status(d).execution();
+  Complete(d, 200);
+  const autouvm::v1::ExecutionStatus longer = Status(d).execution();
+  EXPECT_NE(longer.following().find("/decode/"), std::string::npos) << longer.following();
+  EXPECT_EQ(longer.abandoned_iterations(), 0u) << longer.last_error();
+  EXPECT_EQ(longer.resident_bytes() - shorter.resident_bytes(), 12 * 16 * kRowBytes) << shorter.DebugString() << "\n"
+                                                                                     << longer.DebugString();
+  EXPECT_LE(longer.peak_resident_bytes(), kBudget) << longer.DebugString();
+}
+
 TEST(ExecutorE2E, StockFollowsNothingAndGeneratesWhatAutouvmGenerates) {
   constexpr uint32_t kTokens = 6;
   DaemonProcess autouvm({.config_yaml = Config("autouvm", true)});

@@ -115,6 +115,8 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
                                  "autouvm_staged_bytes",
                                  "autouvm_host_copy_bytes",
                                  "autouvm_in_place_bytes",
+                                 "autouvm_displaced_bytes",
+                                 "autouvm_peak_resident_bytes",
                                  "autouvm_gpu_page_fault_groups_total",
                                  "autouvm_migrated_bytes_total",
                                  "autouvm_dropped_bytes_total",

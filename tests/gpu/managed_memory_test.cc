@@ -231,7 +231,6 @@ TEST(ManagedMemoryTest, PackedStepsOfOneRowAndOfSeveralRunTheSameOpsOnTheGpu) {
     auto step = [&](int decode, int prompts) {
       std::vector<engine::StepRunner::Row> rows;
       for (int32_t slot = 0; slot < decode + prompts; ++slot) {
-        (*runner)->Reserve(slot, 32);
         if (slot < decode) {
           rows.push_back({.slot = slot, .tokens = one, .start_pos = 0, .decode = true});
         } else {

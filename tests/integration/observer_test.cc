@@ -417,10 +417,7 @@ TEST_F(ObserverTest, APromptGroupOfOneRowAndOfTwoRunTheSameOps) {
     std::vector<std::vector<std::string>> kernels;
     for (int rows = 1; rows <= 2; ++rows) {
       std::vector<engine::StepRunner::Row> step;
-      for (int32_t slot = 0; slot < rows; ++slot) {
-        runner->Reserve(slot, 16);
-        step.push_back({.slot = slot, .tokens = prompt});
-      }
+      for (int32_t slot = 0; slot < rows; ++slot) step.push_back({.slot = slot, .tokens = prompt});
       std::vector<float> logits;
       observer_->BeginIteration();
       ASSERT_TRUE(runner->Step(step, &logits).ok());

@@ -49,7 +49,10 @@ class FakeStepRunner final : public engine::StepRunner {
       std::vector<std::pair<int32_t, int64_t>> lengths;
       for (const auto& r : rows) lengths.push_back({r.slot, r.start_pos + static_cast<int64_t>(r.tokens.size())});
       absl::MutexLock lock(&mu_);
-      if (absl::Status s = blocks_.Grow(lengths); !s.ok()) return s;
+      if (absl::Status s = blocks_.Grow(lengths); !s.ok()) {
+        full_status_.Update(s);
+        return s;
+      }
       peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
     }
     Pass p;
@@ -66,16 +69,10 @@ class FakeStepRunner final : public engine::StepRunner {
     }
     return absl::OkStatus();
   }
-  void Reserve(int32_t slot, int64_t tokens) override {
-    const std::pair<int32_t, int64_t> length{slot, tokens};
+  // The first pass that found the pool full, if any.
+  absl::Status full_status() const {
     absl::MutexLock lock(&mu_);
-    reserve_status_.Update(blocks_.Grow(absl::MakeConstSpan(&length, 1)));
-    peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
-  }
-  // The first Reserve that found the pool full, if any.
-  absl::Status reserve_status() const {
-    absl::MutexLock lock(&mu_);
-    return reserve_status_;
+    return full_status_;
   }
   void Release(int32_t slot) override {
     absl::MutexLock lock(&mu_);
@@ -139,7 +136,7 @@ class FakeStepRunner final : public engine::StepRunner {
   mutable absl::Mutex mu_;
   engine::KvBlocks blocks_ ABSL_GUARDED_BY(mu_);
   int64_t peak_blocks_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status reserve_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status full_status_ ABSL_GUARDED_BY(mu_);
   std::vector<Pass> passes_ ABSL_GUARDED_BY(mu_);
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   FakeClock* clock_ ABSL_GUARDED_BY(mu_) = nullptr;

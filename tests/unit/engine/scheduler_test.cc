@@ -213,10 +213,11 @@ TEST_F(SchedulerTest, RequestsWaitForTheirKvBlocksAndEachGetsItsTokensThoughTheP
   std::vector<RecordingSink> sinks(6);
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(sched.Submit(Params(10 * (i + 1), 10), &sinks[static_cast<size_t>(i)]).ok());
   runner.AwaitPasses(1);
-  // Note [KV blocks taken at admission]: each sequence of the first pass holds its whole length's 3
-  // blocks already, though its prompt fills one.
-  EXPECT_EQ(runner.blocks_in_use(), 3 * static_cast<int64_t>(runner.passes()[0].rows.size()));
-  EXPECT_EQ(sched.Stats().kv_blocks_reserved, runner.blocks_in_use());
+  // Note [KV blocks taken as sequences grow]: each sequence of the first pass holds the one block its
+  // prompt fills, and the policy has reserved its whole length's 3.
+  const auto first_rows = static_cast<int64_t>(runner.passes()[0].rows.size());
+  EXPECT_EQ(runner.blocks_in_use(), first_rows);
+  EXPECT_EQ(sched.Stats().kv_blocks_reserved, 3 * first_rows);
   EXPECT_EQ(sched.Stats().kv_blocks_total, 6);
   runner.Unhold();
   for (int i = 0; i < 6; ++i) {
@@ -231,7 +232,7 @@ TEST_F(SchedulerTest, RequestsWaitForTheirKvBlocksAndEachGetsItsTokensThoughTheP
   for (const FakeStepRunner::Pass& p : runner.passes()) widest = std::max(widest, p.rows.size());
   EXPECT_EQ(widest, 2u) << "the pool holds two requests' whole lengths, and the slots four";
   EXPECT_EQ(runner.peak_blocks(), 6);
-  EXPECT_TRUE(runner.reserve_status().ok()) << runner.reserve_status();
+  EXPECT_TRUE(runner.full_status().ok()) << runner.full_status();
   sched.Shutdown(absl::Seconds(5));
   EXPECT_EQ(runner.blocks_in_use(), 0) << "every ended sequence's blocks go back";
   EXPECT_EQ(sched.Stats().kv_blocks_reserved, 0);
@@ -252,6 +253,11 @@ TEST_F(SchedulerTest, ARequestOrIdleIterationLongerThanTheWholeKvCacheIsRefusedN
   EXPECT_EQ(idle.message(),
             "batch 4 x 8 positions needs 32 KV-cache positions, and the model's KV cache holds 16 (its "
             "kv_cache_tokens)");
+  // A mixed pass's decode rows take a block each (4 positions), its prompt its own blocks.
+  const absl::Status mixed = sched.RunIdleIteration(IterationPhase::kMixed, 4, 8);
+  EXPECT_EQ(mixed.message(),
+            "a mixed pass of 3 decode rows and a prompt of 8 positions needs 20 KV-cache positions, and the model's "
+            "KV cache holds 16 (its kv_cache_tokens)");
   EXPECT_TRUE(sched.RunIdleIteration(IterationPhase::kPrefill, 2, 8).ok());
   ASSERT_TRUE(sched.Submit(Params(1, 14), &fits).ok());
   fits.done.WaitForNotification();
