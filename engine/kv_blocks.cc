@@ -24,7 +24,7 @@ namespace autouvm::engine {
 // step the runner tells the plan's executor how far that prefix reaches (ModelRunner::
 // set_kv_rows_listener), and the executor places that much of each pool, taking the room from pinned
 // weights while the plan would exceed its budget (Note [KV pools follow the rows in use],
-// runtime/executor.cc). Blocks were once taken for a sequence's whole length at admission, so that the
+// runtime/executor_kv_rows.cc). Blocks were once taken for a sequence's whole length at admission, so that the
 // plan of a batch's first step, which places a pool by the rows its profile reached, covered its last
 // steps' rows too: every row a burst would ever use was on the device from its first step, taken from
 // the pins (a 16-request burst of the H200's 7B decoded at 0.79 of 16 / sweep). The policy still

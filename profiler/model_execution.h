@@ -79,7 +79,7 @@ struct ExecutionStats {
   // weights are read in place], runtime/executor.cc).
   int64_t in_place_bytes = 0;
   // Of those, pinned weights read in place to make room for KV rows in use (Note [KV pools follow the
-  // rows in use], runtime/executor.cc), by the plan followed now.
+  // rows in use], runtime/executor_kv_rows.cc), by the plan followed now.
   int64_t displaced_bytes = 0;
   int64_t sampled_iterations = 0;  // timed op by op for the runtime monitor
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
@@ -139,7 +139,7 @@ class ModelExecution {
   absl::Status Drop(const std::string& key);
   // The model's KV pools have `live_rows` of their `pool_rows` in use, for the iteration about to run
   // (its blocks taken): the followed plan places that much of them, and every plan prepared later
-  // (Note [KV pools follow the rows in use], runtime/executor.cc). An error stops following the plan
+  // (Note [KV pools follow the rows in use], runtime/executor_kv_rows.cc). An error stops following the plan
   // for the iteration; End() reports it.
   void SetKvRows(int64_t live_rows, int64_t pool_rows);
 

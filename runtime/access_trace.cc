@@ -29,7 +29,7 @@ bool IsWeightId(const std::string& id) { return absl::StartsWith(id, "param:") &
 // (over a 6.3 GB budget: every weight streamed, 468 ms a token against 140 with a pool for 16 requests,
 // bench/results/2026-12-01-block-kv-h200.md). This is what a plan is made for; the executor, told the
 // rows in use before each step, places the pools by those (Note [KV pools follow the rows in use],
-// executor.cc).
+// executor_kv_rows.cc).
 bool IsKvCacheId(const std::string& id) { return absl::StartsWith(id, "param:kv_cache"); }
 
 std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace) {

@@ -5,7 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "base/log.h"
 #include "base/status_macros.h"
 #include "runtime/driver_eviction.h"
 
@@ -237,7 +236,7 @@ absl::Status Executor::Prepare() {
     RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kAccessedBy, true, Location::kDevice));
     RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCopy));
   }
-  // KV rows in use beyond those the plan was made for (Note [KV pools follow the rows in use]).
+  // KV rows in use beyond those the plan was made for (Note [KV pools follow the rows in use], executor_kv_rows.cc).
   RETURN_IF_ERROR(Displace());
   // One call per tensor: adjacent tensors may lie in different allocations, and a prefetch may not
   // span two (cudaErrorInvalidValue).
@@ -249,93 +248,6 @@ absl::Status Executor::Prepare() {
     Count(t, true);
   }
   prepared_ = true;
-  return absl::OkStatus();
-}
-
-// Note [KV pools follow the rows in use]: a sequence takes its KV blocks as it grows, lowest first
-// (Note [Block KV cache], engine/kv_blocks.cc), so the rows in use are a prefix of each pool that grows
-// through a batch's life. A plan was made for the rows its profiled iteration reached (Note [KV pools by
-// their live rows], access_trace.cc); the executor is told the rows in use before each iteration and
-// places that much of each pool the plan pins or fetches: the rows a pinned pool grew by are prefetched
-// before the iteration's first op, where the device's first touch used to fault them in one group at a
-// time (48341 fault groups over a batch growing 1 -> 64 on the H200's 7B, whose passes followed plans
-// made for fewer rows). Rows that fall out of use stay where they are until the plan is released: the
-// next sequences take those blocks first. The rows are real device memory, so what they add is taken
-// from the pinned weights: while the plan's pins and window would exceed its budget, the weights last
-// pinned that one op reads at a low intensity (a decode step's matrix-vector products) are read in
-// place from host memory instead (Note [Unstageable weights are read in place]), which moves each of
-// their bytes over the link once a step, as streaming them would. Taking every sequence's blocks for
-// its whole length at admission (what the rows of a plan once had to cover) held a burst's last rows
-// on the device from its first step: a 16-request burst of the 7B decoded at 0.79 of 16 / sweep, its
-// pool's 1.15 GB taken from the pins from the start where the rows in use average half of it.
-int64_t Executor::Overshoot() const {
-  if (budget_bytes_ <= 0) return 0;
-  int64_t pinned = 0;
-  for (size_t t : pinned_) {
-    if (!displaced_[t] && (on_device_[t] || !prepared_)) pinned += ranges_list_[t].bytes;
-  }
-  // A plan made over its budget (a model whose pins alone exceed it) is not made smaller here.
-  return pinned + window_bytes_ - std::max(budget_bytes_, footprint_bytes_);
-}
-
-absl::Status Executor::Displace() {
-  if (Overshoot() <= 0) return absl::OkStatus();
-  for (size_t i = 0; i < displaceable_.size() && Overshoot() > 0; ++i) {
-    const size_t t = displaceable_[i];
-    if (displaced_[t] || (prepared_ && !on_device_[t])) continue;
-    const TensorRange& r = ranges_list_[t];
-    RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kPreferredLocation, true, Location::kHost));
-    RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kAccessedBy, true, Location::kDevice));
-    // Behind the ops already launched (the last iteration's reads), ahead of the next ones.
-    if (on_device_[t]) {
-      RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kHost, Stream::kCompute));
-      evicted_bytes_ += r.bytes;
-      Count(t, false);
-    }
-    displaced_[t] = true;
-    displaced_bytes_ += r.bytes;
-    in_place_bytes_ += r.bytes;
-  }
-  if (const int64_t over = Overshoot(); over > 0 && !warned_over_) {
-    warned_over_ = true;
-    AUTOUVM_LOG(DEBUG) << "the KV rows in use put the plan " << over << " bytes over its budget of " << budget_bytes_
-                       << " bytes: no pinned weight is left that can be read in place";
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Executor::SetKvRows(int64_t live_rows, int64_t pool_rows) {
-  if (pool_rows <= 0 || driver_evicts_) return absl::OkStatus();  // `paper`: the driver places everything
-  live_rows = std::clamp<int64_t>(live_rows, 0, pool_rows);
-  struct Growth {
-    size_t tensor;
-    int64_t from, to;
-  };
-  std::vector<Growth> grown;  // pools on the device whose rows in use grew
-  for (size_t t = 0; t < ranges_list_.size(); ++t) {
-    if (!IsKvCacheId(ids_[t])) continue;
-    TensorRange& r = ranges_list_[t];
-    const int64_t want = storage_bytes_[t] / pool_rows * live_rows;
-    if (!on_device_[t]) {  // placed by its next fetch, or by Prepare()
-      r.bytes = want;
-    } else if (want > r.bytes) {
-      grown.push_back({t, r.bytes, want});
-      r.bytes = want;
-    }
-  }
-  if (!prepared_ || grown.empty()) return absl::OkStatus();
-  // Room first, on the compute stream behind the last iteration's ops; the new rows after it.
-  RETURN_IF_ERROR(Displace());
-  backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
-  for (const Growth& g : grown) {
-    const TensorRange& r = ranges_list_[g.tensor];
-    RETURN_IF_ERROR(
-        backend_->Prefetch(r.addr + static_cast<uint64_t>(g.from), g.to - g.from, Location::kDevice, Stream::kCopy));
-    prefetched_bytes_ += g.to - g.from;
-    resident_bytes_ += g.to - g.from;
-  }
-  peak_resident_bytes_ = std::max(peak_resident_bytes_, resident_bytes_);
-  backend_->WaitEvent(Stream::kCompute, backend_->RecordEvent(Stream::kCopy));
   return absl::OkStatus();
 }
 

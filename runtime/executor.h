@@ -74,7 +74,7 @@ class Executor {
   // on the copy stream, and the compute stream waits for them. Ids the plan does not pin are ignored.
   absl::Status Repin(const std::vector<std::string>& ids);
   // The model's KV pools hold `live_rows` rows in use of their `pool_rows` (Note [KV pools follow the
-  // rows in use], executor.cc): before Prepare() it sets where each pool's range ends; after, before an
+  // rows in use], executor_kv_rows.cc): before Prepare() it sets where each pool's range ends; after, before an
   // iteration, the rows a pinned or fetched pool grew by come onto the device on the copy stream (the
   // compute stream waits for them), and pinned weights are read in place instead, last pinned first,
   // while the plan's footprint would exceed its budget.

@@ -117,7 +117,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
                                      profiling_.jobs, named, std::move(execution)));
     m->execution = m->session->execution();
     if (m->execution != nullptr) {
-      // Note [KV pools follow the rows in use] (runtime/executor.cc).
+      // Note [KV pools follow the rows in use] (runtime/executor_kv_rows.cc).
       m->runner->set_kv_rows_listener(
           [execution = m->execution](int64_t live, int64_t pool) { execution->SetKvRows(live, pool); });
     }

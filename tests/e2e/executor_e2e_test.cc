@@ -103,7 +103,7 @@ TEST(ExecutorE2E, ReadyShapesFollowTheirPlansOnTheMirrorAndGenerateTheSameTokens
   EXPECT_GE(e.sampled_iterations(), 1u) << e.DebugString();
 }
 
-// Note [KV pools follow the rows in use] (runtime/executor.cc): the runner tells the followed plan how
+// Note [KV pools follow the rows in use] (runtime/executor_kv_rows.cc): the runner tells the followed plan how
 // many pool rows are in use before each step, and the mirror places them. A request of 8 tokens ends
 // with 152 positions (10 blocks of 16, and the null block); one of 200 tokens grows to 344 (22 blocks),
 // and the executor's account grows by the 12 blocks' rows of every layer's keys and values, which stay
