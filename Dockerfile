@@ -56,7 +56,7 @@ RUN groupadd --system --gid 10001 autouvmd \
  && chown autouvmd:autouvmd /models /state
 USER 10001:10001
 VOLUME ["/models", "/state"]
-EXPOSE 50051 9090
+EXPOSE 50051 9090 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=3 \
   CMD curl -fsS http://127.0.0.1:9090/readyz || exit 1
 ENTRYPOINT ["/opt/autouvmd/bin/autouvmd", "--config", "/etc/autouvmd/autouvmd.yaml"]

@@ -18,7 +18,6 @@
 //       # request against the full batch's step (every new batch bucket's first passes included)
 //   build-gpu/bench/arrivals --preset mistral7b --factor 2.0 --streams 64 --prompt 128 --tokens 128 \
 //       --prefill-tokens 2048 --budget-of-weights                     # a large batch, its KV cache in the budget
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -39,9 +38,7 @@
 #include "bench/bench_util.h"
 #include "bench/daemon_client.h"
 #include "bench/decode_harness.h"
-#include "engine/llama_builder.h"
-#include "engine/model_runner.h"
-#include "runtime/compute_device.h"
+#include "bench/sized_entry.h"
 #include "runtime/gpu_spec.h"
 
 namespace {
@@ -83,31 +80,6 @@ Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, int
   for (std::thread& t : clients) t.join();
   b.after = autouvm::bench::ModelStatusOf(d.admin.get(), model);
   return b;
-}
-
-// Runs `size` in a forked child and hands back its two figures (through a pipe); Die()s if it failed.
-template <typename F>
-std::pair<int64_t, int64_t> SizeInChild(F size) {
-  int fds[2];
-  if (pipe(fds) != 0) Die("pipe");
-  const pid_t pid = fork();
-  if (pid < 0) Die("fork");
-  if (pid == 0) {
-    close(fds[0]);
-    const std::pair<int64_t, int64_t> figures = size();
-    const ssize_t wrote = write(fds[1], &figures, sizeof(figures));
-    _exit(wrote == static_cast<ssize_t>(sizeof(figures)) ? 0 : 1);
-  }
-  close(fds[1]);
-  std::pair<int64_t, int64_t> figures{0, 0};
-  const ssize_t got = read(fds[0], &figures, sizeof(figures));
-  close(fds[0]);
-  int wstatus = 0;
-  waitpid(pid, &wstatus, 0);
-  if (got != static_cast<ssize_t>(sizeof(figures)) || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    Die("sizing the model in a child process failed");
-  }
-  return figures;
 }
 
 double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
@@ -189,16 +161,9 @@ int main(int argc, char** argv) {
   autouvm::engine::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
   c.name = absl::StrCat("bench-", preset);
   // The model entry written and its named bytes taken from the model as the daemon loads it (its KV cache
-  // for a burst) in a child process: what its CUDA context and allocator hold goes with it, so the daemon's
-  // residency is all the card shows, and this process starts no torch threads before it forks.
-  const auto [named, weights] = SizeInChild([&] {
-    Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
-    auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
-    auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, streams, device.get()), "sizing");
-    int64_t n = 0;
-    for (const auto& t : runner->NamedTensors()) n += t.bytes;
-    return std::pair<int64_t, int64_t>{n, runner->parameter_bytes()};
-  });
+  // for a burst).
+  const autouvm::bench::EntrySize size = autouvm::bench::WriteSizedEntry(c, repo, streams, spec);
+  const int64_t named = size.named_bytes, weights = size.weight_bytes;
   const int64_t budget = static_cast<int64_t>(static_cast<double>(budget_of_weights ? weights : named) / factor);
   std::printf(
       "%s preset, %.2f GiB named (%.2f GiB of weights), budget %.2f GiB (factor %.2f of the %s); bursts of %d "

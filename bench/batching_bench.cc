@@ -26,7 +26,7 @@ using engine::GenerationResult;
 // Counts finished requests and the tokens they generated.
 class Counter final : public engine::GenerationSink {
  public:
-  void OnToken(int32_t, const std::string&) override {}
+  void OnToken(const engine::GeneratedToken&) override {}
   void OnFinish(const std::string&, const GenerationResult& result) override {
     absl::MutexLock lock(&mu_);
     ++done_;

@@ -33,6 +33,20 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
   _exit(127);
 }
 
+// dir/autouvmd.yaml with these mappings; the path.
+std::string WriteDaemonConfig(const std::string& dir, const std::string& repository, const std::string& runtime,
+                              const std::string& models_yaml) {
+  const std::string path = dir + "/autouvmd.yaml";
+  std::ofstream f(path);
+  f << "server: {listen: 127.0.0.1:0, metrics_listen: \"\", http_listen: \"\"}\n"
+    << "repository: " << repository << "\n"
+    << "state_dir: " << dir << "/state\n"
+    << "runtime: " << runtime << "\n"
+    << models_yaml << "\n";
+  if (!f) Die("cannot write " + path);
+  return path;
+}
+
 }  // namespace
 
 std::string ReadWholeFile(const std::string& path) {
@@ -99,22 +113,21 @@ bool WaitDecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model, 
   return DecodeReady(admin, model);
 }
 
-std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& repo, const std::string& gpu,
-                                  const std::string& models_yaml) {
-  const std::string path = dir + "/autouvmd.yaml";
-  std::ofstream f(path);
-  f << "server: {listen: 127.0.0.1:0, metrics_listen: \"\"}\n"
-    << "repository: {path: " << repo << ", generate_default_model: \"\"}\n"
-    << "state_dir: " << dir << "/state\n"
-    << "runtime: {backend: cuda, gpu: " << gpu << "}\n"
-    << models_yaml << "\n";
-  if (!f) Die("cannot write " + path);
-  return path;
+std::string WriteCpuDaemonConfig(const std::string& dir, const std::string& default_model,
+                                 const std::string& models_yaml) {
+  return WriteDaemonConfig(dir, absl::StrCat("{path: ", dir, "/models, generate_default_model: ", default_model, "}"),
+                           "{backend: cpu}", models_yaml);
 }
 
-std::vector<int32_t> BenchPrompt(int len) {
+std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& repo, const std::string& gpu,
+                                  const std::string& models_yaml) {
+  return WriteDaemonConfig(dir, absl::StrCat("{path: ", repo, ", generate_default_model: \"\"}"),
+                           absl::StrCat("{backend: cuda, gpu: ", gpu, "}"), models_yaml);
+}
+
+std::vector<int32_t> BenchPrompt(int len, int64_t vocab) {
   std::vector<int32_t> prompt;
-  for (int i = 0; i < len; ++i) prompt.push_back(1 + (i * 7919) % 31999);
+  for (int i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>(1 + (int64_t{i} * 7919) % (vocab - 1)));
   return prompt;
 }
 
@@ -151,6 +164,8 @@ DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::
   if (!s.ok()) Die(absl::StrCat("GenerateStream: ", s.error_message()));
   if (static_cast<int>(r.tokens.size()) != tokens) Die(absl::StrCat("the daemon generated ", r.tokens.size()));
   r.decode_tokens_per_s = (tokens - 1) / std::chrono::duration<double>(last - first).count();
+  r.first_token = first;
+  r.last_token = last;
   return r;
 }
 

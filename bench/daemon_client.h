@@ -12,6 +12,8 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +37,7 @@ struct DaemonRun {
   double decode_tokens_per_s = 0;
   double ttft_ms = 0;
   std::vector<double> gaps_ms;  // between consecutive tokens (the steps the request was in)
+  std::chrono::steady_clock::time_point first_token, last_token;  // when they arrived
 };
 
 std::string ReadWholeFile(const std::string& path);
@@ -48,13 +51,18 @@ void WaitModelReady(const DaemonUnderTest& d, const std::string& model);
 bool DecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model);
 // Polls DecodeReady every 100 ms for up to `timeout`; whether it became ready.
 bool WaitDecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model, absl::Duration timeout);
-// Writes dir/autouvmd.yaml for a daemon on CUDA with `gpu`'s spec, serving `repo` (no default model),
-// its state under dir/state, and `models_yaml` as its last line (a `models:` or `model_defaults:`
-// mapping); the path.
+// The daemon configs the benches write, as dir/autouvmd.yaml (the path): gRPC on a free port (StartDaemon
+// reads it), no metrics port and no HTTP API (--http-listen turns it on), state under dir/state, and
+// `models_yaml` as the last line (a `models:` or `model_defaults:` mapping).
+// On the CPU backend, serving the tiny model the daemon generates on first start (`default_model`, in
+// the repository dir/models).
+std::string WriteCpuDaemonConfig(const std::string& dir, const std::string& default_model,
+                                 const std::string& models_yaml);
+// On CUDA with `gpu`'s spec, serving `repo` (no default model).
 std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& repo, const std::string& gpu,
                                   const std::string& models_yaml);
-// The benches' prompt: `len` token ids spread over a 32k vocabulary, no bos.
-std::vector<int32_t> BenchPrompt(int len);
+// The benches' prompt: `len` token ids spread over a vocabulary of `vocab` (at least 2), no bos.
+std::vector<int32_t> BenchPrompt(int len, int64_t vocab = 32000);
 autouvm::v1::ModelStatus ModelStatusOf(autouvm::v1::Admin::Stub* admin, const std::string& model);
 // Greedy, EOS ignored, `tokens` tokens after `prompt` (token ids, no bos added).
 DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,

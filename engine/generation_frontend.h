@@ -15,8 +15,10 @@
 // thread; Cancel may race with it and with the scheduler; the accessors are for after Submit.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -34,6 +36,15 @@ class ModelDirectory {
   // The model ready to serve; INVALID_ARGUMENT for a name no model can have, NOT_FOUND for one not
   // served, UNAVAILABLE while it loads, FAILED_PRECONDITION with its error if it failed to.
   virtual absl::StatusOr<GenerationTarget> ReadyTarget(const std::string& name) const = 0;
+
+  // Every model the directory knows, ready or not, by name (the HTTP API's model list).
+  struct Listing {
+    std::string name;
+    bool ready = false;
+    std::string state;         // "ready", "loading" or "failed"
+    int64_t created_unix = 0;  // when its entry was loaded (seconds since the epoch)
+  };
+  virtual std::vector<Listing> ListModels() const = 0;
 };
 
 class GenerationFrontend {

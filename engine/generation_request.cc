@@ -18,6 +18,16 @@ absl::Status CheckTokenId(const std::string& field, int64_t id, int64_t vocab) {
   return absl::OkStatus();
 }
 
+// A presence or frequency penalty: OpenAI's range.
+absl::Status CheckPenalty(const std::optional<float>& value, const std::string& field, float* out) {
+  if (!value) return absl::OkStatus();
+  if (!std::isfinite(*value) || *value < -2.0f || *value > 2.0f) {
+    return Bad(field, absl::StrCat("must be in [-2, 2], got ", *value));
+  }
+  *out = *value;
+  return absl::OkStatus();
+}
+
 absl::Status CheckSampling(const GenerationRequest& r, const FieldNames& names, SamplingConfig* out) {
   if (r.temperature) {
     if (!std::isfinite(*r.temperature) || *r.temperature < 0) {
@@ -38,6 +48,8 @@ absl::Status CheckSampling(const GenerationRequest& r, const FieldNames& names, 
     }
     out->repetition_penalty = *r.repetition_penalty;
   }
+  if (auto s = CheckPenalty(r.presence_penalty, names.presence_penalty, &out->presence_penalty); !s.ok()) return s;
+  if (auto s = CheckPenalty(r.frequency_penalty, names.frequency_penalty, &out->frequency_penalty); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -142,6 +154,10 @@ absl::StatusOr<GenerationParams> ValidateRequest(const GenerationRequest& reques
   if (auto s = CheckSampling(request, names, &p.sampling); !s.ok()) return s;
   p.sampling.seed = request.seed.value_or(random_seed);
   if (auto s = Stops(request, model, limits, names, &p); !s.ok()) return s;
+  if (request.logprobs < -1 || request.logprobs > 20) {
+    return Bad(names.logprobs, absl::StrCat("must be in [-1, 20], got ", request.logprobs));
+  }
+  p.logprobs = request.logprobs;
   p.deadline = request.deadline;
   return p;
 }

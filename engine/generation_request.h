@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "engine/model_config.h"
 #include "engine/scheduler.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace autouvm::engine {
@@ -36,9 +37,12 @@ struct GenerationRequest {
   std::optional<float> top_p;
   int32_t top_k = 0;
   std::optional<float> repetition_penalty;
+  std::optional<float> presence_penalty;  // OpenAI's, in [-2, 2]; unset: 0
+  std::optional<float> frequency_penalty;
   std::optional<uint64_t> seed;  // unset: a random one
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop;
+  int32_t logprobs = -1;  // -1: off; 0..20 alternatives (GenerationParams::logprobs)
   absl::Time deadline = absl::InfiniteFuture();
 };
 
@@ -54,8 +58,11 @@ struct FieldNames {
   std::string top_p = "sampling.top_p";
   std::string top_k = "sampling.top_k";
   std::string repetition_penalty = "sampling.repetition_penalty";
+  std::string presence_penalty = "sampling.presence_penalty";
+  std::string frequency_penalty = "sampling.frequency_penalty";
   std::string stop_token_ids = "stop_token_ids";
   std::string stop = "stop";
+  std::string logprobs = "logprobs";
 };
 
 // Bounds from the daemon's configuration (server `limits:`).
@@ -74,6 +81,8 @@ struct GenerationTarget {
   Scheduler* scheduler = nullptr;
   int64_t default_max_tokens = 128;
   int64_t max_tokens_limit = 4096;
+  const tokenizer::ChatTemplate* chat_template = nullptr;  // null: the model has none
+  std::string bos_token, eos_token;                        // the texts the chat template sees
 };
 
 // The `model` field of any request: set, at most 256 bytes, printable ASCII or UTF-8 without control

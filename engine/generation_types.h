@@ -26,6 +26,9 @@ struct GenerationParams {
   SamplingConfig sampling;
   std::vector<int32_t> stop_token_ids;  // eos is added here by the caller unless ignore_eos
   std::vector<std::string> stop_strings;
+  // -1: off; 0..20: each token comes with its logprob and that many most likely alternatives, from the
+  // model's distribution before any sampling setting (Note [Raw logprobs], engine/step_policy.cc).
+  int32_t logprobs = -1;
   absl::Time deadline = absl::InfiniteFuture();
 };
 
@@ -40,11 +43,23 @@ struct GenerationResult {
   double total_ms = 0;
 };
 
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+// One generated token (never a stop token), as the sink hears of it.
+struct GeneratedToken {
+  int32_t token = 0;
+  std::string text;               // the text this token completed (possibly empty)
+  float logprob = 0;              // set when the request asked for logprobs (GenerationParams::logprobs >= 0)
+  std::vector<TokenLogprob> top;  // the `logprobs` most likely tokens, most likely first (ties: lower id first)
+};
+
 class GenerationSink {
  public:
   virtual ~GenerationSink() = default;
-  // One generated token (never a stop token) and the text it completed (possibly empty).
-  virtual void OnToken(int32_t token, const std::string& text) = 0;
+  virtual void OnToken(const GeneratedToken& token) = 0;
   // Final call: any held-back text, then the result. The sink may be destroyed once this returns.
   virtual void OnFinish(const std::string& tail_text, const GenerationResult& result) = 0;
 };

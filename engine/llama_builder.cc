@@ -62,6 +62,7 @@ ModelConfig DefaultTinyModelConfig(const std::string& name) {
   c.bos_id = tokenizer::kByteBosId;
   c.eos_id = tokenizer::kByteEosId;
   c.tokenizer = "byte";
+  c.chat_template = kDefaultChatTemplate;
   return c;
 }
 

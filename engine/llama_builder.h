@@ -16,7 +16,8 @@ namespace autouvm::engine {
 // Fails with INVALID_ARGUMENT (naming the field) for a bad config, or INTERNAL if libtorch fails.
 absl::Status WriteLlamaModel(const ModelConfig& config, uint64_t seed, const std::string& repo_dir);
 
-// A model of a few million parameters with the byte tokenizer: the daemon's embedded default.
+// A model of a few million parameters with the byte tokenizer and kDefaultChatTemplate (model_config.h): the daemon's
+// embedded default, and what autouvm-mkmodel starts from.
 ModelConfig DefaultTinyModelConfig(const std::string& name);
 
 }  // namespace autouvm::engine

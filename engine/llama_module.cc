@@ -327,6 +327,10 @@ absl::Status WriteLlamaEntry(const ModelConfig& config, torch::jit::Module& modu
                              const std::string& yaml_comment) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(repo_dir) / config.name;
+  if (const fs::path file(config.chat_template_file); file.filename() != file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat_template_file: \"", config.chat_template_file, "\" is not a name in the entry's directory"));
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
@@ -335,6 +339,12 @@ absl::Status WriteLlamaEntry(const ModelConfig& config, torch::jit::Module& modu
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("writing ", (dir / "model.pt.tmp").string(), " failed: ", e.what_without_backtrace()));
+  }
+  if (!config.chat_template_file.empty()) {
+    const fs::path file(config.chat_template_file);
+    std::ofstream out(dir / file, std::ios::binary);
+    out << config.chat_template;
+    if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", (dir / file).string()));
   }
   {
     std::ofstream out(dir / "model.yaml.tmp");

@@ -42,7 +42,8 @@ absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& config, c
 std::pair<torch::Tensor, torch::Tensor> RopeTables(const ModelConfig& config);
 
 // Saves `module` and the config's model.yaml (preceded by `yaml_comment`) as <repo_dir>/<config.name>/,
-// through temporaries renamed at the end: an entry is never left half-written.
+// through temporaries renamed at the end: an entry is never left half-written. A config with a
+// chat_template_file (a name in the entry's directory) has chat_template written there, before model.yaml.
 absl::Status WriteLlamaEntry(const ModelConfig& config, torch::jit::Module& module, const std::string& repo_dir,
                              const std::string& yaml_comment);
 

@@ -1,6 +1,9 @@
 #include "engine/model_config.h"
 
+#include <cstdint>
+#include <filesystem>
 #include <limits>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
@@ -19,7 +22,78 @@ absl::Status FieldError(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
+constexpr uintmax_t kMaxChatTemplateBytes = uintmax_t{4} << 20;  // chat templates are a few kilobytes
+
+// chat_template_file's source, read relative to model.yaml's directory: a regular file (not a FIFO or a
+// device that never ends) of at most kMaxChatTemplateBytes.
+absl::Status ReadChatTemplateFile(const std::string& origin, ModelConfig* c) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::path(origin).parent_path() / c->chat_template_file;
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    return FieldError("chat_template_file", absl::StrCat(path.string(), " is not a regular file"));
+  }
+  if (const uintmax_t size = fs::file_size(path, ec); !ec && size > kMaxChatTemplateBytes) {
+    return FieldError(
+        "chat_template_file",
+        absl::StrCat(path.string(), " holds ", size, " bytes, more than a chat template's ", kMaxChatTemplateBytes));
+  }
+  absl::StatusOr<std::string> text = ReadTextFile(path.string(), "the model's chat template");
+  if (!text.ok()) return FieldError("chat_template_file", std::string(text.status().message()));
+  c->chat_template = *std::move(text);
+  return absl::OkStatus();
+}
+
+// Whether `s` is well-formed UTF-8 (a template is text: Jinja reads it as a Python str).
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? b : b & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (c & 0x3F);
+    }
+    constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Note [Chat templates in model.yaml]: a template is written as a literal block ("chat_template: |"), as a
+// person would write it, where that reads back as the same text: a block read back ends in exactly one
+// newline, and yaml-cpp quotes what a block cannot hold. Otherwise (no final newline, two, ...) it is
+// double-quoted with escapes, which reads back byte for byte.
+void EmitChatTemplate(const std::string& source, YAML::Emitter* out) {
+  YAML::Emitter literal;
+  literal << YAML::BeginMap << YAML::Key << "chat_template" << YAML::Value << YAML::Literal << source << YAML::Key
+          << "next" << YAML::Value << 0 << YAML::EndMap;  // as the key is followed in model.yaml
+  bool same = false;
+  try {
+    same = YAML::Load(literal.c_str())["chat_template"].as<std::string>() == source;
+  } catch (const YAML::Exception&) {
+  }
+  *out << YAML::Key << "chat_template" << YAML::Value << (same ? YAML::Literal : YAML::DoubleQuoted) << source;
+}
+
 }  // namespace
+
+const char kDefaultChatTemplate[] =
+    "{%- for message in messages %}\n"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}\n"
+    "{%- if message['content'] is string %}\n"
+    "{{- message['content'] }}\n"
+    "{%- elif message['content'] is iterable %}\n"
+    "{%- for part in message['content'] if part['type'] == 'text' %}{{ part['text'] }}{% endfor %}\n"
+    "{%- endif %}\n"
+    "{{- '<|im_end|>\\n' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "{{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n";
 
 absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (c.name.empty()) return FieldError("name", "must not be empty");
@@ -56,6 +130,9 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (c.tokenizer != "byte" && c.tokenizer != "sentencepiece" && c.tokenizer != "bpe") {
     return FieldError("tokenizer", "must be byte, sentencepiece or bpe");
   }
+  if (!IsUtf8(c.chat_template)) return FieldError("chat_template", "not valid UTF-8");
+  if (!IsUtf8(c.bos_token)) return FieldError("bos_token", "not valid UTF-8");
+  if (!IsUtf8(c.eos_token)) return FieldError("eos_token", "not valid UTF-8");
   if (c.tokenizer == "byte" && c.vocab_size < tokenizer::kByteVocabMin) {
     return FieldError("vocab_size", absl::StrCat("the byte tokenizer needs at least ", tokenizer::kByteVocabMin));
   }
@@ -90,9 +167,22 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const
   f.Int("eos_id", &c.eos_id, -1, kBig);
   f.IntList("extra_eos_ids", &c.extra_eos_ids, 0, kBig);
   f.String("tokenizer", &c.tokenizer);
+  f.String("chat_template", &c.chat_template);
+  f.String("chat_template_file", &c.chat_template_file);
+  f.String("bos_token", &c.bos_token);
+  f.String("eos_token", &c.eos_token);
   f.Int("generated_weights_seed", &c.generated_weights_seed, 0, std::numeric_limits<int64_t>::max());
   if (absl::Status s = f.Finish(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  }
+  if (!c.chat_template.empty() && !c.chat_template_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": chat_template and chat_template_file: both given; give the template one way"));
+  }
+  if (!c.chat_template_file.empty()) {
+    if (absl::Status s = ReadChatTemplateFile(origin, &c); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+    }
   }
   if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
   if (absl::Status s = ValidateModelConfig(c); !s.ok()) {
@@ -136,6 +226,13 @@ std::string ModelConfigToYaml(const ModelConfig& c) {
   out << YAML::Key << "eos_id" << YAML::Value << c.eos_id;
   if (!c.extra_eos_ids.empty()) out << YAML::Key << "extra_eos_ids" << YAML::Value << YAML::Flow << c.extra_eos_ids;
   out << YAML::Key << "tokenizer" << YAML::Value << c.tokenizer;
+  if (!c.bos_token.empty()) out << YAML::Key << "bos_token" << YAML::Value << YAML::DoubleQuoted << c.bos_token;
+  if (!c.eos_token.empty()) out << YAML::Key << "eos_token" << YAML::Value << YAML::DoubleQuoted << c.eos_token;
+  if (!c.chat_template_file.empty()) {
+    out << YAML::Key << "chat_template_file" << YAML::Value << c.chat_template_file;
+  } else if (!c.chat_template.empty()) {
+    EmitChatTemplate(c.chat_template, &out);  // Note [Chat templates in model.yaml]
+  }
   if (c.generated_weights_seed != 0) {
     out << YAML::Key << "generated_weights_seed" << YAML::Value << c.generated_weights_seed;
   }

@@ -43,15 +43,33 @@ struct ModelConfig {
   std::vector<int64_t> extra_eos_ids;
   // byte | sentencepiece (tokenizer.model beside model.yaml) | bpe (a byte-level BPE tokenizer.json)
   std::string tokenizer = "byte";
+  // The chat template (Jinja source, tokenizer/chat_template.h) that turns a conversation into a prompt; ""
+  // when the model has none. model.yaml gives it inline (`chat_template:`) or as a file beside it
+  // (`chat_template_file:`, read by ParseModelConfig relative to model.yaml).
+  std::string chat_template;
+  // The file chat_template was read from, as model.yaml names it; "" when inline. ModelConfigToYaml writes
+  // this key in place of the source, and WriteLlamaEntry (engine/llama_module.h) writes the file.
+  std::string chat_template_file;
+  // The texts the template sees as bos_token and eos_token; "": the tokenizer's text of bos_id / eos_id,
+  // taken when the model loads.
+  std::string bos_token;
+  std::string eos_token;
   // Not 0: model.pt holds placeholders and the weights are generated at load time from this seed
   // (engine/generated_weights.h), so that a benchmark's 13 GB model needs no 13 GB file.
   int64_t generated_weights_seed = 0;
 };
 
+// A ChatML-style chat template: "<|im_start|>{role}\n{content}<|im_end|>\n" per message (a content that is a
+// list of parts gives its text parts), and "<|im_start|>assistant\n" for add_generation_prompt: what
+// autouvm-mkmodel and the daemon's default model carry, so that a first chat call works. With the byte
+// tokenizer the markers are only text.
+extern const char kDefaultChatTemplate[];
+
 // Checks every field's range and the relations between them; the error names the field.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 
-// Parses model.yaml text; `origin` (a path) prefixes error messages.
+// Parses model.yaml text; `origin` (its path) prefixes error messages, and a chat_template_file is read
+// relative to its directory.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const std::string& origin);
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 

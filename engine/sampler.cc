@@ -19,7 +19,12 @@ Sampler::Sampler(const SamplingConfig& config) : config_(config), rng_(config.se
 
 double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> context) {
+// Note [Presence and frequency penalties]: OpenAI's definition (vLLM's too), applied after the
+// repetition penalty: for each token j generated so far by this request, the prompt not included,
+//   logit[j] -= count[j] * frequency_penalty + (count[j] > 0 ? presence_penalty : 0).
+// The counts grow with the context, one token a call, so a step costs the distinct tokens generated,
+// never the vocabulary; nothing is done when both penalties are 0.
+void Sampler::ApplyPenalties(absl::Span<float> logits, absl::Span<const int32_t> context, size_t prompt_len) {
   const size_t n = logits.size();
   if (config_.repetition_penalty != 1.0f) {
     seen_.assign(n, 0);
@@ -30,6 +35,22 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> cont
       l = l > 0 ? l / config_.repetition_penalty : l * config_.repetition_penalty;
     }
   }
+  if (config_.presence_penalty == 0.0f && config_.frequency_penalty == 0.0f) return;
+  const absl::Span<const int32_t> generated = context.subspan(std::min(prompt_len, context.size()));
+  if (generated.size() < counted_) {  // not the context of the last call: count afresh
+    generated_counts_.clear();
+    counted_ = 0;
+  }
+  for (; counted_ < generated.size(); ++counted_) ++generated_counts_[generated[counted_]];
+  for (const auto& [id, count] : generated_counts_) {
+    if (id < 0 || static_cast<size_t>(id) >= n) continue;
+    logits[id] -= static_cast<float>(count) * config_.frequency_penalty + config_.presence_penalty;
+  }
+}
+
+int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> context, size_t prompt_len) {
+  const size_t n = logits.size();
+  ApplyPenalties(logits, context, prompt_len);
   if (config_.temperature == 0.0f) return ArgMax(logits);
 
   // Candidates sorted by logit, descending (ties by index, so the order is deterministic).

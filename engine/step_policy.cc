@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "engine/kv_blocks.h"
+#include "engine/logprobs.h"
 
 namespace autouvm::engine {
 
@@ -229,8 +230,13 @@ bool StepPolicy::CheckStopConditions(Sequence* s, absl::Time now) {
 void StepPolicy::Advance(Sequence* s, float* logits, absl::Time now) {
   const size_t vocab = static_cast<size_t>(options_.vocab_size);
   s->pending = -1;
-  // The sampler changes the logits in place (penalty, temperature): they are this pass's, used once.
-  const int32_t token = s->sampler.Sample(absl::MakeSpan(logits, vocab), s->tokens);
+  // Note [Raw logprobs]: a request's logprobs are those of the model's own distribution, as vLLM and
+  // OpenAI report them by default: log-softmax of the logits before the penalties change them and
+  // whatever temperature, top-k and top-p do. The sampler changes the logits in place (they are this
+  // pass's, used once), so a request that asks for logprobs keeps a copy; the others pay nothing.
+  const bool logprobs = s->params.logprobs >= 0;
+  if (logprobs) s->raw_logits.assign(logits, logits + vocab);
+  const int32_t token = s->sampler.Sample(absl::MakeSpan(logits, vocab), s->tokens, s->params.prompt.size());
   const auto& stops = s->params.stop_token_ids;
   if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
     Finish(s, absl::OkStatus(), FinishReason::kStop, now);
@@ -241,7 +247,9 @@ void StepPolicy::Advance(Sequence* s, float* logits, absl::Time now) {
   if (s->generated == 1) s->first_token = now;
   s->last_token = now;
   ++counters_.tokens_generated;
-  s->sink->OnToken(token, s->text.Push(token));
+  GeneratedToken out{.token = token, .text = s->text.Push(token)};
+  if (logprobs) FillLogprobs(s->raw_logits, s->params.logprobs, &out);
+  s->sink->OnToken(out);
   if (s->text.stopped()) {
     Finish(s, absl::OkStatus(), FinishReason::kStop, now);
   } else if (s->generated >= s->params.max_tokens || static_cast<int64_t>(s->tokens.size()) >= options_.max_seq) {

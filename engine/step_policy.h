@@ -52,7 +52,8 @@ struct Sequence {
   std::shared_ptr<RequestHandle> handle;
   Sampler sampler;
   tokenizer::TextStream text;
-  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  std::vector<int32_t> tokens;    // prompt, then generated tokens
+  std::vector<float> raw_logits;  // with logprobs: the pass's logits before the sampler changed them
   int32_t slot = -1;
   int64_t kv_blocks = 0;  // KV-cache blocks reserved for it while it holds its slot
   int32_t pending = -1;   // sampled and emitted, not yet written to the KV cache

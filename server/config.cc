@@ -108,6 +108,9 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   YamlFields fs(server, "server");
   fs.String("listen", &c.listen);
   fs.String("metrics_listen", &c.metrics_listen);
+  fs.String("http_listen", &c.http_listen);
+  fs.String("api_key_file", &c.api_key_file);
+  fs.Int("http_threads", &c.http_threads, 1, 4096);
   fs.DurationMs("drain_timeout", &c.drain_timeout_ms, 0, 3600 * 1000);
   YAML::Node tls = fs.Map("tls");
   if (auto s = fs.Finish(); !s.ok()) return wrap(s);
@@ -115,6 +118,9 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   if (auto s = CheckAddress("server.listen", c.listen); !s.ok()) return wrap(s);
   if (!c.metrics_listen.empty()) {
     if (auto s = CheckAddress("server.metrics_listen", c.metrics_listen); !s.ok()) return wrap(s);
+  }
+  if (!c.http_listen.empty()) {
+    if (auto s = CheckAddress("server.http_listen", c.http_listen); !s.ok()) return wrap(s);
   }
 
   YamlFields fr(repository, "repository");

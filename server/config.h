@@ -62,6 +62,11 @@ struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   TlsSettings tls;
   std::string metrics_listen = "127.0.0.1:9090";
+  // The OpenAI-compatible HTTP API (docs/openai-api.md; "" disables), with TLS as `tls` sets it for gRPC.
+  std::string http_listen = "127.0.0.1:8000";
+  // Keys the HTTP API's /v1/ routes ask for, one per line ("": none asked; docs/openai-api.md).
+  std::string api_key_file;
+  int64_t http_threads = 256;  // HTTP connections served at once (each streamed response holds one)
   int64_t drain_timeout_ms = 30000;
   std::string model_repository = "models";
   // Written into the repository on start when missing ("" disables): the embedded tiny default model.

@@ -12,8 +12,11 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/yaml_fields.h"
+#include "engine/generation_frontend.h"
 #include "engine/model_runner.h"
 #include "engine/serving_gate.h"
+#include "http/api_keys.h"
+#include "http/openai_server.h"
 #include "profiler/model_session.h"
 #include "profiler/profile_jobs.h"
 #include "profiler/profile_repository.h"
@@ -26,6 +29,7 @@
 #include "server/metrics.h"
 #include "server/model_manager.h"
 #include "server/profile_admin.h"
+#include "server/request_validation.h"
 #include "server/tls.h"
 
 #ifndef AUTOUVM_VERSION
@@ -53,6 +57,40 @@ absl::StatusOr<std::string> AdminToken(const ServerConfig& config) {
 }
 
 }  // namespace
+
+// The HTTP API's calls in the same metrics as the gRPC service's.
+class HttpCallMetrics final : public http::CallObserver {
+ public:
+  explicit HttpCallMetrics(Metrics* metrics) : metrics_(metrics) {}
+  void CallEnded(const std::string& model, absl::StatusCode code, const engine::GenerationResult* result) override {
+    metrics_->RecordRequest(model, code, result);
+  }
+  void TokenGap(const std::string& model, double seconds) override { metrics_->RecordTokenGap(model, seconds); }
+
+ private:
+  Metrics* const metrics_;
+};
+
+// The OpenAI-compatible API on server.http_listen, with the gRPC port's certificate (server.tls).
+static absl::StatusOr<std::unique_ptr<http::OpenAiServer>> StartHttp(const ServerConfig& config, const TlsFiles* tls,
+                                                                     const engine::GenerationFrontend* frontend,
+                                                                     http::CallObserver* observer) {
+  http::HttpOptions options;
+  options.listen = config.http_listen;
+  if (!config.api_key_file.empty()) {
+    ASSIGN_OR_RETURN(options.api_keys, http::ReadApiKeyFile(config.api_key_file));
+  }
+  if (tls != nullptr) {
+    options.tls = {.dir = tls->current_dir(),
+                   .client_ca = !config.tls.client_ca_file.empty(),
+                   .require_client_cert = config.tls.require_client_cert};
+  }
+  options.threads = static_cast<int>(config.http_threads);
+  options.max_body_bytes = static_cast<size_t>(config.limits.max_receive_message_bytes);
+  return http::OpenAiServer::Start(std::move(options), frontend, observer);
+}
+
+int Daemon::http_port() const { return http_ ? http_->port() : 0; }
 
 Daemon::Daemon(const ServerConfig& config) : config_(config) {}
 
@@ -146,6 +184,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
   if (!d->server_ || d->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("server.listen: cannot listen on ", config.listen));
   }
+  if (!config.http_listen.empty()) {
+    d->http_frontend_ =
+        std::make_unique<engine::GenerationFrontend>(d->models_.get(), RequestLimitsOf(config.limits), d->gate_.get());
+    d->http_metrics_ = std::make_unique<HttpCallMetrics>(d->metrics_.get());
+    ASSIGN_OR_RETURN(d->http_, StartHttp(config, d->tls_.get(), d->http_frontend_.get(), d->http_metrics_.get()));
+    AUTOUVM_LOG(INFO) << "OpenAI API on " << (d->tls_ ? "https://" : "http://") << d->http_->address() << "/v1"
+                      << (config.api_key_file.empty() ? "" : " (API keys from server.api_key_file)");
+  }
   auto* health = d->server_->GetHealthCheckService();
   health->SetServingStatus(false);
   AUTOUVM_LOG(INFO) << "listening on " << config.listen.substr(0, config.listen.rfind(':')) << ":" << d->port_ << ", "
@@ -201,6 +247,7 @@ bool Daemon::Drain() {
   if (!gate_->WaitIdle(absl::Seconds(10), engine::ServingGate::Wait::kToTheEnd)) {
     AUTOUVM_LOG(WARNING) << "some calls did not end within 10 s";
   }
+  if (http_) http_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   AUTOUVM_LOG(INFO) << "stopped";
@@ -214,6 +261,7 @@ void Daemon::EndDrainNow() {
 }
 
 Daemon::~Daemon() {
+  if (http_) http_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();

@@ -32,8 +32,13 @@ class ComputeDevice;
 }
 
 namespace autouvm::engine {
+class GenerationFrontend;
 class ServingGate;
-}
+}  // namespace autouvm::engine
+
+namespace autouvm::http {
+class OpenAiServer;
+}  // namespace autouvm::http
 
 namespace autouvm::server {
 
@@ -44,6 +49,7 @@ class Metrics;
 class MetricsServer;
 class ProfileAdmin;
 class TlsFiles;
+class HttpCallMetrics;
 
 class Daemon {
  public:
@@ -51,6 +57,7 @@ class Daemon {
   ~Daemon();
 
   int port() const { return port_; }
+  int http_port() const;  // the OpenAI API's port; 0 when server.http_listen is ""
   // Blocks until every model has been tried.
   void WaitLoaded();
   // Returns once the server has stopped; true if every in-flight call finished within the drain timeout.
@@ -78,6 +85,9 @@ class Daemon {
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<TlsFiles> tls_;  // null when server.tls is off; outlives the server that reads its copies
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<engine::GenerationFrontend> http_frontend_;
+  std::unique_ptr<HttpCallMetrics> http_metrics_;
+  std::unique_ptr<http::OpenAiServer> http_;  // null when server.http_listen is ""
   std::thread loader_;
   std::atomic<bool> ended_now_{false};
   int port_ = 0;

@@ -114,11 +114,11 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
     Pump([&] { admitting_ = false; });
   }
 
-  void OnToken(int32_t token, const std::string& text) override {
+  void OnToken(const engine::GeneratedToken& token) override {
     call_.Token();
     GenerateStreamResponse msg;
-    msg.mutable_chunk()->add_token_ids(token);
-    msg.mutable_chunk()->set_text(text);
+    msg.mutable_chunk()->add_token_ids(token.token);
+    msg.mutable_chunk()->set_text(token.text);
     Enqueue(std::move(msg));
   }
 
@@ -214,10 +214,10 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public engine::Gener
   }
 
   // Called from the scheduler thread only, before OnFinish; gRPC reads response_ after Finish.
-  void OnToken(int32_t token, const std::string& text) override {
+  void OnToken(const engine::GeneratedToken& token) override {
     call_.Token();
-    response_->add_token_ids(token);
-    response_->mutable_text()->append(text);
+    response_->add_token_ids(token.token);
+    response_->mutable_text()->append(token.text);
   }
 
   void OnFinish(const std::string& tail, const engine::GenerationResult& result) override {

@@ -44,17 +44,20 @@ int main(int argc, char** argv) {
   }
 
   CLI::App app{"autouvmd: serves LLMs larger than the GPU from CUDA unified memory"};
-  std::string config_path, listen, metrics_listen, repository, state_dir, drain_timeout, port_file;
+  std::string config_path, listen, metrics_listen, http_listen, repository, state_dir, drain_timeout, port_file,
+      http_port_file;
   int64_t threads = -1;
   bool print_config = false;
   app.add_option("--config", config_path, "YAML config file (default: the embedded config/autouvmd.yaml)");
   app.add_option("--listen", listen, "gRPC address host:port (port 0: pick a free one); overrides server.listen");
   app.add_option("--metrics-listen", metrics_listen, "overrides server.metrics_listen");
+  app.add_option("--http-listen", http_listen, "the OpenAI API's address (\"\": off); overrides server.http_listen");
   app.add_option("--model-repository", repository, "overrides repository.path");
   app.add_option("--state-dir", state_dir, "overrides state_dir");
   app.add_option("--drain-timeout", drain_timeout, "overrides server.drain_timeout (e.g. 30s)");
   app.add_option("--threads", threads, "overrides runtime.intra_op_threads");
   app.add_option("--port-file", port_file, "write the bound gRPC port to this file once listening");
+  app.add_option("--http-port-file", http_port_file, "write the bound HTTP (OpenAI API) port to this file");
   app.add_flag("--print-default-config", print_config, "print the embedded default config and exit");
   std::string log_level = "info", log_format = "text";
   app.add_option("--log-level", log_level, "debug, info, warning or error (default info)");
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
   }
   if (!listen.empty()) config->listen = listen;
   if (app.count("--metrics-listen")) config->metrics_listen = metrics_listen;
+  if (app.count("--http-listen")) config->http_listen = http_listen;
   if (!repository.empty()) config->model_repository = repository;
   if (!state_dir.empty()) config->state_dir = state_dir;
   if (threads >= 0) config->intra_op_threads = threads;
@@ -103,6 +107,11 @@ int main(int argc, char** argv) {
   auto daemon = autouvm::server::Daemon::Start(*config);
   if (!daemon.ok()) {
     AUTOUVM_LOG(ERROR) << "cannot start: " << daemon.status().message();
+    return 1;
+  }
+  // The HTTP port first: a test that sees the gRPC port file reads both.
+  if (!http_port_file.empty() && !WritePortFile(http_port_file, (*daemon)->http_port())) {
+    AUTOUVM_LOG(ERROR) << "cannot write --http-port-file " << http_port_file;
     return 1;
   }
   if (!port_file.empty() && !WritePortFile(port_file, (*daemon)->port())) {

@@ -17,6 +17,34 @@ namespace autouvm::server {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The text of token `id` as the chat template sees it ("" for none, and where the tokenizer decodes the
+// token to nothing: the byte tokenizer's and sentencepiece's control tokens).
+std::string TokenText(const tokenizer::Tokenizer& t, int64_t id) {
+  return id < 0 ? "" : t.Decode(std::vector<int32_t>{static_cast<int32_t>(id)});
+}
+
+// The model's chat template parsed, and the texts of its bos and eos; a template that does not parse is
+// an error naming where it came from and its line.
+absl::Status LoadChatTemplate(ServedModel* m) {
+  const engine::ModelConfig& c = m->config;
+  m->bos_token = c.bos_token.empty() ? TokenText(*m->tokenizer, c.bos_id) : c.bos_token;
+  m->eos_token = c.eos_token.empty() ? TokenText(*m->tokenizer, c.eos_id) : c.eos_token;
+  if (c.chat_template.empty()) return absl::OkStatus();
+  absl::StatusOr<tokenizer::ChatTemplate> parsed = tokenizer::ChatTemplate::Parse(c.chat_template);
+  if (!parsed.ok()) {
+    const std::string where = c.chat_template_file.empty()
+                                  ? (fs::path(m->dir) / "model.yaml").string() + ": chat_template"
+                                  : (fs::path(m->dir) / c.chat_template_file).string();
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", parsed.status().message()));
+  }
+  m->chat_template = *std::move(parsed);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 ModelManager::ModelManager(const ServerConfig& config, const base::Clock* clock, ProfilingServices profiling,
                            runtime::ComputeDevice* device)
     : config_(config), clock_(clock), profiling_(std::move(profiling)), device_(device) {}
@@ -91,6 +119,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
                                                    "' differs from the directory name '", m->name, "'"));
   }
   ASSIGN_OR_RETURN(m->tokenizer, tokenizer::CreateTokenizer(engine::TokenizerSpecOf(m->config), m->dir));
+  RETURN_IF_ERROR(LoadChatTemplate(m));
   ASSIGN_OR_RETURN(m->runner,
                    engine::ModelRunner::Create(
                        m->dir, m->config, static_cast<int>(m->settings.max_batch), device_,
@@ -214,13 +243,31 @@ absl::StatusOr<engine::GenerationTarget> ModelManager::ReadyTarget(const std::st
                                   .tokenizer = m->tokenizer.get(),
                                   .scheduler = m->scheduler.get(),
                                   .default_max_tokens = m->settings.default_max_tokens,
-                                  .max_tokens_limit = m->settings.max_tokens_limit};
+                                  .max_tokens_limit = m->settings.max_tokens_limit,
+                                  .chat_template = m->chat_template ? &*m->chat_template : nullptr,
+                                  .bos_token = m->bos_token,
+                                  .eos_token = m->eos_token};
 }
 
 std::vector<ModelView> ModelManager::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<ModelView> out;
   for (const auto& [name, entry] : entries_) out.push_back({entry.model.get(), entry.state, entry.error});
+  return out;
+}
+
+std::vector<engine::ModelDirectory::Listing> ModelManager::ListModels() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Listing> out;
+  for (const auto& [name, entry] : entries_) {
+    const char* state = entry.state == ModelState::kReady     ? "ready"
+                        : entry.state == ModelState::kLoading ? "loading"
+                                                              : "failed";
+    out.push_back({.name = name,
+                   .ready = entry.state == ModelState::kReady,
+                   .state = state,
+                   .created_unix = absl::ToUnixSeconds(entry.found)});
+  }
   return out;
 }
 

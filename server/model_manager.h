@@ -1,8 +1,7 @@
 // ModelManager: the models the daemon serves. It scans the model repository (writing the embedded tiny
 // default model first if configured and missing), loads each entry into a ServedModel — digest,
-// tokenizer, ModelRunner, ModelSession (profiler/model_session.h), Scheduler — and keeps the ones that fail
-// to load listed with their error, so
-// one bad model never stops the others.
+// tokenizer, chat template, ModelRunner, ModelSession (profiler/model_session.h), Scheduler — and keeps the
+// ones that fail to load listed with their error, so one bad model never stops the others.
 //
 // Thread-safety: LoadAll runs once, on any thread; Find, List and Shutdown may be called concurrently
 // with it and with each other. A ServedModel's scheduler and tokenizer are immutable once it is READY.
@@ -10,12 +9,15 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/clock.h"
 #include "engine/generation_frontend.h"
 #include "engine/model_config.h"
@@ -25,6 +27,7 @@
 #include "profiler/model_session.h"
 #include "runtime/gpu_spec.h"
 #include "server/config.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace autouvm::server {
@@ -39,6 +42,11 @@ struct ServedModel {
   engine::ModelConfig config;
   std::string digest;  // profiler::ModelDigest of model.pt and model.yaml
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  // The config's chat template, parsed once at load (none: the model has no template); a template that
+  // does not parse fails the model's load. The texts it sees as bos_token and eos_token: the config's, or
+  // the tokenizer's text of bos_id / eos_id.
+  std::optional<tokenizer::ChatTemplate> chat_template;
+  std::string bos_token, eos_token;
   std::unique_ptr<engine::ModelRunner> runner;
   // The model's AutoUVM loop: null when profiling is off; outlives the scheduler.
   std::unique_ptr<profiler::ModelSession> session;
@@ -81,6 +89,7 @@ class ModelManager final : public engine::ModelDirectory {
   // Ready(name, UNAVAILABLE), as the front door takes a model (engine/generation_frontend.h).
   absl::StatusOr<engine::GenerationTarget> ReadyTarget(const std::string& name) const override;
   std::vector<ModelView> List() const;
+  std::vector<Listing> ListModels() const override;
   // Stops every scheduler (see Scheduler::Shutdown).
   void Shutdown(absl::Duration grace);
 
@@ -91,7 +100,8 @@ class ModelManager final : public engine::ModelDirectory {
   struct Entry {
     std::unique_ptr<ServedModel> model;
     ModelState state = ModelState::kLoading;
-    std::string error;  // why loading failed
+    std::string error;               // why loading failed
+    absl::Time found = absl::Now();  // when the repository's entry was found
   };
 
   const ServerConfig config_;

@@ -24,6 +24,8 @@ engine::GenerationRequest FromProto(const autouvm::v1::GenerateRequest& request)
   if (s.has_top_p()) r.top_p = s.top_p();
   r.top_k = s.top_k();
   if (s.has_repetition_penalty()) r.repetition_penalty = s.repetition_penalty();
+  if (s.has_presence_penalty()) r.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) r.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) r.seed = s.seed();
   r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   r.stop.assign(request.stop().begin(), request.stop().end());

@@ -43,6 +43,9 @@ class TlsFiles {
   TlsFiles& operator=(const TlsFiles&) = delete;
 
   std::shared_ptr<grpc::ServerCredentials> credentials() const { return credentials_; }
+  // The directory of the checked copies in use (tls.crt, tls.key, ca.crt): a link that each accepted
+  // rotation points at the new generation (the HTTP port reads it: http/tls_certificates.h).
+  std::string current_dir() const { return dir_ + "/current"; }
 
   // What the port serves and what became of the rotations tried (docs/metrics.md: autouvm_tls_*).
   struct State {

@@ -16,6 +16,7 @@
 #include "engine/llama_module.h"
 #include "engine/torch_dtype.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tools/hf_chat_template.h"
 #include "tools/json_file.h"
 #include "tools/safetensors.h"
 
@@ -293,6 +294,18 @@ absl::StatusOr<HfModel> ReadHfConfig(const std::string& dir, const HfImportOptio
     c.tokenizer = "byte";
   } else if (m.tokenizer_file.empty()) {
     return Bad(dir, "no tokenizer.json or tokenizer.model to serve the model with");
+  }
+  if (options.chat_template) {
+    absl::StatusOr<HfChatTemplate> t = ReadHfChatTemplate(dir);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(),
+                          absl::StrCat(t.status().message(), " (autouvm-convert --no-chat-template leaves it out)"));
+    }
+    c.chat_template = t->source;
+    if (!c.chat_template.empty()) c.chat_template_file = "chat_template.jinja";
+    c.bos_token = t->bos_token;
+    c.eos_token = t->eos_token;
+    m.chat_template_note = t->note;
   }
   if (absl::Status s = engine::ValidateModelConfig(c); !s.ok()) {
     return Bad((root / "config.json").string(), absl::StrCat("gives a model the contract refuses: ", s.message()));

@@ -1,5 +1,6 @@
 // autouvm-mkmodel: writes a Llama-architecture TorchScript model with seeded random weights as a model
-// repository entry (<repo>/<name>/model.pt + model.yaml). See docs/model-contract.md.
+// repository entry (<repo>/<name>/model.pt + model.yaml, with a ChatML-style chat template,
+// engine::kDefaultChatTemplate, unless --no-chat-template). See docs/model-contract.md.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -28,11 +29,15 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", c.tokenizer)->check(CLI::IsMember({"byte", "sentencepiece"}))->capture_default_str();
   app.add_flag("--attention-bias", c.attention_bias, "biases on the query, key and value projections (as Qwen2)");
   app.add_option("--seed", seed, "weight initialisation seed")->capture_default_str();
+  bool no_chat_template = false;
+  app.add_flag("--no-chat-template", no_chat_template,
+               "write no chat template (default: a ChatML-style one, <|im_start|>role ... <|im_end|>)");
   bool at_load = false;
   app.add_flag("--generate-weights-at-load", at_load,
                "write placeholders; the weights are generated from --seed (>= 1) when the model loads");
   CLI11_PARSE(app, argc, argv);
   if (c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
+  if (no_chat_template) c.chat_template.clear();
   if (at_load) {
     if (seed == 0) {
       std::cerr << "autouvm-mkmodel: --generate-weights-at-load needs a --seed of at least 1\n";

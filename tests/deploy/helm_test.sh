@@ -6,8 +6,8 @@
 # - tests/deploy/helm_validate.py checks each object against python3-kubernetes' models of the Kubernetes
 #   API (with the few later additions the chart uses) and across objects, and the daemon's configuration.
 # Renders: the default values; tests/deploy/helm-values/everything-on.yaml (every option on, other ports);
-# cpu-only.yaml with a --set. Then values the chart must refuse, and broken renders the validator must
-# refuse, each with the message naming the object and the field.
+# cpu-only.yaml with --sets (API keys). Then values the chart must refuse, and broken renders the validator
+# must refuse, each with the message naming the object and the field.
 # Usage: helm_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -52,8 +52,10 @@ has() { # has NAME FILE TEXT...: each TEXT is a line (trimmed) of FILE
 render "$out/default.yaml" || fail "the default values do not render"
 v=$(validate "$out/default.yaml") || fail "default values: $v"
 expect_kinds default "ConfigMap ConfigMap PersistentVolumeClaim Service Service StatefulSet" "$v"
-has default "$out/default.yaml" "listen: 0.0.0.0:50051" "metrics_listen: 0.0.0.0:9090" "backend: cuda" \
-  "nvidia.com/gpu: 1" 'image: "autouvmd:cuda"' "grafana_dashboard: \"1\"" "runAsUser: $uid"
+has default "$out/default.yaml" "listen: 0.0.0.0:50051" "metrics_listen: 0.0.0.0:9090" "http_listen: 0.0.0.0:8000" \
+  "containerPort: 8000" "port: 8000" "targetPort: http" "backend: cuda" "nvidia.com/gpu: 1" \
+  'image: "autouvmd:cuda"' "grafana_dashboard: \"1\"" "runAsUser: $uid"
+if grep -q 'api_key_file' "$out/default.yaml"; then fail "default: an api_key_file without apiKeys.existingSecret"; fi
 # The dashboard ConfigMap carries deploy/grafana/autouvmd.json as it is (through the chart's link to it).
 $py - "$out/default.yaml" "$src/deploy/grafana/autouvmd.json" <<'EOF' \
   || fail "the dashboard ConfigMap is not deploy/grafana/autouvmd.json"
@@ -62,33 +64,41 @@ cm = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["metadata"
 sys.exit(cm["data"]["autouvmd.json"].rstrip("\n") != open(sys.argv[2]).read().rstrip("\n"))
 EOF
 grep -q "rollout status statefulset/t-autouvmd" "$out/default.yaml.notes" || fail "NOTES.txt did not render"
+has default-notes "$out/default.yaml.notes" "kubectl -n default port-forward svc/t-autouvmd 8000:8000" \
+  "curl -s http://127.0.0.1:8000/v1/models"
 
 # 2. Everything on: other ports flow through to the configuration, the Service and the probes.
 render "$out/on.yaml" -f "$src/tests/deploy/helm-values/everything-on.yaml" || fail "everything-on.yaml does not render"
 v=$(validate "$out/on.yaml" --external-claim models-nfs) || fail "everything-on.yaml: $v"
 expect_kinds everything-on \
   "ConfigMap ConfigMap HorizontalPodAutoscaler Service Service ServiceAccount ServiceMonitor StatefulSet" "$v"
-has everything-on "$out/on.yaml" "listen: 0.0.0.0:8001" "metrics_listen: 0.0.0.0:8002" "containerPort: 8001" \
-  "containerPort: 8002" "port: 8001" "port: 443" "port: 8080" "claimName: models-nfs" "nvidia.com/gpu: 1" \
+has everything-on "$out/on.yaml" "listen: 0.0.0.0:8001" "metrics_listen: 0.0.0.0:8002" "http_listen: 0.0.0.0:8003" \
+  "containerPort: 8001" "containerPort: 8002" "containerPort: 8003" "port: 8001" "port: 443" "port: 8080" \
+  "port: 8443" "claimName: models-nfs" "nvidia.com/gpu: 1" \
   'image: "registry.example.com/llm/autouvmd:0.1.0-cuda13"' "value: \"103079215104\"" \
   "token_file: /var/run/secrets/autouvmd/admin/admin-token" "terminationGracePeriodSeconds: 180" \
+  "api_key_file: /var/run/secrets/autouvmd/api-keys/openai-keys" "mountPath: /var/run/secrets/autouvmd/api-keys" \
+  "secretName: llm-api-keys" "- key: openai-keys" \
   "name: autouvm_queue_time_p90_seconds" "grafana_dashboard: autouvmd" \
   "cert_file: /var/run/secrets/autouvmd/tls/tls.crt" "key_file: /var/run/secrets/autouvmd/tls/tls.key" \
   "client_ca_file: /var/run/secrets/autouvmd/tls/ca.crt" "require_client_cert: true" "secretName: llm-tls" \
   "path: /readyz"
+has everything-on-notes "$out/on.yaml.notes" "kubectl -n default port-forward svc/llm 8000:8443" \
+  'https://NAME-ON-THE-CERTIFICATE:8000/v1/models -H "Authorization: Bearer $AUTOUVM_API_KEY"'
 if grep -q '^ *grpc:$' "$out/on.yaml"; then fail "everything-on: a gRPC probe on the TLS port"; fi
 if grep -q '^  replicas:' "$out/on.yaml"; then fail "everything-on: the StatefulSet sets replicas under an HPA"; fi
 # Without the claim given as existing, its absence is an error.
 if v=$(validate "$out/on.yaml"); then fail "a missing claim was accepted"; fi
 grep -qF "claimName: no PersistentVolumeClaim 'models-nfs'" <<< "$v" || fail "missing claim: $v"
 
-# 3. CPU only, with a --set on top of the file.
+# 3. CPU only, with --sets on top of the file (API keys under the default key).
 render "$out/cpu.yaml" -f "$src/tests/deploy/helm-values/cpu-only.yaml" --set replicaCount=2 \
-  || fail "cpu-only.yaml does not render"
+  --set apiKeys.existingSecret=t-api-keys || fail "cpu-only.yaml does not render"
 v=$(validate "$out/cpu.yaml") || fail "cpu-only.yaml: $v"
 expect_kinds cpu-only "ConfigMap Service Service StatefulSet" "$v"
 has cpu-only "$out/cpu.yaml" "backend: cpu" 'image: "autouvmd:cpu"' "replicas: 2" "enabled: false" \
-  'args: ["--log-format", "json", "--log-level", "info"]'
+  'args: ["--log-format", "json", "--log-level", "info"]' "api_key_file: /var/run/secrets/autouvmd/api-keys/api-keys" \
+  "secretName: t-api-keys" "- key: api-keys" "path: api-keys"
 if grep -q 'nvidia.com/gpu' "$out/cpu.yaml"; then fail "cpu-only: a GPU is requested"; fi
 
 # 4. Values the chart refuses, with the reason.
@@ -101,6 +111,9 @@ refuse() { # refuse EXPECTED [helm-render flags]
   grep -qF -- "$expected" <<< "$msg" || fail "with $*: expected '$expected', got: $msg"
 }
 refuse "config.server.listen is set by the chart" --set config.server.listen=0.0.0.0:1
+refuse "config.server.http_listen is set by the chart" --set config.server.http_listen=0.0.0.0:1
+refuse "config.server.api_key_file is set by the chart from apiKeys.existingSecret" \
+  --set apiKeys.existingSecret=t-api-keys --set config.server.api_key_file=/etc/keys
 refuse "config.state_dir is set by the chart" --set config.state_dir=/data
 refuse "must be longer than config.server.drain_timeout (30s)" --set terminationGracePeriodSeconds=30
 refuse 'config.server.drain_timeout: "30" is not a duration' --set config.server.drain_timeout=30
@@ -183,6 +196,10 @@ reject "$d" "$sts: spec.template.spec.volumes[1].persistentVolumeClaim.claimName
   PersistentVolumeClaim/t-autouvmd-models "" delete
 reject "$d" "$sts: autouvmd.yaml server.listen: 0.0.0.0:50052 is not the container's grpc port 50051" \
   ConfigMap/t-autouvmd data/autouvmd.yaml replace 0.0.0.0:50051 0.0.0.0:50052
+reject "$d" "$sts: autouvmd.yaml server.http_listen: 0.0.0.0:8001 is not the container's http port 8000" \
+  ConfigMap/t-autouvmd data/autouvmd.yaml replace 0.0.0.0:8000 0.0.0.0:8001
+reject "$d" "$sts: autouvmd.yaml server.http_listen: the container has no port named http" \
+  "$sts" "$c/ports/2" delete
 reject "$d" "$sts: autouvmd.yaml server.lisen: unknown key" \
   ConfigMap/t-autouvmd data/autouvmd.yaml replace "  listen:" "  lisen:"
 reject "$d" "Service/t-autouvmd: spec.ports[1].targetPort: 'metricz' is not a container port of StatefulSet t-autouvmd" \
@@ -203,5 +220,7 @@ reject "$o" "$in_llm.readinessProbe.grpc: the gRPC port speaks TLS (server.tls)"
   StatefulSet/llm "$c/readinessProbe" set '{grpc: {port: 8001}}'
 reject "$o" "StatefulSet/llm: autouvmd.yaml server.tls.cert_file: '/etc/tls/tls.crt' is on no volume" \
   ConfigMap/llm data/autouvmd.yaml replace /var/run/secrets/autouvmd/tls/tls.crt /etc/tls/tls.crt
+reject "$o" "StatefulSet/llm: autouvmd.yaml server.api_key_file: '/etc/keys/openai-keys' is on no volume" \
+  ConfigMap/llm data/autouvmd.yaml replace /var/run/secrets/autouvmd/api-keys/ /etc/keys/
 
 echo "helm: 3 renders valid (default, everything-on, cpu-only), $refused bad values refused, $broken broken renders caught"

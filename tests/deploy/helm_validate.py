@@ -17,8 +17,9 @@ and the controllers check beyond the schemas, and what would only fail once runn
   kind, namespace and name.
 Then the autouvmd container (the one named autouvmd; check_daemon below): its autouvmd.yaml is a ConfigMap
 of the render mounted where the images' entrypoint reads it, parses, and has only keys the daemon knows,
-of the types it knows (--daemon-config); it listens on all interfaces on the container's grpc and metrics
-ports, keeps repository.path and state_dir on mounts; gRPC probes ask the gRPC port, HTTP probes the
+of the types it knows (--daemon-config); it listens on all interfaces on the container's grpc, metrics
+and http ports, keeps repository.path, state_dir and the files it reads (admin.token_file,
+server.api_key_file, server.tls.*) on mounts; gRPC probes ask the gRPC port, HTTP probes the
 metrics port; the grace period outlasts server.drain_timeout; runtime.backend cuda gets a GPU and cpu none;
 the pod runs as the images' user (--image-uid).
 
@@ -136,12 +137,17 @@ def check_daemon(ctx):
         metrics = server.get("metrics_listen", "0.0.0.0:9090")
         if metrics:
             listen_port(r, obj, config + "server.metrics_listen", metrics, ports, "metrics")
+        http = server.get("http_listen", "127.0.0.1:8000")
+        if http:
+            listen_port(r, obj, config + "server.http_listen", http, ports, "http")
         mounts = [m["mountPath"].rstrip("/") for m in c.get("volumeMounts", [])]
         tls = server.get("tls") or {}
-        optional = ("admin.token_file", "server.tls.cert_file", "server.tls.key_file", "server.tls.client_ca_file")
+        optional = ("admin.token_file", "server.api_key_file", "server.tls.cert_file", "server.tls.key_file",
+                    "server.tls.client_ca_file")
         for key, value in (("repository.path", (cfg.get("repository") or {}).get("path")),
                            ("state_dir", cfg.get("state_dir")),
                            ("admin.token_file", (cfg.get("admin") or {}).get("token_file")),
+                           ("server.api_key_file", server.get("api_key_file")),
                            ("server.tls.cert_file", tls.get("cert_file")),
                            ("server.tls.key_file", tls.get("key_file")),
                            ("server.tls.client_ca_file", tls.get("client_ca_file"))):

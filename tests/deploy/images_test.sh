@@ -76,7 +76,7 @@ while read -r p; do
 done <<< "$pkgs"
 
 # The installed daemon on the container config, its paths and ports moved into the temporary directory.
-sed -e "s|0.0.0.0:50051|127.0.0.1:0|" -e "s|0.0.0.0:9090|127.0.0.1:0|" -e "s|path: /models|path: $tmp/models|" \
+sed -e "s|0.0.0.0:50051|127.0.0.1:0|" -e "s|0.0.0.0:9090|127.0.0.1:0|" -e "s|0.0.0.0:8000|127.0.0.1:0|" -e "s|path: /models|path: $tmp/models|" \
     -e "s|state_dir: /state|state_dir: $tmp/state|" "$tmp/opt/etc/autouvmd/autouvmd.container.yaml" > "$tmp/autouvmd.yaml"
 "$tmp/opt/bin/autouvmd" --config "$tmp/autouvmd.yaml" --threads 2 > "$tmp/log" 2>&1 &
 pid=$!

@@ -221,7 +221,7 @@ def check_config_error(line, entry, build_dir, tmp, index):
         f.write(entry['yaml'])
     # Ports picked by the kernel, so that a file that is wrongly accepted takes no fixed port.
     argv = [os.path.join(build_dir, BINARIES['autouvmd']), '--config', 'my.yaml', '--listen', '127.0.0.1:0',
-            '--metrics-listen', '127.0.0.1:0']
+            '--metrics-listen', '127.0.0.1:0', '--http-listen', '127.0.0.1:0']
     result = run_process(argv, cwd, timeout=15)  # it exits before it opens anything
     problems = []
     if result.timed_out:
@@ -244,7 +244,7 @@ def corrupt_store_log(build_dir, tmp):
     with open(os.path.join(cwd, 'my.yaml'), 'w') as f:
         f.write('repository:\n  generate_default_model: ""\n')  # no model: the store is what matters
     argv = [os.path.join(build_dir, BINARIES['autouvmd']), '--config', 'my.yaml', '--listen', '127.0.0.1:0',
-            '--metrics-listen', '127.0.0.1:0', '--port-file', 'port']
+            '--metrics-listen', '127.0.0.1:0', '--http-listen', '127.0.0.1:0', '--port-file', 'port']
     with open(os.path.join(cwd, 'log'), 'wb') as log_file:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                                 start_new_session=True)
@@ -287,7 +287,8 @@ class Daemon:
         self.cli = os.path.join(build_dir, BINARIES['autouvm-cli'])
         # Relative repository and state: `autouvm-cli server` shows `profile_store: rocksdb state/profiles`.
         argv = [os.path.join(build_dir, BINARIES['autouvmd']), '--config', 'autouvmd.yaml',
-                '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0', '--port-file', self.port_file,
+                '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0', '--http-listen', '127.0.0.1:0',
+                '--port-file', self.port_file,
                 '--model-repository', 'models', '--state-dir', 'state']
         self.log = open(self.log_path, 'wb')
         self.proc = subprocess.Popen(argv, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=self.log,

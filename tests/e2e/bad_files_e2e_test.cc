@@ -1,8 +1,8 @@
 // Bad files in the model repository, table-driven, against the real daemon: a truncated, empty, garbage
 // or missing model.pt, a model.yaml that contradicts its model.pt or does not parse or has unknown or
-// mistyped keys, a tokenizer that does not parse. Each entry must fail alone with an error naming what is
-// wrong, and the good model beside them must serve. (Bad daemon configs stop startup naming the key:
-// config_test and LifecycleE2E.InvalidConfigStopsStartupNamingTheKey.)
+// mistyped keys, a tokenizer or a chat template that does not parse. Each entry must fail alone with an
+// error naming what is wrong, and the good model beside them must serve. (Bad daemon configs stop startup
+// naming the key: config_test and LifecycleE2E.InvalidConfigStopsStartupNamingTheKey.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -105,6 +105,11 @@ TEST(BadFilesE2E, EachBadEntryFailsAloneNamingWhatIsWrongAndTheGoodOneServes) {
        {"n_layer"}},
       {"yaml-mistyped", "byte", [](const fs::path& e) { ReplaceYamlLine(e, "dim", "dim: sixty-four"); }, {"dim"}},
       {"yaml-missing", "byte", [](const fs::path& e) { fs::remove(e / "model.yaml"); }, {"model.yaml"}},
+      // A chat template that does not parse (autouvm-mkmodel writes one inline; the new lines go before it).
+      {"template-broken",
+       "byte",
+       [](const fs::path& e) { ReplaceYamlLine(e, "chat_template", "chat_template: |\n  line one\n  {% endif %}"); },
+       {"model.yaml: chat_template: chat template line 2"}},
       {"tokenizer-garbage",
        "sentencepiece",
        [](const fs::path& e) { Write(e / "tokenizer.model", "this is not a sentencepiece model"); },

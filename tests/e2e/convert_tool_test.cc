@@ -2,8 +2,8 @@
 // daemon serves. The checkpoint holds the weights of an entry autouvm-mkmodel's builder wrote (with
 // biases, as Qwen2), under Hugging Face's names; the converted model must generate exactly the tokens
 // the original does; with a byte-level BPE tokenizer.json beside it, the entry tokenizes prompts with
-// it. A checkpoint that cannot be converted is refused by the binary, named, and leaves the repository
-// as it was.
+// it, and its chat template goes into the entry. A checkpoint that cannot be converted is refused by the
+// binary, named, and leaves the repository as it was.
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
@@ -69,13 +69,23 @@ TEST(ConvertToolE2E, AConvertedCheckpointGeneratesWhatTheOriginalDoes) {
   EXPECT_NE(err.find("the checkpoint has no model.layers.2.self_attn.v_proj.bias"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(d.repository() + "/broken"));
 
-  // With a byte-level BPE tokenizer.json beside it: served with that tokenizer (its template's bos).
+  // With a byte-level BPE tokenizer.json beside it: served with that tokenizer (its template's bos); and
+  // tokenizer_config.json's chat templates, of which "default" goes into the entry, said in a note.
   std::ofstream(hf.Sub("tokenizer.json")) << TokenizerJson().dump();
+  const nlohmann::json templates = {
+      {{"name", "default"}, {"template", "{% for m in messages %}{{ m.content + eos_token }}{% endfor %}"}},
+      {{"name", "tool_use"}, {"template", "{{ tools|tojson }}"}}};
+  std::ofstream(hf.Sub("tokenizer_config.json"))
+      << nlohmann::json{{"eos_token", {{"content", "<|eot_id|>"}}}, {"chat_template", templates}}.dump();
   ASSERT_EQ(RunCommand({AUTOUVM_CONVERT_PATH, "--hf", hf.path(), "--repo", d.repository(), "--name", "converted-bpe"},
                        &out, &err),
             0)
       << err;
-  EXPECT_NE(out.find("tokenizer bpe"), std::string::npos) << out;
+  EXPECT_NE(out.find("tokenizer bpe, chat template chat_template.jinja"), std::string::npos) << out;
+  EXPECT_NE(err.find("note: tokenizer_config.json has 2 chat templates (default, tool_use): took \"default\""),
+            std::string::npos)
+      << err;
+  EXPECT_TRUE(fs::exists(d.repository() + "/converted-bpe/chat_template.jinja"));
 
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();

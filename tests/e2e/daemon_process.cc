@@ -40,6 +40,7 @@ bool DaemonProcess::Start() {
   const std::string port_file = options_.port_file.empty() ? dir_.Sub("port") : options_.port_file;
   std::error_code ignored;
   std::filesystem::remove(port_file, ignored);  // a restart must not read the last run's port
+  std::filesystem::remove(dir_.Sub("http-port"), ignored);
   // Two intra-op threads: ctest runs several daemons at once, and on a many-core host libtorch's default
   // (one thread per core each) oversubscribes the machine until tests time out.
   std::vector<std::string> argv = {AUTOUVMD_PATH,
@@ -49,6 +50,10 @@ bool DaemonProcess::Start() {
                                    options_.metrics_listen,
                                    "--port-file",
                                    port_file,
+                                   "--http-listen",
+                                   options_.http_listen,
+                                   "--http-port-file",
+                                   dir_.Sub("http-port"),
                                    "--model-repository",
                                    repository(),
                                    "--state-dir",
@@ -78,6 +83,11 @@ bool DaemonProcess::Start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (port_ <= 0) return false;
+  http_port_ = 0;
+  if (!options_.http_listen.empty()) {
+    std::ifstream http_in(dir_.Sub("http-port"));
+    http_in >> http_port_;  // written before the gRPC port file
+  }
   channel_ =
       grpc::CreateChannel(address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials());
   generation_ = autouvm::v1::Generation::NewStub(channel_);

@@ -35,6 +35,7 @@ struct DaemonOptions {
   // the test's temporary directory.
   std::string listen = "127.0.0.1:0";
   std::string metrics_listen = "127.0.0.1:0";  // several daemons at once: on a free port too
+  std::string http_listen = "127.0.0.1:0";     // the OpenAI API's; "" turns it off
   std::string port_file;
 };
 
@@ -63,7 +64,8 @@ class DaemonProcess {
   int Wait(double timeout_s = 60);
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  pid_t pid() const { return pid_; }  // -1 when not running
+  int http_port() const { return http_port_; }  // 0 when the OpenAI API is off
+  pid_t pid() const { return pid_; }            // -1 when not running
   std::string repository() const { return dir_.Sub("models"); }
   std::string state_dir() const { return dir_.Sub("state"); }
   std::string Log() const;  // the daemon's stderr so far
@@ -77,6 +79,7 @@ class DaemonProcess {
   TempDir dir_;
   pid_t pid_ = -1;
   int port_ = 0;
+  int http_port_ = 0;
   int exit_code_ = -1;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<autouvm::v1::Generation::Stub> generation_;

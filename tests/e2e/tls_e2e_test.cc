@@ -222,6 +222,48 @@ TEST(TlsE2E, ARotatedCertificateIsServedWithoutARestartAndABrokenOneIsRefused) {
   EXPECT_LT(expiry, now + 2 * 86400 + 600);
 }
 
+// curl to the OpenAI API's port: the exit code (0: the TLS handshake and the request went through).
+int CurlHttps(const DaemonProcess& d, const std::string& ca, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {
+      "/usr/bin/curl", "-sS",      "-o", "/dev/null",
+      "--fail",        "--cacert", ca,   "https://127.0.0.1:" + std::to_string(d.http_port()) + "/v1/models"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::string out, err;
+  return RunCommand(argv, &out, &err, 30);
+}
+
+TEST(TlsE2E, TheHttpPortServesTheSameCertificateAndItsRotations) {
+  Pki pki;
+  pki.MakeCa("a");
+  pki.MakeCa("b");
+  pki.MakeLeaf("a", "server", /*server=*/true);
+  pki.MakeLeaf("b", "server-b", /*server=*/true);
+  pki.MakeLeaf("a", "client", /*server=*/false);
+  DaemonProcess d({.config_yaml = TlsConfig(pki, "    reload_interval: 1s\n    client_ca_file: " +
+                                                     pki.Path("a-ca.pem") + "\n    require_client_cert: true\n"),
+                   .credentials = Tls(pki.Pem("a-ca.pem"), pki.Pem("client.pem"), pki.Pem("client.key"))});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  ASSERT_GT(d.http_port(), 0);
+  const std::vector<std::string> client = {"--cert", pki.Path("client.pem"), "--key", pki.Path("client.key")};
+  EXPECT_EQ(CurlHttps(d, pki.Path("a-ca.pem"), client), 0) << d.Log();
+  EXPECT_NE(CurlHttps(d, pki.Path("b-ca.pem"), client), 0) << "a client trusting another CA got in";
+  std::string out, err;
+  EXPECT_NE(RunCommand({"/usr/bin/curl", "-sS", "--fail", "-o", "/dev/null",
+                        "http://127.0.0.1:" + std::to_string(d.http_port()) + "/v1/models"},
+                       &out, &err, 30),
+            0)
+      << "plaintext was served";
+  // Mutual TLS on the HTTP port too: without a client certificate the request fails.
+  EXPECT_NE(CurlHttps(d, pki.Path("a-ca.pem")), 0) << "a client without a certificate got in";
+
+  std::filesystem::rename(pki.Path("server-b.key"), pki.Path("server.key"));
+  std::filesystem::rename(pki.Path("server-b.pem"), pki.Path("server.pem"));
+  EXPECT_TRUE(Eventually([&] { return CurlHttps(d, pki.Path("b-ca.pem"), client) == 0; }, 30)) << d.Log();
+  EXPECT_NE(CurlHttps(d, pki.Path("a-ca.pem"), client), 0) << "the old certificate is still served";
+  EXPECT_NE(d.Log().find("the HTTP port serves the rotated certificate"), std::string::npos) << d.Log();
+}
+
 // Each bad setting stops the daemon at start with a message naming it; nothing is served in plaintext.
 TEST(TlsE2E, BadTlsSettingsStopTheDaemonNamingTheSetting) {
   Pki pki;

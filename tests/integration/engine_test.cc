@@ -236,7 +236,7 @@ TEST_F(EngineTest, GreedyDecodingIsDeterministic) {
     EXPECT_TRUE(logits.ok());
     std::vector<float> l = *logits;
     for (int i = 0; i < 20; ++i) {
-      const int32_t t = sampler.Sample(absl::MakeSpan(l), seq);
+      const int32_t t = sampler.Sample(absl::MakeSpan(l), seq, /*prompt_len=*/3);
       seq.push_back(t);
       engine::ModelRunner::DecodeRow row{0, t, static_cast<int64_t>(seq.size()) - 1};
       EXPECT_TRUE(runner->Decode({&row, 1}, &l).ok());

@@ -19,7 +19,7 @@ import re
 import sys
 
 # Top to bottom: a folder may include the folders before it in this list.
-LAYERS = ['proto', 'base', 'runtime', 'profiler', 'tokenizer', 'engine', 'server', 'http']
+LAYERS = ['proto', 'base', 'runtime', 'profiler', 'tokenizer', 'engine', 'http', 'server']
 # Folders that use the layers but are not one (their rules: below).
 LEAVES = ['clients', 'tools', 'bench', 'tests']
 
@@ -37,6 +37,7 @@ KNOWS_NOTHING_OF = {
     'profiler': ['grpc', 'HTTP'],
     'tokenizer': ['grpc', 'libtorch', 'CUDA', 'RocksDB', 'HTTP'],
     'engine': ['grpc', 'RocksDB', 'HTTP'],
+    'http': ['grpc', 'libtorch', 'CUDA', 'RocksDB'],
     'clients': ['libtorch', 'CUDA', 'RocksDB'],
 }
 # CUDA itself only under runtime/cuda/ (and the GPU tests and benchmarks that measure it).

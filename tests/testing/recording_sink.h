@@ -1,4 +1,5 @@
-// RecordingSink: an engine::GenerationSink that keeps what a request gave — its tokens, its result,
+// RecordingSink: an engine::GenerationSink that keeps what a request gave — its tokens (and their text and
+// logprobs), its result,
 // how many times it was finished — for tests of the scheduler, its policy and the front door.
 //
 //   RecordingSink sink;
@@ -20,9 +21,10 @@ namespace autouvm::testing {
 
 class RecordingSink final : public engine::GenerationSink {
  public:
-  void OnToken(int32_t token, const std::string&) override {
+  void OnToken(const engine::GeneratedToken& token) override {
     absl::MutexLock lock(&mu_);
-    tokens_.push_back(token);
+    tokens_.push_back(token.token);
+    generated_.push_back(token);
   }
   void OnFinish(const std::string&, const engine::GenerationResult& r) override {
     bool first = false;
@@ -38,6 +40,11 @@ class RecordingSink final : public engine::GenerationSink {
     absl::MutexLock lock(&mu_);
     return tokens_;
   }
+  // Everything each OnToken gave: text, logprobs.
+  std::vector<engine::GeneratedToken> Generated() const {
+    absl::MutexLock lock(&mu_);
+    return generated_;
+  }
   engine::GenerationResult Result() const {
     absl::MutexLock lock(&mu_);
     return result_;
@@ -52,6 +59,7 @@ class RecordingSink final : public engine::GenerationSink {
  private:
   mutable absl::Mutex mu_;
   std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<engine::GeneratedToken> generated_ ABSL_GUARDED_BY(mu_);
   engine::GenerationResult result_ ABSL_GUARDED_BY(mu_);
   int finishes_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -29,6 +29,11 @@ class FakeDirectory final : public ModelDirectory {
     if (!it->second.ok()) return it->second.status();
     return *it->second;
   }
+  std::vector<Listing> ListModels() const override {
+    std::vector<Listing> out;
+    for (const auto& [name, target] : models_) out.push_back({.name = name, .ready = target.ok()});
+    return out;
+  }
   std::map<std::string, absl::StatusOr<GenerationTarget>> models_;
 };
 

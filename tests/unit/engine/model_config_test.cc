@@ -1,11 +1,14 @@
-// model.yaml: ParseModelConfig against ModelConfigToYaml, and every rejected field named.
+// model.yaml: ParseModelConfig against ModelConfigToYaml, and every rejected field named; chat templates
+// inline or from a file beside model.yaml, written back byte for byte.
 #include "engine/model_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "engine/llama_builder.h"
 #include "tests/testing/temp_dir.h"
@@ -14,6 +17,7 @@ namespace autouvm::engine {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kOrigin[] = "models/m/model.yaml";
@@ -41,6 +45,10 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_DOUBLE_EQ(a.rope_high_freq_factor, b.rope_high_freq_factor);
   EXPECT_EQ(a.rope_original_max_seq, b.rope_original_max_seq);
   EXPECT_EQ(a.attention_bias, b.attention_bias);
+  EXPECT_EQ(a.chat_template, b.chat_template);
+  EXPECT_EQ(a.chat_template_file, b.chat_template_file);
+  EXPECT_EQ(a.bos_token, b.bos_token);
+  EXPECT_EQ(a.eos_token, b.eos_token);
 }
 
 // Serializes `c` and expects the parse to fail with INVALID_ARGUMENT naming `field` right after the origin.
@@ -244,6 +252,85 @@ TEST(ModelConfigTest, LoadReadsTheFileOrReportsNotFound) {
   auto loaded = LoadModelConfig(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->name, "from-file");
+}
+
+TEST(ModelConfigTest, ChatTemplatesRoundTripByteForByte) {
+  ModelConfig c = DefaultTinyModelConfig("m");
+  // The default is written as a literal block, as a person would write one (Note [Chat templates in model.yaml]).
+  EXPECT_THAT(ModelConfigToYaml(c), HasSubstr("chat_template: |"));
+  const std::vector<std::string> sources = {
+      kDefaultChatTemplate,
+      "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",  // no final newline
+      "two final newlines\n\n",
+      "  indented first line\n\ttab\ntrailing spaces   \n",
+      "windows\r\nline ends\r\n",
+      "# a comment? no: text\nkey: value\n- not a list\n'quoted' \"double\" \\ {{ '\\n' }}\n",
+      "Unicode ✓ 日本語 \u00a0 nbsp",
+      "\n\nleading newlines",
+  };
+  for (const std::string& source : sources) {
+    SCOPED_TRACE(source);
+    c.chat_template = source;
+    c.bos_token = "<|begin_of_text|>";
+    c.eos_token = "<|eot_id|> #";
+    auto parsed = ParseModelConfig(ModelConfigToYaml(c), kOrigin);
+    ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << ModelConfigToYaml(c);
+    ExpectSameConfig(*parsed, c);
+  }
+}
+
+TEST(ModelConfigTest, ChatTemplateFileIsReadBesideModelYaml) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.Sub("templates"));
+  const std::string source = "{% for m in messages %}{{ m.content }}{% endfor %}\n";
+  std::ofstream(dir.Sub("templates/chat.jinja"), std::ios::binary) << source;
+  ModelConfig c = DefaultTinyModelConfig("m");
+  c.chat_template.clear();
+  const std::string yaml = ModelConfigToYaml(c);
+  std::ofstream(dir.Sub("model.yaml")) << yaml << "chat_template_file: templates/chat.jinja\n";
+  auto loaded = LoadModelConfig(dir.Sub("model.yaml"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->chat_template, source);
+  EXPECT_EQ(loaded->chat_template_file, "templates/chat.jinja");
+  // Written back as the file's name, not the source.
+  EXPECT_THAT(ModelConfigToYaml(*loaded), HasSubstr("chat_template_file: templates/chat.jinja"));
+  EXPECT_THAT(ModelConfigToYaml(*loaded), Not(HasSubstr("chat_template:")));
+
+  std::ofstream(dir.Sub("model.yaml")) << yaml << "chat_template_file: missing.jinja\n";
+  auto missing = LoadModelConfig(dir.Sub("model.yaml"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(missing.status().message()),
+              StartsWith(dir.Sub("model.yaml") + ": chat_template_file: " + dir.Sub("missing.jinja")));
+}
+
+TEST(ModelConfigTest, ChatTemplateGivenTwiceOrMistypedIsRejected) {
+  const std::string yaml = ModelConfigToYaml(DefaultTinyModelConfig("m"));  // has chat_template
+  auto both = ParseModelConfig(yaml + "chat_template_file: chat_template.jinja\n", kOrigin);
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(std::string(both.status().message()),
+              StartsWith(std::string(kOrigin) + ": chat_template and chat_template_file: both given"));
+  auto mistyped = ParseModelConfig(yaml + "bos_token: [a]\n", kOrigin);
+  ASSERT_FALSE(mistyped.ok());
+  EXPECT_THAT(std::string(mistyped.status().message()), StartsWith(std::string(kOrigin) + ": bos_token:"));
+  ModelConfig c = DefaultTinyModelConfig("m");
+  c.chat_template.clear();
+  auto not_text = ParseModelConfig(ModelConfigToYaml(c) + "chat_template: not UTF-8 \xff\xfe\n", kOrigin);
+  ASSERT_FALSE(not_text.ok());
+  EXPECT_THAT(std::string(not_text.status().message()),
+              StartsWith(std::string(kOrigin) + ": chat_template: not valid UTF-8"));
+}
+
+TEST(ModelConfigTest, AChatTemplateFileMustBeARegularFile) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.Sub("a-directory"));
+  ModelConfig c = DefaultTinyModelConfig("m");
+  c.chat_template.clear();
+  std::ofstream(dir.Sub("model.yaml")) << ModelConfigToYaml(c) << "chat_template_file: a-directory\n";
+  auto loaded = LoadModelConfig(dir.Sub("model.yaml"));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("chat_template_file: "));
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("a-directory is not a regular file"));
 }
 
 }  // namespace

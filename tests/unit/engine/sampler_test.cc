@@ -1,4 +1,5 @@
-// Sampler: greedy, seeded sampling, top-k, top-p, repetition penalty and the shape of the distribution.
+// Sampler: greedy, seeded sampling, top-k, top-p, the repetition, presence and frequency penalties and the
+// shape of the distribution.
 #include "engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -12,16 +13,28 @@
 namespace autouvm::engine {
 namespace {
 
-// Draws `n` tokens from a fresh copy of `logits` each time (Sample modifies its input).
+// Draws `n` tokens from a fresh copy of `logits` each time (Sample modifies its input); `context` is all
+// prompt.
 std::vector<int32_t> Draw(Sampler& sampler, const std::vector<float>& logits, int n,
                           const std::vector<int32_t>& context = {}) {
   std::vector<int32_t> out;
   out.reserve(n);
   for (int i = 0; i < n; ++i) {
     std::vector<float> copy = logits;
-    out.push_back(sampler.Sample(absl::MakeSpan(copy), context));
+    out.push_back(sampler.Sample(absl::MakeSpan(copy), context, context.size()));
   }
   return out;
+}
+
+// The logits after one greedy Sample of `logits` with these penalties, `prompt` then `generated`.
+std::vector<float> Penalized(SamplingConfig config, std::vector<float> logits, const std::vector<int32_t>& prompt,
+                             const std::vector<int32_t>& generated) {
+  config.temperature = 0.0f;
+  Sampler sampler(config);
+  std::vector<int32_t> context = prompt;
+  context.insert(context.end(), generated.begin(), generated.end());
+  sampler.Sample(absl::MakeSpan(logits), context, prompt.size());
+  return logits;
 }
 
 std::vector<double> Softmax(const std::vector<float>& logits, double temperature) {
@@ -155,7 +168,7 @@ TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   std::vector<float> logits = {4.0f, 3.0f, -1.0f, -0.5f, 1.0f};
   // Token 0 appears twice (penalized once); ids outside the vocabulary are ignored.
   const std::vector<int32_t> context = {0, 2, 0, -1, 99};
-  sampler.Sample(absl::MakeSpan(logits), context);
+  sampler.Sample(absl::MakeSpan(logits), context, context.size());
   EXPECT_FLOAT_EQ(logits[0], 2.0f);
   EXPECT_FLOAT_EQ(logits[1], 3.0f);
   EXPECT_FLOAT_EQ(logits[2], -2.0f);
@@ -185,6 +198,86 @@ TEST(SamplerTest, RepetitionPenaltyPushesNegativeRepeatedTokenFurtherDown) {
   config.repetition_penalty = 1.6f;  // -1.0 * 1.6 = -1.6 < -1.5
   Sampler sampler(config);
   EXPECT_EQ(Draw(sampler, logits, 1, {1}), std::vector<int32_t>{2});
+}
+
+TEST(SamplerTest, PresencePenaltyMakesGreedySwitchAwayFromAGeneratedToken) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.5f};
+  const std::vector<int32_t> context = {0, 1};  // prompt {0}, then 1 generated
+  SamplingConfig config;
+  config.temperature = 0.0f;
+  Sampler without(config);
+  std::vector<float> copy = logits;
+  EXPECT_EQ(without.Sample(absl::MakeSpan(copy), context, 1), 1);
+  config.presence_penalty = 1.0f;  // 3.0 - 1.0 = 2.0 < 2.5
+  Sampler with(config);
+  copy = logits;
+  EXPECT_EQ(with.Sample(absl::MakeSpan(copy), context, 1), 2);
+  EXPECT_FLOAT_EQ(copy[0], 1.0f) << "a prompt token is not penalised";
+  EXPECT_FLOAT_EQ(copy[1], 2.0f);
+  EXPECT_FLOAT_EQ(copy[2], 2.5f);
+}
+
+TEST(SamplerTest, FrequencyPenaltyScalesWithCountsAndPresenceIsOncePerToken) {
+  SamplingConfig config;
+  config.frequency_penalty = 0.5f;
+  config.presence_penalty = 0.25f;
+  // Token 3 is only in the prompt (three times), 4 in neither; 0, 1, 2 generated once, twice, three times.
+  const std::vector<float> out = Penalized(config, {4.0f, 4.0f, 4.0f, 4.0f, 4.0f}, {3, 3, 3}, {0, 1, 1, 2, 2, 2});
+  EXPECT_FLOAT_EQ(out[0], 4.0f - 1 * 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(out[1], 4.0f - 2 * 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(out[2], 4.0f - 3 * 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(out[3], 4.0f);
+  EXPECT_FLOAT_EQ(out[4], 4.0f);
+}
+
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesLeaveThePromptAlone) {
+  SamplingConfig config;
+  config.presence_penalty = 2.0f;
+  config.frequency_penalty = 2.0f;
+  config.temperature = 0.0f;
+  Sampler sampler(config);
+  std::vector<float> logits = {3.0f, 2.9f};
+  const std::vector<int32_t> prompt = {0, 0, 0};
+  EXPECT_EQ(sampler.Sample(absl::MakeSpan(logits), prompt, prompt.size()), 0);
+  EXPECT_FLOAT_EQ(logits[0], 3.0f);
+}
+
+TEST(SamplerTest, NegativePenaltiesRaiseGeneratedTokens) {
+  SamplingConfig config;
+  config.presence_penalty = -1.0f;
+  config.frequency_penalty = -0.5f;
+  const std::vector<float> out = Penalized(config, {1.0f, 1.0f}, {}, {1, 1});
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+  EXPECT_FLOAT_EQ(out[1], 1.0f + 2 * 0.5f + 1.0f);
+}
+
+TEST(SamplerTest, PresencePenaltyComesAfterTheRepetitionPenalty) {
+  SamplingConfig config;
+  config.repetition_penalty = 2.0f;
+  config.presence_penalty = 1.0f;
+  // 4 / 2 - 1 = 1 (the other order would give (4 - 1) / 2 = 1.5).
+  EXPECT_FLOAT_EQ(Penalized(config, {4.0f}, {}, {0})[0], 1.0f);
+}
+
+TEST(SamplerTest, CountsFollowAGrowingContextAndRestartForAnotherOne) {
+  SamplingConfig config;
+  config.frequency_penalty = 1.0f;
+  config.temperature = 0.0f;
+  Sampler sampler(config);
+  std::vector<int32_t> context = {9};  // the prompt
+  auto penalized_logit_of_0 = [&]() {
+    std::vector<float> logits(10, 0.0f);
+    sampler.Sample(absl::MakeSpan(logits), context, 1);
+    return logits[0];
+  };
+  EXPECT_FLOAT_EQ(penalized_logit_of_0(), 0.0f);
+  context.push_back(0);
+  EXPECT_FLOAT_EQ(penalized_logit_of_0(), -1.0f);
+  context.push_back(0);
+  context.push_back(5);
+  EXPECT_FLOAT_EQ(penalized_logit_of_0(), -2.0f);
+  context = {9, 0};  // shorter than what was counted: counted afresh
+  EXPECT_FLOAT_EQ(penalized_logit_of_0(), -1.0f);
 }
 
 void ExpectFrequenciesMatchSoftmax(float temperature, uint64_t seed) {

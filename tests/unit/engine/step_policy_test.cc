@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <string>
+
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_step_runner.h"
 #include "tests/testing/recording_sink.h"
@@ -19,11 +23,14 @@ using ::testing::ElementsAre;
 
 class StepPolicyTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Sequence> Seq(std::vector<int32_t> prompt, int32_t max_tokens, RecordingSink* sink) {
+  // Greedy unless `edit` (run before the sequence, and its sampler, are made) says otherwise.
+  std::unique_ptr<Sequence> Seq(std::vector<int32_t> prompt, int32_t max_tokens, RecordingSink* sink,
+                                const std::function<void(GenerationParams&)>& edit = nullptr) {
     GenerationParams p;
     p.prompt = std::move(prompt);
     p.max_tokens = max_tokens;
     p.sampling.temperature = 0;
+    if (edit) edit(p);
     return std::make_unique<Sequence>(std::move(p), sink, &tokenizer_, clock_.Now());
   }
   // Runs one pass of `plan` on the fake runner and hands its result back, as the loop does.
@@ -199,6 +206,84 @@ TEST_F(StepPolicyTest, APastDeadlineAndACancellationStopASequenceBeforeItsNextPa
   EXPECT_EQ(gone.Result().reason, FinishReason::kCancelled);
   EXPECT_EQ(policy.free_slots(), 2);
   EXPECT_EQ(policy.running(), 0);
+}
+
+// The fake model's logits are one-hot: 1 at the next token, 0 at the 319 others.
+const double kLogNormalizer = std::log(std::exp(1.0) + 319);
+
+TEST_F(StepPolicyTest, PresencePenaltyCountsTheGeneratedTokensNotThePrompt) {
+  StepPolicy policy({.slots = 1, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
+  RecordingSink sink;
+  std::vector<std::unique_ptr<Sequence>> admitted;
+  // Negative: a generated token's 0 + 2 beats the predicted token's 1, a prompt token's stays 0.
+  admitted.push_back(Seq({256, 10}, 3, &sink, [](GenerationParams& p) { p.sampling.presence_penalty = -2.0f; }));
+  policy.Admit(std::move(admitted), clock_.Now());
+  RunAll(policy);
+  // 10 if the prompt counted; 11, 12, 13 if the generated tokens did not.
+  EXPECT_THAT(sink.Tokens(), ElementsAre(11, 11, 11));
+}
+
+TEST_F(StepPolicyTest, LogprobsAreTheModelsBeforePenaltiesAndTemperature) {
+  StepPolicy policy({.slots = 4, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
+  RecordingSink plain, penalized, hot, off;
+  std::vector<std::unique_ptr<Sequence>> admitted;
+  admitted.push_back(Seq({256, 10}, 3, &plain, [](GenerationParams& p) { p.logprobs = 2; }));
+  admitted.push_back(Seq({256, 10}, 3, &penalized, [](GenerationParams& p) {
+    p.logprobs = 1;
+    p.sampling.presence_penalty = -2.0f;  // 11, 11, 11 (the test above)
+  }));
+  admitted.push_back(Seq({256, 10}, 8, &hot, [](GenerationParams& p) {
+    p.logprobs = 1;
+    p.sampling.temperature = 100.0f;  // nearly uniform: rarely the model's choice
+    p.sampling.seed = 3;
+  }));
+  admitted.push_back(Seq({256, 10}, 1, &off));
+  policy.Admit(std::move(admitted), clock_.Now());
+  RunAll(policy);
+  const double best = 1 - kLogNormalizer, other = -kLogNormalizer;
+
+  const std::vector<GeneratedToken> p = plain.Generated();
+  ASSERT_EQ(p.size(), 3u);
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(p[i].token, 11 + static_cast<int32_t>(i));
+    EXPECT_EQ(p[i].text, std::string(1, static_cast<char>(11 + i)));
+    EXPECT_NEAR(p[i].logprob, best, 1e-5);
+    ASSERT_EQ(p[i].top.size(), 2u);
+    EXPECT_EQ(p[i].top[0].token, p[i].token);
+    EXPECT_NEAR(p[i].top[0].logprob, best, 1e-5);
+    EXPECT_EQ(p[i].top[1].token, 0) << "ties: the lowest id";
+    EXPECT_NEAR(p[i].top[1].logprob, other, 1e-5);
+  }
+
+  const std::vector<GeneratedToken> q = penalized.Generated();
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_NEAR(q[0].logprob, best, 1e-5);
+  for (size_t i = 1; i < q.size(); ++i) {
+    EXPECT_EQ(q[i].token, 11);
+    EXPECT_NEAR(q[i].logprob, other, 1e-5) << "the penalty does not change the reported logprob";
+    ASSERT_EQ(q[i].top.size(), 1u);
+    EXPECT_EQ(q[i].top[0].token, 12);
+    EXPECT_NEAR(q[i].top[0].logprob, best, 1e-5);
+  }
+
+  const std::vector<GeneratedToken> h = hot.Generated();
+  ASSERT_EQ(h.size(), 8u);
+  int32_t last = 10, not_the_models = 0;
+  for (const GeneratedToken& g : h) {
+    const int32_t predicted = (last + 1) % 320;
+    not_the_models += g.token != predicted;
+    EXPECT_NEAR(g.logprob, g.token == predicted ? best : other, 1e-5);
+    ASSERT_EQ(g.top.size(), 1u);
+    EXPECT_EQ(g.top[0].token, predicted);
+    EXPECT_NEAR(g.top[0].logprob, best, 1e-5);
+    last = g.token;
+  }
+  EXPECT_GT(not_the_models, 0) << "the temperature never moved the sampler off the model's choice";
+
+  const std::vector<GeneratedToken> o = off.Generated();
+  ASSERT_EQ(o.size(), 1u);
+  EXPECT_EQ(o[0].logprob, 0.0f);
+  EXPECT_TRUE(o[0].top.empty());
 }
 
 TEST_F(StepPolicyTest, IdleIterationsWaitForFreeSlotsAndTouchNoRequest) {

@@ -1,6 +1,6 @@
 // BuildGenerationParams: one test per rejected field (INVALID_ARGUMENT, message starting with the field),
-// then the defaults and conversions of a valid request. The tiny default model and the byte tokenizer;
-// no model file is needed.
+// then the defaults and conversions of a valid request; then engine::ValidateRequest's fields that only
+// the HTTP API sets (logprobs). The tiny default model and the byte tokenizer; no model file is needed.
 #include "server/request_validation.h"
 
 #include <gmock/gmock.h>
@@ -142,6 +142,26 @@ TEST_F(RequestValidationTest, NegativeRepetitionPenalty) {
   ExpectBad("sampling.repetition_penalty");
 }
 
+TEST_F(RequestValidationTest, PresencePenaltyAboveTwo) {
+  request_.mutable_sampling()->set_presence_penalty(2.5f);
+  ExpectBad("sampling.presence_penalty");
+}
+
+TEST_F(RequestValidationTest, PresencePenaltyInfinite) {
+  request_.mutable_sampling()->set_presence_penalty(-std::numeric_limits<float>::infinity());
+  ExpectBad("sampling.presence_penalty");
+}
+
+TEST_F(RequestValidationTest, FrequencyPenaltyBelowMinusTwo) {
+  request_.mutable_sampling()->set_frequency_penalty(-2.01f);
+  ExpectBad("sampling.frequency_penalty");
+}
+
+TEST_F(RequestValidationTest, NanFrequencyPenalty) {
+  request_.mutable_sampling()->set_frequency_penalty(std::numeric_limits<float>::quiet_NaN());
+  ExpectBad("sampling.frequency_penalty");
+}
+
 TEST_F(RequestValidationTest, StopTokenIdOutOfVocabulary) {
   request_.add_stop_token_ids(1000);
   ExpectBad("stop_token_ids[0]");
@@ -266,6 +286,65 @@ TEST_F(RequestValidationTest, SamplingDefaultsAndExplicitValues) {
   EXPECT_FLOAT_EQ(p->sampling.top_p, 1.0f);
   EXPECT_EQ(p->sampling.top_k, 40);
   EXPECT_FLOAT_EQ(p->sampling.repetition_penalty, 1.3f);
+}
+
+TEST_F(RequestValidationTest, PenaltiesDefaultToOffAndTheirBoundsAreAccepted) {
+  auto p = Build();
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->sampling.presence_penalty, 0.0f);
+  EXPECT_EQ(p->sampling.frequency_penalty, 0.0f);
+  EXPECT_EQ(p->logprobs, -1);
+  request_.mutable_sampling()->set_presence_penalty(-2.0f);
+  request_.mutable_sampling()->set_frequency_penalty(2.0f);
+  p = Build();
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->sampling.presence_penalty, -2.0f);
+  EXPECT_EQ(p->sampling.frequency_penalty, 2.0f);
+}
+
+// The engine's own request, as the HTTP API fills it: logprobs has no gRPC field.
+class EngineRequestTest : public RequestValidationTest {
+ protected:
+  absl::StatusOr<engine::GenerationParams> Validate(const engine::GenerationRequest& r) {
+    const engine::GenerationTarget target{.name = "tiny", .config = &model_, .tokenizer = &tok_};
+    return engine::ValidateRequest(r, target, engine::RequestLimits{}, names_, 1);
+  }
+  void ExpectRejected(const engine::GenerationRequest& r, const std::string& field) {
+    auto p = Validate(r);
+    ASSERT_FALSE(p.ok()) << "accepted a request with a bad " << field;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(p.status().message()), StartsWith(field + ":"));
+  }
+  engine::FieldNames names_{.presence_penalty = "presence_penalty", .frequency_penalty = "frequency_penalty"};
+  engine::GenerationRequest req_{.model = "tiny", .text = "hi"};
+};
+
+TEST_F(EngineRequestTest, LogprobsOutsideMinusOneToTwenty) {
+  req_.logprobs = 21;
+  ExpectRejected(req_, "logprobs");
+  req_.logprobs = -2;
+  ExpectRejected(req_, "logprobs");
+}
+
+TEST_F(EngineRequestTest, PenaltiesAreNamedInTheTransportsSpelling) {
+  req_.presence_penalty = 3.0f;
+  ExpectRejected(req_, "presence_penalty");
+  req_.presence_penalty.reset();
+  req_.frequency_penalty = -3.0f;
+  ExpectRejected(req_, "frequency_penalty");
+}
+
+TEST_F(EngineRequestTest, LogprobsAndPenaltiesAreCopied) {
+  for (int32_t n : {-1, 0, 20}) {
+    req_.logprobs = n;
+    req_.presence_penalty = 0.5f;
+    req_.frequency_penalty = -1.5f;
+    auto p = Validate(req_);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->logprobs, n);
+    EXPECT_EQ(p->sampling.presence_penalty, 0.5f);
+    EXPECT_EQ(p->sampling.frequency_penalty, -1.5f);
+  }
 }
 
 TEST_F(RequestValidationTest, StopStringsAndRequestIdAreCopied) {

@@ -425,5 +425,82 @@ TEST(HfImportTest, Llama3RopeScalingFollowsItsDefinition) {
   EXPECT_GT(blended, 0);
 }
 
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The chat template travels into the entry as chat_template.jinja, byte for byte, from
+// tokenizer_config.json (a string, or named templates: "default", else the first, said in a note) or from
+// chat_template.jinja, which transformers reads in its place; bos and eos texts as strings or AddedTokens.
+TEST(HfImportTest, TheChatTemplateIsCarriedOver) {
+  const Family llama{"LlamaForCausalLM", "llama"};
+  Reference r = MakeReference(SmallConfig("fp32", false), false, 4);
+  TempDir hf, repo;
+  WriteCheckpoint(hf.path(), r, llama);
+  const std::string tools = "{% for m in messages %}[{{ m.role }}]{% endfor %}";
+  const std::string chat = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}\n";
+  nlohmann::json tokenizer_config = {
+      {"bos_token", {{"__type", "AddedToken"}, {"content", "<s>"}, {"lstrip", false}}},
+      {"eos_token", "</s>"},
+      {"chat_template", {{{"name", "tool_use"}, {"template", tools}}, {{"name", "default"}, {"template", chat}}}}};
+  std::ofstream(hf.Sub("tokenizer_config.json")) << tokenizer_config.dump();
+  auto m = ConvertHfModel(hf.path(), repo.path(), {.name = "m", .byte_tokenizer = true});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->chat_template_note, HasSubstr("2 chat templates (tool_use, default): took \"default\""));
+  EXPECT_EQ(ReadAll(repo.Sub("m/chat_template.jinja")), chat);
+  EXPECT_THAT(ReadAll(repo.Sub("m/model.yaml")), HasSubstr("chat_template_file: chat_template.jinja"));
+  auto yaml = engine::LoadModelConfig(repo.Sub("m/model.yaml"));
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(yaml->chat_template, chat);
+  EXPECT_EQ(yaml->bos_token, "<s>");
+  EXPECT_EQ(yaml->eos_token, "</s>");
+
+  // Named templates without a "default": the first.
+  tokenizer_config["chat_template"] = {{{"name", "tool_use"}, {"template", tools}},
+                                       {{"name", "rag"}, {"template", chat}}};
+  std::ofstream(hf.Sub("tokenizer_config.json")) << tokenizer_config.dump();
+  m = ReadHfConfig(hf.path(), {.name = "m", .byte_tokenizer = true});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->config.chat_template, tools);
+  EXPECT_THAT(m->chat_template_note, HasSubstr("took the first, \"tool_use\""));
+
+  // chat_template.jinja comes first, as transformers reads it.
+  const std::string jinja = "{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{%- endfor %}";
+  std::ofstream(hf.Sub("chat_template.jinja"), std::ios::binary) << jinja;
+  m = ReadHfConfig(hf.path(), {.name = "m", .byte_tokenizer = true});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->config.chat_template, jinja);
+  EXPECT_EQ(m->config.chat_template_file, "chat_template.jinja");
+  EXPECT_THAT(m->chat_template_note, HasSubstr("took chat_template.jinja"));
+  // ... and can be left out.
+  m = ReadHfConfig(hf.path(), {.name = "m", .byte_tokenizer = true, .chat_template = false});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->config.chat_template, "");
+  EXPECT_EQ(m->config.chat_template_file, "");
+}
+
+TEST(HfImportTest, AChatTemplateThatCannotBeServedIsRefusedNamed) {
+  const Family llama{"LlamaForCausalLM", "llama"};
+  Reference r = MakeReference(SmallConfig("fp32", false), false, 4);
+  TempDir hf, repo;
+  WriteCheckpoint(hf.path(), r, llama);
+  std::ofstream(hf.Sub("tokenizer_config.json"))
+      << R"({"chat_template": "line 1\n{% for m in messages %}\n{{ m.content }"})";
+  const absl::Status s = ConvertHfModel(hf.path(), repo.path(), {.name = "m", .byte_tokenizer = true}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("tokenizer_config.json: chat_template: chat template line 3"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--no-chat-template"));
+  EXPECT_FALSE(fs::exists(repo.Sub("m")));
+  for (const char* bad : {R"({"bos_token": 1})", R"({"eos_token": {"text": "</s>"}})", R"({"chat_template": 7})",
+                          R"({"chat_template": [{"name": "default"}]})"}) {
+    SCOPED_TRACE(bad);
+    std::ofstream(hf.Sub("tokenizer_config.json")) << bad;
+    const absl::Status b = ReadHfConfig(hf.path(), {.name = "m", .byte_tokenizer = true}).status();
+    EXPECT_EQ(b.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(b.message()), HasSubstr("tokenizer_config.json: "));
+  }
+}
+
 }  // namespace
 }  // namespace autouvm::tools

@@ -74,7 +74,7 @@ autouvmd.yaml: values.config, with the keys the chart owns set from its ports an
 {{- $server := index $cfg "server" | default dict }}
 {{- $repository := index $cfg "repository" | default dict }}
 {{- $runtime := index $cfg "runtime" | default dict }}
-{{- range $key := list "listen" "metrics_listen" }}
+{{- range $key := list "listen" "metrics_listen" "http_listen" }}
 {{- if hasKey $server $key }}
 {{- fail (printf "config.server.%s is set by the chart: set containerPorts instead" $key) }}
 {{- end }}
@@ -90,6 +90,7 @@ autouvmd.yaml: values.config, with the keys the chart owns set from its ports an
 {{- end }}
 {{- $_ := set $server "listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.grpc)) }}
 {{- $_ := set $server "metrics_listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.metrics)) }}
+{{- $_ := set $server "http_listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.http)) }}
 {{- $_ := set $repository "path" "/models" }}
 {{- if not (index $runtime "backend") }}
 {{- $_ := set $runtime "backend" (ternary "cuda" "cpu" .Values.gpu.enabled) }}
@@ -98,6 +99,12 @@ autouvmd.yaml: values.config, with the keys the chart owns set from its ports an
 {{- $admin := index $cfg "admin" | default dict }}
 {{- $_ := set $admin "token_file" (printf "/var/run/secrets/autouvmd/admin/%s" .Values.adminToken.key) }}
 {{- $_ := set $cfg "admin" $admin }}
+{{- end }}
+{{- if .Values.apiKeys.existingSecret }}
+{{- if hasKey $server "api_key_file" }}
+{{- fail "config.server.api_key_file is set by the chart from apiKeys.existingSecret" }}
+{{- end }}
+{{- $_ := set $server "api_key_file" (printf "/var/run/secrets/autouvmd/api-keys/%s" .Values.apiKeys.key) }}
 {{- end }}
 {{- if .Values.tls.existingSecret }}
 {{- $mode := .Values.tls.clientCertificates | toString }}

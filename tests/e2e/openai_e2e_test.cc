@@ -1,0 +1,266 @@
+// End-to-end: the OpenAI-compatible API (docs/openai-api.md) of a real daemon, through the official
+// `openai` npm client (tests/openai/openai_client_test.js, installed into the build tree by the
+// openai_npm_install test) and through curl, which shows the raw server-sent events.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <barrier>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "tests/e2e/daemon_process.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace autouvm::testing {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+using nlohmann::json;
+
+constexpr char kKey[] = "sk-test-0123456789";
+
+// A daemon whose HTTP API asks for kKey, with `models_yaml` as its models: section.
+class OpenAiDaemon {
+ public:
+  explicit OpenAiDaemon(const std::string& models_yaml, bool default_model = true)
+      : d_({.config_yaml = Config(models_yaml), .generate_default_model = default_model}) {}
+
+  std::string Config(const std::string& models_yaml) {
+    std::ofstream(keys_.Sub("keys")) << "# test keys\nsk-other-key\n" << kKey << "\n";
+    return "server: {api_key_file: " + keys_.Sub("keys") + "}\nmodels: " + models_yaml + "\n";
+  }
+  bool Start() { return d_.Start() && d_.WaitForHealth(HealthCheckResponse::SERVING); }
+  std::string Url(const std::string& path = "") const {
+    return "http://127.0.0.1:" + std::to_string(d_.http_port()) + path;
+  }
+  std::string MetricsUrl() {
+    autouvm::v1::ServerStatus status;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(d_.admin()->GetServerStatus(&ctx, {}, &status).ok());
+    return "http://" + status.metrics_address() + "/metrics";
+  }
+  DaemonProcess& process() { return d_; }
+
+ private:
+  TempDir keys_;
+  DaemonProcess d_;
+};
+
+// node with the npm client installed into the build tree.
+int RunClient(const std::vector<std::string>& args, std::string* out) {
+  std::vector<std::string> argv = {"/usr/bin/env", "NODE_PATH=" AUTOUVM_NPM_DIR "/node_modules", "node",
+                                   AUTOUVM_SOURCE_DIR "/tests/openai/openai_client_test.js"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string err;
+  const int rc = RunCommand(argv, out, &err, 240);
+  *out += err;
+  return rc;
+}
+
+struct Curl {
+  int rc = -1;
+  int status = 0;
+  std::string body;
+};
+
+// curl -sS: the status line's code and the body. `data` "": a GET.
+Curl CallCurl(const std::string& url, const std::string& data, const std::string& key = kKey) {
+  std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "-N", "-w", "\n%{http_code}", url};
+  if (!key.empty()) {
+    argv.push_back("-H");
+    argv.push_back(std::string("Authorization: Bearer ") + key);
+  }
+  TempDir dir;
+  if (!data.empty()) {
+    std::ofstream(dir.Sub("body")) << data;
+    argv.insert(argv.end(), {"-H", "Content-Type: application/json", "--data-binary", "@" + dir.Sub("body")});
+  }
+  Curl c;
+  std::string err;
+  c.rc = RunCommand(argv, &c.body, &err, 120);
+  const size_t nl = c.body.rfind('\n');
+  if (nl != std::string::npos) {
+    c.status = std::atoi(c.body.c_str() + nl + 1);
+    c.body.resize(nl);
+  }
+  return c;
+}
+
+TEST(OpenAiE2E, TheOfficialClientListsCompletesChatsStreamsAndIsRefusedAsOpenAiRefuses) {
+  OpenAiDaemon d("{tiny-llama: {max_batch: 32, max_queue: 64}}");
+  ASSERT_TRUE(d.Start()) << d.process().Log();
+  std::string out;
+  const int rc = RunClient({"main", d.Url("/v1"), kKey, "tiny-llama"}, &out);
+  EXPECT_EQ(rc, 0) << out << "\n" << d.process().Log();
+  EXPECT_NE(out.find("checks passed"), std::string::npos) << out;
+}
+
+TEST(OpenAiE2E, AFullQueueGets429AndAnAbortedStreamFreesItsSlotAtOnce) {
+  OpenAiDaemon d("{tiny-llama: {max_batch: 1, max_queue: 1}}");
+  ASSERT_TRUE(d.Start()) << d.process().Log();
+  std::string out;
+  const int rc = RunClient({"queue", d.Url("/v1"), kKey, "tiny-llama", d.MetricsUrl()}, &out);
+  EXPECT_EQ(rc, 0) << out << "\n" << d.process().Log();
+  EXPECT_NE(out.find("all 1 checks passed"), std::string::npos) << out;
+}
+
+TEST(OpenAiE2E, CurlSeesServerSentEventsEndingInDone) {
+  OpenAiDaemon d("{tiny-llama: {max_batch: 4}}");
+  ASSERT_TRUE(d.Start()) << d.process().Log();
+  const Curl c = CallCurl(d.Url("/v1/completions"),
+                          R"({"model": "tiny-llama", "prompt": "Hi", "max_tokens": 4, "temperature": 0,
+                              "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(c.rc, 0);
+  ASSERT_EQ(c.status, 200) << c.body;
+  // Events are "data: <json>" separated by blank lines; the last is [DONE].
+  ASSERT_GE(c.body.size(), 2u);
+  ASSERT_EQ(c.body.substr(c.body.size() - 2), "\n\n") << c.body;
+  std::vector<std::string> events = absl::StrSplit(c.body.substr(0, c.body.size() - 2), "\n\n");
+  ASSERT_GE(events.size(), 3u) << c.body;
+  EXPECT_EQ(events.back(), "data: [DONE]");
+  std::string text;
+  int finished = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_EQ(events[i].rfind("data: ", 0), 0u) << events[i];
+    ASSERT_EQ(events[i].find('\n'), std::string::npos) << "one line per event: " << events[i];
+    const json chunk = json::parse(events[i].substr(6));
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_EQ(chunk["model"], "tiny-llama");
+    if (i + 2 == events.size()) {  // the usage chunk
+      EXPECT_TRUE(chunk["choices"].empty());
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 4);
+      continue;
+    }
+    EXPECT_TRUE(chunk["usage"].is_null());
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) {
+      ++finished;
+      EXPECT_EQ(chunk["choices"][0]["finish_reason"], "length");
+    }
+  }
+  EXPECT_EQ(finished, 1);
+  const Curl whole = CallCurl(d.Url("/v1/completions"),
+                              R"({"model": "tiny-llama", "prompt": "Hi", "max_tokens": 4, "temperature": 0,
+                                  "ignore_eos": true})");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(json::parse(whole.body)["choices"][0]["text"], text);
+}
+
+TEST(OpenAiE2E, CurlGetsOpenAiErrorObjectsForEachRefusal) {
+  OpenAiDaemon d("{tiny-llama: {max_batch: 2}}");
+  ASSERT_TRUE(d.Start()) << d.process().Log();
+  struct Case {
+    std::string path, body, key;
+    int status;
+    std::string message_part;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/models", "", "", 401, "API key", ""},
+      {"/v1/models", "", "wrong", 401, "Incorrect API key", ""},
+      {"/v1/completions", "{not json", kKey, 400, "not JSON", ""},
+      {"/v1/completions", R"({"model": "tiny-llama"})", kKey, 400, "prompt: is required", "prompt"},
+      {"/v1/completions", R"({"model": "tiny-llama", "prompt": "x", "frobnicate": 1})", kKey, 400,
+       "frobnicate: is not supported", "frobnicate"},
+      {"/v1/chat/completions", R"({"model": "tiny-llama", "messages": [{"role": "wizard", "content": "x"}]})", kKey,
+       400, "messages[0].role", "messages[0].role"},
+      {"/v1/chat/completions",
+       R"({"model": "tiny-llama", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       kKey, 400, "response_format", "response_format"},
+      {"/v1/completions", R"({"model": "tiny-llama", "prompt": "x", "max_tokens": 100000})", kKey, 400, "max_tokens",
+       "max_tokens"},
+      {"/v1/completions", R"({"model": "nope", "prompt": "x"})", kKey, 404, "nope", ""},
+      {"/v1/models/nope", "", kKey, 404, "nope", ""},
+      {"/v1/nothing", "", kKey, 404, "no route", ""},
+      {"/v1/completions", std::string(5 << 20, ' '), kKey, 413, "over", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.body.substr(0, 120));
+    const Curl r = CallCurl(d.Url(c.path), c.body, c.key);
+    ASSERT_EQ(r.rc, 0);
+    EXPECT_EQ(r.status, c.status) << r.body;
+    const json e = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r.body;
+    EXPECT_NE(e["error"]["message"].get<std::string>().find(c.message_part), std::string::npos) << r.body;
+    if (!c.param.empty()) EXPECT_EQ(e["error"]["param"], c.param) << r.body;
+  }
+  // /health needs no key; the daemon kept serving through every refusal.
+  EXPECT_EQ(CallCurl(d.Url("/health"), "", "").status, 200);
+  const Curl ok = CallCurl(d.Url("/v1/models"), "");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// Note [Listen backlog] (http/openai_server.cc): clients that connect at the same moment are all served,
+// none refused or left waiting for a SYN retransmit.
+TEST(OpenAiE2E, SixtyFourClientsConnectingAtOnceAreAllServed) {
+  OpenAiDaemon d("{tiny-llama: {max_batch: 32, max_queue: 64}}");
+  ASSERT_TRUE(d.Start()) << d.process().Log();
+  constexpr int kClients = 64;
+  std::vector<int> status(kClients, 0);
+  std::vector<std::string> errors(kClients);
+  std::barrier start(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client client("127.0.0.1", d.process().http_port());
+      client.set_read_timeout(std::chrono::seconds(60));
+      client.set_bearer_token_auth(kKey);
+      start.arrive_and_wait();
+      auto r = client.Post("/v1/completions", R"({"model": "tiny-llama", "prompt": "x", "max_tokens": 2})",
+                           "application/json");
+      if (r) {
+        status[i] = r->status;
+      } else {
+        errors[i] = httplib::to_string(r.error());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(status[i], 200) << "client " << i << ": " << errors[i];
+}
+
+TEST(OpenAiE2E, AModelWithoutAChatTemplateGets400SayingSoAndStillCompletes) {
+  OpenAiDaemon d("{plain: {max_batch: 2}}", /*default_model=*/false);
+  std::string out, err;
+  ASSERT_EQ(RunCommand({AUTOUVM_MKMODEL_PATH,
+                        "--repo",
+                        d.process().repository(),
+                        "--name",
+                        "plain",
+                        "--dim",
+                        "64",
+                        "--layers",
+                        "1",
+                        "--heads",
+                        "4",
+                        "--kv-heads",
+                        "2",
+                        "--ffn-dim",
+                        "96",
+                        "--max-seq",
+                        "64",
+                        "--seed",
+                        "3",
+                        "--no-chat-template"},
+                       &out, &err, 120),
+            0)
+      << err;
+  ASSERT_TRUE(d.Start()) << d.process().Log();
+  const Curl chat =
+      CallCurl(d.Url("/v1/chat/completions"), R"({"model": "plain", "messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(chat.status, 400) << chat.body;
+  EXPECT_NE(chat.body.find("has no chat template"), std::string::npos) << chat.body;
+  const Curl completion =
+      CallCurl(d.Url("/v1/completions"), R"({"model": "plain", "prompt": "x", "max_tokens": 3, "ignore_eos": true})");
+  EXPECT_EQ(completion.status, 200) << completion.body;
+  EXPECT_EQ(json::parse(completion.body)["usage"]["completion_tokens"], 3);
+}
+
+}  // namespace
+}  // namespace autouvm::testing
