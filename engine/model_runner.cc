@@ -231,19 +231,21 @@ absl::StatusOr<std::vector<float>> ModelRunner::ForwardAll(int32_t slot, absl::S
                                                            int64_t start_pos) {
   std::vector<float> logits;
   const Row row{.slot = slot, .tokens = tokens, .start_pos = start_pos};
-  RETURN_IF_ERROR(RunStep(absl::MakeConstSpan(&row, 1), /*every_position=*/true, &logits));
+  RETURN_IF_ERROR(RunStep({}, absl::MakeConstSpan(&row, 1), /*every_position=*/true, &logits));
   return logits;
 }
 
-absl::Status ModelRunner::Step(absl::Span<const Row> rows, std::vector<float>* logits) {
-  return RunStep(rows, /*every_position=*/false, logits);
+absl::Status ModelRunner::Step(absl::Span<const KvShare> shares, absl::Span<const Row> rows,
+                               std::vector<float>* logits) {
+  return RunStep(shares, rows, /*every_position=*/false, logits);
 }
 
 // The packed step's inputs as one int64 tensor, in this order: tokens, positions and kv_rows [N] (the
 // decode rows' tokens first, then the prompt rows'), d_rows [nd x d_span], p_index [rows x longest
 // chunk], p_flat [prompt tokens], p_rows [rows x p_span], logit_ix [wanted logits] (Note [Packed steps],
 // engine/llama_module.cc).
-absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_position, std::vector<float>* logits) {
+absl::Status ModelRunner::RunStep(absl::Span<const KvShare> shares, absl::Span<const Row> rows, bool every_position,
+                                  std::vector<float>* logits) {
   if (rows.empty()) return absl::InvalidArgumentError("a step with no rows");
   std::vector<bool> used(static_cast<size_t>(max_batch_), false);
   std::vector<std::pair<int32_t, int64_t>> lengths;  // the positions each slot holds after the step
@@ -276,8 +278,16 @@ absl::Status ModelRunner::RunStep(absl::Span<const Row> rows, bool every_positio
       p_span = std::max(p_span, r.start_pos + len);
     }
   }
-  // A slot grows to hold its row; its blocks go back only when it is Released.
-  RETURN_IF_ERROR(impl_->blocks.Grow(lengths));
+  for (size_t i = 0; i < shares.size(); ++i) {
+    for (const int32_t slot : {shares[i].src_slot, shares[i].dst_slot}) {
+      if (slot < 0 || slot >= max_batch_) {
+        return absl::OutOfRangeError(absl::StrCat("share ", i, ": slot ", slot, " out of range"));
+      }
+    }
+  }
+  // A slot grows to hold its row (a share's dst past the blocks it starts with: Note [Identical prompts
+  // share their prefill], engine/step_policy.cc); its blocks go back only when it is Released.
+  RETURN_IF_ERROR(impl_->blocks.Grow(lengths, shares));
   const KvBlocks& blocks = impl_->blocks;
   if (kv_rows_listener_) kv_rows_listener_(blocks.live_rows(), blocks.shape().blocks * blocks.shape().block_tokens);
   std::vector<size_t> order;  // decode rows first

@@ -5,6 +5,7 @@
 //
 //   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(entry_dir, config, /*max_batch=*/8, device));
 //   RETURN_IF_ERROR(runner->Step(rows, &logits));                          // StepRunner: packed rows
+//   RETURN_IF_ERROR(runner->Step(shares, rows, &logits));                  // some slots start with others' blocks
 //   ASSIGN_OR_RETURN(auto logits, runner->Prefill(slot, prompt_ids));      // last position's logits
 //   RETURN_IF_ERROR(runner->Prefill({{slot, prompt, 0}, ...}, &logits));  // several prompts in one pass
 //   RETURN_IF_ERROR(runner->Decode({{slot, token, pos}, ...}, &logits));   // one row per slot
@@ -49,7 +50,8 @@ class ModelRunner final : public StepRunner {
   ~ModelRunner() override;
 
   // StepRunner (engine/step_runner.h).
-  absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) override;
+  using StepRunner::Step;
+  absl::Status Step(absl::Span<const KvShare> shares, absl::Span<const Row> rows, std::vector<float>* logits) override;
   // A step of prompt rows only: each row's last position's logits.
   absl::Status Prefill(absl::Span<const PrefillRow> rows, std::vector<float>* logits);
   // One prompt: its last position's logits.
@@ -99,7 +101,8 @@ class ModelRunner final : public StepRunner {
   struct Impl;
   ModelRunner(std::unique_ptr<Impl> impl, ModelConfig config, int max_batch);
   // Step's work; every_position: all of each row's tokens' logits (ForwardAll).
-  absl::Status RunStep(absl::Span<const Row> rows, bool every_position, std::vector<float>* logits);
+  absl::Status RunStep(absl::Span<const KvShare> shares, absl::Span<const Row> rows, bool every_position,
+                       std::vector<float>* logits);
 
   std::unique_ptr<Impl> impl_;
   ModelConfig config_;

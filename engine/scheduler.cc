@@ -192,11 +192,12 @@ void Scheduler::Loop() {
 void Scheduler::Run(const StepPlan& plan) {
   StepResult result;
   result.logits = &logits_;
-  // A pass writes its rows' cache positions and nothing else: running it again is safe.
+  // A pass writes its rows' cache positions (and makes its shares) and nothing else: running it again is
+  // safe.
   const absl::Time started = clock_->Now();
   for (int attempt = 0;; ++attempt) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
-    result.status = runner_->Step(plan.RunnerRows(), &logits_);
+    result.status = runner_->Step(plan.shares, plan.RunnerRows(), &logits_);
     if (!options_.hooks || !options_.hooks->AfterIteration(result.status) || attempt > 0) break;
   }
   {

@@ -60,6 +60,7 @@ void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Ti
   AUTOUVM_CHECK_LE(admitted.size(), free_slots_.size()) << "admitted more requests than there are free slots";
   for (auto& s : admitted) {
     s->kv_blocks = KvBlocksFor(s->params);
+    JoinIdenticalPrompt(s.get());
     AUTOUVM_CHECK_LE(s->kv_blocks, free_kv_blocks()) << "admitted a request whose KV blocks are not free";
     reserved_kv_blocks_ += s->kv_blocks;
     counters_.kv_blocks_reserved = reserved_kv_blocks_;
@@ -67,9 +68,110 @@ void StepPolicy::Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Ti
     s->slot = free_slots_.back();
     free_slots_.pop_back();
     to_prefill_.push_back(s.get());
-    counters_.prompt_tokens_waiting += static_cast<int64_t>(s->params.prompt.size());
+    counters_.prompt_tokens_waiting += static_cast<int64_t>(s->params.prompt.size()) - s->prefilled;
     active_.push_back(std::move(s));
   }
+}
+
+// Note [Identical prompts share their prefill]: OpenAI's `n` (http/openai_generate.cc submits n engine
+// requests of one prompt), identical gRPC requests and equal prompts of one batch all compute the same
+// keys and values: under causal attention a position's K/V depends on the tokens up to it alone. So a
+// sequence admitted with the prompt of a running one shares that one's KV blocks of the prompt: its first
+// `shared` = floor((prompt - 1) / block_tokens) x block_tokens positions are the other's blocks (KvShare;
+// KvBlocks::Share: a block held by several tables goes back to the pool when the last one gives it up),
+// and it computes only its tail [shared, prompt) itself: at least the prompt's last token, whose logits
+// give it its first token, sampled by its own sampler (its seed). Whole blocks only: the other goes on
+// writing the block of its prompt's last positions, then its own tokens, which a sibling must not see;
+// a sibling's own positions start in a block of its own, and the shared blocks are never written again.
+// (shared 0, a prompt within one block: nothing is shared.)
+//
+// Admitted together (or while the other's prefill is still to come), a sibling waits for the other, its
+// leader: it is not scheduled while the leader's prompt is prefilled, and the pass that carries the
+// leader's last chunk carries the siblings' tails as prompt chunks, with the shares the runner makes
+// before it packs the rows (StepPlan::shares), so that all n get their first token in that pass and one
+// weight sweep computes prompt + (n - 1) x tail prompt tokens where it computed n x prompt. Every row's
+// keys and values are written before any row attends (Note [Packed steps], engine/llama_module.cc), so
+// a tail attends to shared positions its leader computes in the same pass. The tails count toward
+// prefill_tokens: those that do not fit what the leader's last chunk left of the pass share its blocks
+// in the next passes. Admitted after the other's prefill (the n requests of one HTTP call are submitted
+// one by one, and an idle model's loop may admit the first alone: Note [Waiting for company]), a sibling
+// shares in its own first pass from any running member of its prompt that has the blocks.
+//
+// Reservation (Note [Reserving KV blocks]): the shared blocks are reserved once, by the group's
+// SharedPrefix, not by each member: a sibling reserves its whole length less them, and the group's
+// reservation goes when its last holder ends, whichever that is (the leader may finish while siblings
+// decode on over its blocks). When no running member has the blocks or computes them any more (a leader
+// cancelled, past its deadline or failed before its last chunk; the last holder ending before a sibling
+// took them), the first sibling still waiting computes the whole prompt in blocks of its own, the group's
+// reservation covering the shared ones, and the others wait for it: every sibling computing its own
+// prompt instead would need the shared blocks again for each, more than the leader gives back. The lead
+// changes hands when the old one is retired, after its last pass, so its blocks are back in the pool
+// before the new leader takes its own. A sibling that stops while it waits leaves as any sequence does.
+//
+// Nothing is copied and no op is added: a sibling's rows point at the leader's blocks, so the pass's ops,
+// and the profiler's traces and plans, are those of any pass of its rows. A prompt is shared only while
+// a sequence of it runs (no cache of the prompts of requests that ended).
+void StepPolicy::JoinIdenticalPrompt(Sequence* s) {
+  const int64_t block = options_.kv_block_tokens;
+  const int64_t prompt = static_cast<int64_t>(s->params.prompt.size());
+  if (block <= 0 || prompt <= block) return;
+  const int64_t shared = (prompt - 1) / block * block;
+  auto join = [&](Sequence* other, Sequence* leader) {
+    if (other->prefix == nullptr) {
+      other->prefix = std::make_shared<SharedPrefix>(
+          SharedPrefix{.tokens = shared, .kv_blocks = shared / block, .holders = 1, .leader = leader});
+      other->kv_blocks -= other->prefix->kv_blocks;  // the group's now: reserved as before
+    }
+    s->prefix = other->prefix;
+    ++s->prefix->holders;
+    s->kv_blocks -= s->prefix->kv_blocks;
+    s->prefilled = shared;
+    s->share_pending = s->prefix->leader == nullptr;
+  };
+  // One whose prefill is to come (and that is no sibling itself): s waits for its last chunk.
+  for (Sequence* leader : to_prefill_) {
+    if (leader->done || (leader->prefix != nullptr && leader->prefix->leader != leader)) continue;
+    if (leader->params.prompt != s->params.prompt) continue;
+    join(leader, leader);
+    return;
+  }
+  // One whose prefill is done, its blocks computed: s shares them in its first pass.
+  for (const auto& other : active_) {
+    if (other->done || other->prefilled != prompt || other->params.prompt != s->params.prompt) continue;
+    join(other.get(), nullptr);
+    return;
+  }
+}
+
+Sequence* StepPolicy::PrefixHolder(const Sequence* s) const {
+  const int64_t prompt = static_cast<int64_t>(s->params.prompt.size());
+  for (const auto& t : active_) {
+    if (t.get() != s && !t->done && t->prefix == s->prefix && t->prefilled == prompt) return t.get();
+  }
+  return nullptr;
+}
+
+void StepPolicy::LeavePrefix(Sequence* s) {
+  SharedPrefix& prefix = *s->prefix;
+  --prefix.holders;
+  if (prefix.leader == s) prefix.leader = nullptr;  // it ended before its last chunk
+  if (prefix.leader == nullptr && prefix.holders > 0 && PrefixHolder(s) == nullptr) {
+    // No running member has the blocks or computes them: the first that waits for them computes the
+    // prompt, the others wait for its last chunk.
+    for (Sequence* next : to_prefill_) {
+      if (next->done || next->prefix != s->prefix) continue;
+      next->share_pending = false;
+      if (prefix.leader != nullptr) continue;
+      prefix.leader = next;
+      counters_.prompt_tokens_waiting += next->prefilled;
+      next->prefilled = 0;
+    }
+  }
+  if (prefix.holders == 0) {
+    reserved_kv_blocks_ -= prefix.kv_blocks;
+    counters_.kv_blocks_reserved = reserved_kv_blocks_;
+  }
+  s->prefix.reset();
 }
 
 int StepPlan::decode_rows() const {
@@ -115,25 +217,21 @@ std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
   }
   const bool decoding = !plan.rows.empty();
   int64_t budget = options_.prefill_tokens;
-  while (!to_prefill_.empty() && budget > 0) {
-    Sequence* s = to_prefill_.front();
-    const int64_t left = static_cast<int64_t>(s->params.prompt.size()) - s->prefilled;
+  std::vector<Sequence*> planned;  // leave to_prefill_: their prompts' last rows are planned, or they stopped
+  for (size_t i = 0; i < to_prefill_.size() && budget > 0; ++i) {
+    Sequence* s = to_prefill_[i];
+    if (std::find(planned.begin(), planned.end(), s) != planned.end()) continue;  // a sibling, with its leader
     if (CheckStopConditions(s, now)) {
-      to_prefill_.pop_front();
-      counters_.prompt_tokens_waiting -= left;
+      counters_.prompt_tokens_waiting -= static_cast<int64_t>(s->params.prompt.size()) - s->prefilled;
+      planned.push_back(s);
       continue;
     }
-    const int64_t take = std::min(left, budget);
-    const auto from = s->params.prompt.begin() + s->prefilled;
-    plan.rows.push_back({.slot = s->slot,
-                         .tokens = std::vector<int32_t>(from, from + take),
-                         .start_pos = s->prefilled,
-                         .logits = take == left});
-    plan.sequences.push_back(s);
-    budget -= take;
-    if (take < left) break;  // its next chunk opens the next pass's prompts
-    to_prefill_.pop_front();
+    if (WaitsForLeader(s)) continue;  // its tail rides in the pass of its leader's last chunk
+    if (s->share_pending && PrefixHolder(s) == nullptr) continue;  // computed in this pass: shared in the next
+    if (!PlanPrompt(s, &plan, &budget, &planned, now)) break;
   }
+  auto leaves = [&planned](const Sequence* s) { return std::find(planned.begin(), planned.end(), s) != planned.end(); };
+  to_prefill_.erase(std::remove_if(to_prefill_.begin(), to_prefill_.end(), leaves), to_prefill_.end());
   if (plan.rows.empty()) {
     RetireFinished();
     return std::nullopt;
@@ -141,6 +239,51 @@ std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
   const bool prompts = !plan.rows.back().decode;  // decode rows come first
   plan.phase = !prompts ? IterationPhase::kDecode : decoding ? IterationPhase::kMixed : IterationPhase::kPrefill;
   return plan;
+}
+
+bool StepPolicy::PlanPrompt(Sequence* s, StepPlan* plan, int64_t* budget, std::vector<Sequence*>* planned,
+                            absl::Time now) {
+  const int64_t prompt = static_cast<int64_t>(s->params.prompt.size());
+  const int64_t left = prompt - s->prefilled;
+  const int64_t take = std::min(left, *budget);
+  const auto from = s->params.prompt.begin() + s->prefilled;
+  plan->rows.push_back({.slot = s->slot,
+                        .tokens = std::vector<int32_t>(from, from + take),
+                        .start_pos = s->prefilled,
+                        .logits = take == left});
+  plan->sequences.push_back(s);
+  if (s->share_pending) {  // its first chunk: the shared blocks are a holder's
+    const Sequence* holder = PrefixHolder(s);
+    AUTOUVM_CHECK(holder != nullptr) << "a request that shares a prompt's blocks has no one to share them from";
+    plan->shares.push_back({.src_slot = holder->slot, .dst_slot = s->slot, .tokens = s->prefix->tokens});
+    s->share_pending = false;
+  }
+  *budget -= take;
+  if (take < left) return false;  // its next chunk opens the next pass's prompts
+  planned->push_back(s);
+  if (s->prefix == nullptr || s->prefix->leader != s) return true;
+  // A leader's last chunk (Note [Identical prompts share their prefill]): its siblings' tails ride in
+  // its pass as far as the budget goes; the others share its blocks in the next passes.
+  s->prefix->leader = nullptr;
+  for (const auto& t : active_) {
+    if (t.get() == s || t->done || t->prefix != s->prefix) continue;
+    const int64_t tail = prompt - t->prefilled;
+    if (CheckStopConditions(t.get(), now)) {
+      counters_.prompt_tokens_waiting -= tail;
+      planned->push_back(t.get());
+    } else if (tail > *budget) {
+      t->share_pending = true;
+    } else {
+      const auto at = t->params.prompt.begin() + t->prefilled;
+      plan->rows.push_back(
+          {.slot = t->slot, .tokens = std::vector<int32_t>(at, t->params.prompt.end()), .start_pos = t->prefilled});
+      plan->sequences.push_back(t.get());
+      plan->shares.push_back({.src_slot = s->slot, .dst_slot = t->slot, .tokens = s->prefix->tokens});
+      *budget -= tail;
+      planned->push_back(t.get());
+    }
+  }
+  return true;
 }
 
 // Free slots only: the runner takes their blocks for the pass and they are released after it.
@@ -297,6 +440,7 @@ void StepPolicy::RetireFinished() {
       reserved_kv_blocks_ -= s->kv_blocks;
       counters_.kv_blocks_reserved = reserved_kv_blocks_;
       s->kv_blocks = 0;
+      if (s->prefix != nullptr) LeavePrefix(s.get());
     }
   }
   AUTOUVM_CHECK_LE(free_slots_.size(), static_cast<size_t>(options_.slots)) << "a slot was freed twice";

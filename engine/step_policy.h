@@ -12,6 +12,9 @@
 //      rest in the next passes (chunked prefill); the pass that computes a prompt's last chunk gives the
 //      request its first token,
 // or, before it, an idle iteration (no request: Reprofile's `now`) once its batch fits the free slots.
+// Sequences of identical prompts compute the prompt's whole blocks once: the later ones start with the
+// first one's KV blocks and compute only their tails, in the pass of its last chunk (or, admitted after
+// it, in their own first pass; Note [Identical prompts share their prefill], engine/step_policy.cc).
 // A pass's phase is what it carries: decode rows only (decode), prompt chunks only (prefill), or both
 // (mixed); the profiler keys its profiles by it. Before a sequence's part of a pass its stop conditions
 // are checked (deadline, cancellation); Update samples from the pass's logits, streams the token and its
@@ -43,6 +46,20 @@
 
 namespace autouvm::engine {
 
+struct Sequence;
+
+// Note [Identical prompts share their prefill] (step_policy.cc): a prompt's whole blocks, short of its
+// last token, that the running sequences of that prompt share: computed once, by the leader, reserved
+// once for all of them.
+struct SharedPrefix {
+  int64_t tokens = 0;     // positions: a whole number of blocks
+  int64_t kv_blocks = 0;  // tokens / block_tokens; no holder's Sequence::kv_blocks counts them
+  int holders = 0;        // running sequences that hold them, or will once the leader computed them
+  // Computes them; null once the pass of its last prompt chunk (and its siblings' tails) is planned, and
+  // from the start when the group formed around a sequence that had them computed already.
+  Sequence* leader = nullptr;
+};
+
 // One request, from Submit to OnFinish.
 struct Sequence {
   Sequence(GenerationParams p, GenerationSink* s, const tokenizer::Tokenizer* tok, absl::Time now);
@@ -55,9 +72,11 @@ struct Sequence {
   std::vector<int32_t> tokens;    // prompt, then generated tokens
   std::vector<float> raw_logits;  // with logprobs: the pass's logits before the sampler changed them
   int32_t slot = -1;
-  int64_t kv_blocks = 0;  // KV-cache blocks reserved for it while it holds its slot
+  int64_t kv_blocks = 0;  // KV-cache blocks reserved for it while it holds its slot (prefix aside)
   int32_t pending = -1;   // sampled and emitted, not yet written to the KV cache
-  int64_t prefilled = 0;  // prompt tokens in the KV cache
+  int64_t prefilled = 0;  // prompt tokens in the KV cache (a sibling's shared ones: its leader computes them)
+  std::shared_ptr<SharedPrefix> prefix;  // the prompt blocks it shares with identical prompts (null: none)
+  bool share_pending = false;            // to take them, in its first pass, from a holder that has them
   int32_t generated = 0;
   absl::Time arrived, admitted, first_token, last_token;
   bool done = false;
@@ -86,6 +105,10 @@ struct StepPlan {
   IterationPhase phase = IterationPhase::kDecode;
   std::vector<Row> rows;             // decode rows first, then prompt chunks
   std::vector<Sequence*> sequences;  // whose each row is (none for an idle iteration)
+  // Slots that start with another's blocks before the rows run (Note [Identical prompts share their
+  // prefill], step_policy.cc): a sibling's, from its leader in the pass of the leader's last chunk, or
+  // from a member that has them in the sibling's first pass.
+  std::vector<KvShare> shares;
   int batch() const { return static_cast<int>(rows.size()); }
   int decode_rows() const;
   // The longest prompt chunk (0: none).
@@ -152,7 +175,8 @@ class StepPolicy {
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_; }
 
   // Sequences taken from the queue (at most free_slots(), their KvBlocksFor within free_kv_blocks()):
-  // each gets a slot and its blocks, its prompt prefilled from the next pass on.
+  // each gets a slot and its blocks, its prompt prefilled from the next pass on; one whose prompt is a
+  // running sequence's shares that one's blocks of it (and reserves fewer).
   void Admit(std::vector<std::unique_ptr<Sequence>> admitted, absl::Time now);
   // An idle iteration to run once its batch fits the free slots (checked by the caller: batch within
   // 1..slots, a prefill's prompt within max_seq).
@@ -175,6 +199,22 @@ class StepPolicy {
   void Finish(Sequence* s, absl::Status status, FinishReason reason, absl::Time now);
   void RetireFinished();
   StepPlan IdlePlan(const IdleIteration& it) const;
+  // Note [Identical prompts share their prefill]: `s` (being admitted) joins a running sequence of its
+  // prompt, if any: one whose prefill is still to come (and waits for it) or done (and shares at once).
+  void JoinIdenticalPrompt(Sequence* s);
+  // A running member of `s`'s group other than `s` whose blocks hold the shared positions (its prefill
+  // finished in an earlier pass; it may end in this one), or null.
+  Sequence* PrefixHolder(const Sequence* s) const;
+  // A sibling's prefill waits for its leader's last chunk.
+  static bool WaitsForLeader(const Sequence* s) {
+    return s->prefix != nullptr && s->prefix->leader != nullptr && s->prefix->leader != s;
+  }
+  // Adds `s`'s prompt rows to `plan`, from its next chunk on, within `budget`; false when the rows
+  // behind it wait for the next pass. The pass of a leader's last chunk carries its siblings' tails.
+  bool PlanPrompt(Sequence* s, StepPlan* plan, int64_t* budget, std::vector<Sequence*>* planned, absl::Time now);
+  // `s` ended: it holds its prefix no more; when no running member holds the shared blocks (nor leads to
+  // compute them), the first that waits for them leads.
+  void LeavePrefix(Sequence* s);
 
   const PolicyOptions options_;
   const tokenizer::Tokenizer* const tokenizer_;

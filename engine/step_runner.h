@@ -8,7 +8,12 @@
 //   RETURN_IF_ERROR(runner->Step(rows, &logits));   // one vocab_size() row of logits per row that wants one
 //
 // The runner takes a slot's KV-cache blocks as its sequence grows (Note [KV blocks taken as sequences
-// grow], engine/kv_blocks.cc); the scheduler Releases the slot when the sequence ends.
+// grow], engine/kv_blocks.cc); the scheduler Releases the slot when the sequence ends. A step may also
+// start a slot with another slot's blocks (KvShare: Note [Identical prompts share their prefill],
+// engine/step_policy.cc):
+//
+//   const KvShare share{.src_slot = 0, .dst_slot = 1, .tokens = 32};   // slot 1's positions 0..31 are slot 0's
+//   RETURN_IF_ERROR(runner->Step({&share, 1}, rows, &logits));
 //
 // Not thread-safe: one scheduler thread drives a runner.
 #pragma once
@@ -18,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/kv_blocks.h"
 
 namespace autouvm::engine {
 
@@ -46,8 +52,14 @@ class StepRunner {
   // One forward pass over `rows` (Note [Packed steps], engine/llama_module.cc): writes each row's tokens
   // into its slot at positions start_pos.., each attending to its slot's positions up to its own;
   // `logits` gets vocab_size() floats for each row that wants them, in row order. A slot appears at most
-  // once; positions lie within max_seq.
-  virtual absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) = 0;
+  // once; positions lie within max_seq. Before the rows are packed, each of `shares` starts its dst slot
+  // (empty) with its src slot's first blocks (KvBlocks::Grow with shares: a src row of this step grows
+  // first, so the dst's rows attend to what the src's rows write in the same pass). Running a step again
+  // (its shares made already) is safe.
+  virtual absl::Status Step(absl::Span<const KvShare> shares, absl::Span<const Row> rows,
+                            std::vector<float>* logits) = 0;
+  // A step without shares.
+  absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) { return Step({}, rows, logits); }
 
   // The slot's sequence ended: the runner may give back what it holds for it (its KV-cache blocks).
   virtual void Release(int32_t /*slot*/) {}

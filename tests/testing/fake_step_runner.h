@@ -2,7 +2,10 @@
 // last one each row was given (token + 1, wrapping at the vocabulary), and that records every pass. A test may
 // hold the passes at a gate (Hold / Unhold) to see the scheduler's queue while the model is busy. Its KV
 // cache is a real engine::KvBlocks pool (by default one block of max_seq per slot): a pass that finds the
-// pool full fails, as ModelRunner's does.
+// pool full fails, as ModelRunner's does. The pool holds tokens: a pass writes each row's tokens to its
+// slot's pool rows before any row reads (Note [Packed steps]), and records what each row attends to —
+// its slot's positions up to its last, read through the slot's blocks (shared ones included: KvShare) —
+// so a test sees a wrong block table as a wrong context.
 //
 // Thread-safe (the scheduler's thread runs passes while the test reads the record).
 #pragma once
@@ -27,9 +30,15 @@ class FakeStepRunner final : public engine::StepRunner {
     int64_t start_pos;
     bool decode;
     bool logits;
+    std::vector<int32_t> context;  // the tokens at the slot's positions 0..its last, as the pool held them
+  };
+  struct Share {
+    int32_t src_slot, dst_slot;
+    int64_t tokens;
   };
   struct Pass {
     std::vector<Row> rows;
+    std::vector<Share> shares;
     int decode_rows() const {
       int n = 0;
       for (const Row& r : rows) n += r.decode ? 1 : 0;
@@ -42,23 +51,39 @@ class FakeStepRunner final : public engine::StepRunner {
       : FakeStepRunner(slots, vocab, max_seq, {.blocks = slots + 1, .block_tokens = max_seq}) {}
   // A runner whose KV cache is `pool` (Note [Block KV cache]): a pass that finds it full fails.
   FakeStepRunner(int slots, int64_t vocab, int64_t max_seq, engine::KvPoolShape pool)
-      : slots_(slots), vocab_(vocab), max_seq_(max_seq), blocks_(pool, slots) {}
+      : slots_(slots),
+        vocab_(vocab),
+        max_seq_(max_seq),
+        blocks_(pool, slots),
+        pool_(static_cast<size_t>(pool.blocks * pool.block_tokens), -1) {}
 
-  absl::Status Step(absl::Span<const engine::StepRunner::Row> rows, std::vector<float>* logits) override {
+  using engine::StepRunner::Step;
+  absl::Status Step(absl::Span<const engine::KvShare> shares, absl::Span<const engine::StepRunner::Row> rows,
+                    std::vector<float>* logits) override {
+    Pass p;
     {
       std::vector<std::pair<int32_t, int64_t>> lengths;
       for (const auto& r : rows) lengths.push_back({r.slot, r.start_pos + static_cast<int64_t>(r.tokens.size())});
       absl::MutexLock lock(&mu_);
-      if (absl::Status s = blocks_.Grow(lengths); !s.ok()) {
+      if (absl::Status s = blocks_.Grow(lengths, shares); !s.ok()) {
         full_status_.Update(s);
         return s;
       }
       peak_blocks_ = std::max(peak_blocks_, blocks_.blocks_in_use());
-    }
-    Pass p;
-    for (const engine::StepRunner::Row& r : rows) {
-      p.rows.push_back(
-          {r.slot, std::vector<int32_t>(r.tokens.begin(), r.tokens.end()), r.start_pos, r.decode, r.logits});
+      for (const engine::StepRunner::Row& r : rows) {
+        for (size_t k = 0; k < r.tokens.size(); ++k) {
+          pool_[static_cast<size_t>(blocks_.RowOf(r.slot, r.start_pos + static_cast<int64_t>(k)))] = r.tokens[k];
+        }
+      }
+      for (const engine::StepRunner::Row& r : rows) {
+        std::vector<int32_t> context;
+        for (int64_t pos = 0; pos < r.start_pos + static_cast<int64_t>(r.tokens.size()); ++pos) {
+          context.push_back(pool_[static_cast<size_t>(blocks_.RowOf(r.slot, pos))]);
+        }
+        p.rows.push_back({r.slot, std::vector<int32_t>(r.tokens.begin(), r.tokens.end()), r.start_pos, r.decode,
+                          r.logits, std::move(context)});
+      }
+      for (const engine::KvShare& s : shares) p.shares.push_back({s.src_slot, s.dst_slot, s.tokens});
     }
     Enter(p);
     logits->clear();
@@ -135,6 +160,7 @@ class FakeStepRunner final : public engine::StepRunner {
   const int64_t max_seq_;
   mutable absl::Mutex mu_;
   engine::KvBlocks blocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> pool_ ABSL_GUARDED_BY(mu_);  // the token each pool row holds (-1: none written)
   int64_t peak_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status full_status_ ABSL_GUARDED_BY(mu_);
   std::vector<Pass> passes_ ABSL_GUARDED_BY(mu_);

@@ -265,5 +265,39 @@ TEST_F(SchedulerTest, ARequestOrIdleIterationLongerThanTheWholeKvCacheIsRefusedN
   EXPECT_EQ(fits.Tokens().size(), 14u);
 }
 
+// Note [Identical prompts share their prefill]: four identical prompts that arrive while a pass runs
+// are admitted together, and the loop hands the plan's shares to the runner: one pass computes the
+// prompt once and the three tails, each row attending to the whole prompt.
+TEST_F(SchedulerTest, IdenticalPromptsAdmittedTogetherShareOnePrefillPass) {
+  FakeStepRunner runner(5, 320, 64, {.blocks = 17, .block_tokens = 16});
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 5}, &clock_);
+  runner.Hold();
+  RecordingSink first;
+  ASSERT_TRUE(sched.Submit(Params(10, 3), &first).ok());
+  runner.AwaitPasses(1);
+  GenerationParams same;
+  same.prompt = {256};
+  for (int32_t t = 1; t < 40; ++t) same.prompt.push_back(t);
+  same.max_tokens = 3;
+  same.sampling.temperature = 0;
+  std::vector<RecordingSink> sinks(4);
+  for (RecordingSink& sink : sinks) ASSERT_TRUE(sched.Submit(same, &sink).ok());
+  runner.Unhold();
+  for (RecordingSink& sink : sinks) sink.done.WaitForNotification();
+  first.done.WaitForNotification();
+  const std::vector<FakeStepRunner::Pass> passes = runner.passes();
+  ASSERT_GE(passes.size(), 2u);
+  const FakeStepRunner::Pass& shared = passes[1];  // first's decode row, the prompt and three tails
+  ASSERT_EQ(shared.shares.size(), 3u);
+  ASSERT_EQ(shared.prompt_rows(), 4);
+  for (const FakeStepRunner::Row& row : shared.rows) {
+    if (!row.decode) EXPECT_THAT(row.context, ::testing::ElementsAreArray(same.prompt));
+  }
+  for (RecordingSink& sink : sinks) EXPECT_THAT(sink.Tokens(), ElementsAre(40, 41, 42));
+  EXPECT_EQ(sched.Stats().prefill_tokens_total, 2u + 40u + 3 * 8u);
+  EXPECT_EQ(runner.peak_blocks(), 1 + 3 + 3) << "the shared blocks once";
+  EXPECT_TRUE(runner.full_status().ok());
+}
+
 }  // namespace
 }  // namespace autouvm::engine

@@ -36,8 +36,9 @@ class StepPolicyTest : public ::testing::Test {
   // Runs one pass of `plan` on the fake runner and hands its result back, as the loop does.
   void RunPass(StepPolicy& policy, const StepPlan& plan) {
     StepResult result{.logits = &logits_};
-    result.status = runner_.Step(plan.RunnerRows(), &logits_);
+    result.status = runner_.Step(plan.shares, plan.RunnerRows(), &logits_);
     policy.Update(plan, result, clock_.Now());
+    for (const int32_t slot : policy.TakeReleased()) runner_.Release(slot);
   }
   // The next pass, run; nothing if the policy had none.
   std::optional<StepPlan> Pass(StepPolicy& policy) {
