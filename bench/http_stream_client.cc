@@ -15,11 +15,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
-// The events of one text/event-stream response, fed as its bytes arrive: "data: <json>\n\n" each,
-// "data: [DONE]\n\n" last.
+// The events of one text/event-stream response of `n` choices, fed as its bytes arrive:
+// "data: <json>\n\n" each, "data: [DONE]\n\n" last.
 class SseStream {
  public:
-  explicit SseStream(Clock::time_point start) : start_(start) {}
+  SseStream(Clock::time_point start, int n) : start_(start), runs_(static_cast<size_t>(n)), started_(n, false) {}
 
   void Feed(const char* data, size_t n, Clock::time_point now) {
     buffer_.append(data, n);
@@ -29,15 +29,23 @@ class SseStream {
     }
   }
 
-  // Die()s unless the stream ended with [DONE] after `tokens` tokens, as its usage chunk counts them too.
-  DaemonRun Finish(int tokens) {
+  // Die()s unless the stream ended with [DONE] after `tokens` tokens of each choice, as its usage chunk
+  // counts them too.
+  std::vector<DaemonRun> Finish(int tokens) {
     if (!done_) Die("the HTTP stream ended without [DONE]: " + buffer_);
-    if (run_.gaps_ms.size() + 1 != static_cast<size_t>(tokens) || usage_tokens_ != tokens) {
-      Die(absl::StrCat("the HTTP stream sent ", run_.gaps_ms.size() + (started_ ? 1 : 0), " tokens, its usage says ",
-                       usage_tokens_, "; asked for ", tokens));
+    if (usage_tokens_ != tokens * static_cast<int64_t>(runs_.size())) {
+      Die(absl::StrCat("the HTTP stream's usage says ", usage_tokens_, " tokens; asked for ", tokens, " x ",
+                       runs_.size()));
     }
-    run_.decode_tokens_per_s = (tokens - 1) / std::chrono::duration<double>(run_.last_token - run_.first_token).count();
-    return std::move(run_);
+    for (size_t i = 0; i < runs_.size(); ++i) {
+      DaemonRun& run = runs_[i];
+      if (!started_[i] || run.gaps_ms.size() + 1 != static_cast<size_t>(tokens)) {
+        Die(absl::StrCat("the HTTP stream sent ", started_[i] ? run.gaps_ms.size() + 1 : 0, " tokens of choice ", i,
+                         "; asked for ", tokens));
+      }
+      run.decode_tokens_per_s = (tokens - 1) / std::chrono::duration<double>(run.last_token - run.first_token).count();
+    }
+    return std::move(runs_);
   }
 
   const std::string& unparsed() const { return buffer_; }
@@ -54,32 +62,50 @@ class SseStream {
     if (chunk.contains("usage") && chunk["usage"].is_object()) {
       usage_tokens_ = chunk["usage"].value("completion_tokens", -1);
     }
-    const Json& choices = chunk.value("choices", Json::array());
     // A token's chunk carries its logprobs; the finish chunk (and a tail's) carries null.
-    if (choices.empty() || !choices[0].contains("logprobs") || choices[0]["logprobs"].is_null()) return;
-    if (!started_) {
-      started_ = true;
-      run_.first_token = now;
-      run_.ttft_ms = 1e3 * std::chrono::duration<double>(now - start_).count();
-    } else {
-      run_.gaps_ms.push_back(1e3 * std::chrono::duration<double>(now - run_.last_token).count());
+    for (const Json& choice : chunk.value("choices", Json::array())) {
+      if (!choice.contains("logprobs") || choice["logprobs"].is_null()) continue;
+      const int64_t i = choice.value("index", -1);
+      if (i < 0 || i >= static_cast<int64_t>(runs_.size())) Die("an HTTP stream event of no asked choice: " + payload);
+      DaemonRun& run = runs_[static_cast<size_t>(i)];
+      if (!started_[static_cast<size_t>(i)]) {
+        started_[static_cast<size_t>(i)] = true;
+        run.first_token = now;
+        run.ttft_ms = 1e3 * std::chrono::duration<double>(now - start_).count();
+      } else {
+        run.gaps_ms.push_back(1e3 * std::chrono::duration<double>(now - run.last_token).count());
+      }
+      run.last_token = now;
     }
-    run_.last_token = now;
   }
 
   const Clock::time_point start_;
   std::string buffer_;
-  DaemonRun run_;
-  bool started_ = false, done_ = false;
+  std::vector<DaemonRun> runs_;
+  std::vector<bool> started_;
+  bool done_ = false;
   int64_t usage_tokens_ = -1;
 };
 
 }  // namespace
 
 DaemonRun GenerateThroughHttp(int port, const std::string& model, const std::vector<int32_t>& prompt, int tokens) {
-  const Json body{
-      {"model", model},     {"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0},
-      {"ignore_eos", true}, {"logprobs", 0},    {"stream", true},       {"stream_options", {{"include_usage", true}}}};
+  return GenerateChoicesThroughHttp(port, model, prompt, tokens, {.n = 1})[0];
+}
+
+std::vector<DaemonRun> GenerateChoicesThroughHttp(int port, const std::string& model,
+                                                  const std::vector<int32_t>& prompt, int tokens,
+                                                  const HttpSampling& sampling) {
+  Json body{{"model", model},
+            {"prompt", prompt},
+            {"max_tokens", tokens},
+            {"n", sampling.n},
+            {"temperature", sampling.temperature},
+            {"ignore_eos", true},
+            {"logprobs", 0},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}}};
+  if (sampling.seed >= 0) body["seed"] = sampling.seed;
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(std::chrono::minutes(10));  // a burst's first tokens can take long under a budget
   httplib::Request req;
@@ -93,7 +119,7 @@ DaemonRun GenerateThroughHttp(int port, const std::string& model, const std::vec
     return true;
   };
   const Clock::time_point start = Clock::now();
-  SseStream stream(start);
+  SseStream stream(start, sampling.n);
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     stream.Feed(data, n, Clock::now());
     return true;

@@ -22,4 +22,15 @@ namespace autouvm::bench {
 // filled as GenerateThroughDaemon fills it, the first token timed from before the connection opens.
 DaemonRun GenerateThroughHttp(int port, const std::string& model, const std::vector<int32_t>& prompt, int tokens);
 
+struct HttpSampling {
+  int n = 1;               // choices of the one prompt (they share its prefill)
+  double temperature = 0;  // 0: greedy
+  int64_t seed = -1;       // -1: none sent
+};
+// `sampling.n` choices of `tokens` tokens each after `prompt` in one request, EOS ignored: each choice's
+// run, timed from before the connection opens.
+std::vector<DaemonRun> GenerateChoicesThroughHttp(int port, const std::string& model,
+                                                  const std::vector<int32_t>& prompt, int tokens,
+                                                  const HttpSampling& sampling);
+
 }  // namespace autouvm::bench

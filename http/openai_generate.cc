@@ -6,11 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "http/client_watch.h"
 #include "http/openai_response.h"
 #include "tokenizer/chat_template.h"
 
 namespace autouvm::http {
 namespace {
+
+// How often a handler waiting for tokens looks at its client (Note [Seeing a client go]) while none come.
+constexpr absl::Duration kWatchInterval = absl::Milliseconds(100);
 
 void Send(httplib::Response& response, const Reply& reply) {
   response.status = reply.status;
@@ -67,6 +71,9 @@ absl::StatusOr<std::vector<engine::GenerationRequest>> ChoiceRequests(const Open
 
 // What a stream has sent so far, and how it writes each event.
 struct Stream {
+  explicit Stream(const httplib::Request& request) : watch(request) {}
+
+  ClientWatch watch;
   std::shared_ptr<ChoiceExchange> exchange;
   ResponseHead head;
   engine::GenerationTarget target;
@@ -117,13 +124,16 @@ struct Stream {
   // Called by the HTTP server until it returns false or the stream is done.
   bool Provide(httplib::DataSink& sink) {
     if (ended) return false;
-    // A client that went away: its calls stop at their next token. Asked before every wait, so that a
-    // disconnect is seen at the next token (or within a wait's 250 ms while none comes), not only when a
-    // write fails (TCP lets the first write after the peer closed succeed).
-    if (!sink.is_writable()) {
-      exchange->CancelAll();
+    // A client that went away (Note [Seeing a client go]): its calls stop at their next token. Asked
+    // before and after every wait, so the token in flight when the client closed is the last computed.
+    auto gone = [&] {
+      if (watch.gone() || !sink.is_writable()) {
+        exchange->CancelAll();
+        return true;
+      }
       return false;
-    }
+    };
+    if (gone()) return false;
     std::string out;
     if (!started) {
       started = true;
@@ -134,7 +144,9 @@ struct Stream {
         }
       }
     }
-    for (const ChoiceEvent& e : exchange->Next(absl::Milliseconds(250))) Write(e, &out);
+    const std::vector<ChoiceEvent> events = exchange->Next(kWatchInterval);
+    if (gone()) return false;
+    for (const ChoiceEvent& e : events) Write(e, &out);
     if (exchange->drained()) {
       if (include_usage) out += SseEvent(UsageChunk(head, prompt_tokens, completion_tokens));
       out += kSseDone;
@@ -151,11 +163,19 @@ struct Stream {
 
 void ServeWhole(const std::shared_ptr<ChoiceExchange>& exchange, const ResponseHead& head,
                 const engine::GenerationTarget& target, const OpenAiRequest& r, size_t choices,
-                httplib::Response& response) {
+                const httplib::Request& request, httplib::Response& response) {
   std::vector<ChoiceText> texts(choices);
   const bool logprobs = r.generation.logprobs >= 0;
+  const ClientWatch watch(request);
+  bool cancelled = false;
   while (!exchange->drained()) {
-    for (ChoiceEvent& e : exchange->Next(absl::Seconds(1))) {
+    // A client that went away (Note [Seeing a client go]): its calls stop at their next token, and end
+    // cancelled; what is sent then reaches no one.
+    if (!cancelled && watch.gone()) {
+      exchange->CancelAll();
+      cancelled = true;
+    }
+    for (ChoiceEvent& e : exchange->Next(kWatchInterval)) {
       ChoiceText& c = texts[e.choice];
       if (e.finished) {
         c.text += e.tail;
@@ -203,9 +223,9 @@ void ServeGeneration(Endpoint endpoint, const httplib::Request& request, httplib
                     .model = r.generation.model,
                     .created = absl::ToUnixSeconds(absl::Now()),
                     .endpoint = endpoint};
-  if (!r.stream) return ServeWhole(exchange, head, *target, r, choices, response);
+  if (!r.stream) return ServeWhole(exchange, head, *target, r, choices, request, response);
 
-  auto stream = std::make_shared<Stream>();
+  auto stream = std::make_shared<Stream>(request);
   stream->exchange = exchange;
   stream->head = std::move(head);
   stream->target = *target;

@@ -1,6 +1,7 @@
 #include "http/openai_response.h"
 
 #include "absl/strings/str_cat.h"
+#include "tokenizer/text_stream.h"
 
 namespace autouvm::http {
 
@@ -68,9 +69,7 @@ Json Bytes(const std::string& text) {
 
 // Token texts go into JSON strings, which must be UTF-8: a token that is part of a character (a byte
 // of a byte-level tokenizer) is shown with U+FFFD, as vLLM shows it; "bytes" keeps the exact bytes.
-std::string Printable(const std::string& text) {
-  return Json::parse(Json(text).dump(-1, ' ', false, Json::error_handler_t::replace)).get<std::string>();
-}
+std::string Printable(const std::string& text) { return tokenizer::SanitizeUtf8(text); }
 
 std::string TokenText(const tokenizer::Tokenizer& tokenizer, int32_t id) {
   const int32_t ids[] = {id};

@@ -41,30 +41,8 @@ void ReplaceYamlLine(const fs::path& entry, const std::string& key, const std::s
 
 // A small model entry written by autouvm-mkmodel.
 void MakeModel(const std::string& repo, const std::string& name, const std::string& tokenizer) {
-  std::string out, err;
-  const int rc = RunCommand({AUTOUVM_MKMODEL_PATH,
-                             "--repo",
-                             repo,
-                             "--name",
-                             name,
-                             "--dim",
-                             "64",
-                             "--layers",
-                             "1",
-                             "--heads",
-                             "4",
-                             "--kv-heads",
-                             "2",
-                             "--ffn-dim",
-                             "96",
-                             "--max-seq",
-                             "64",
-                             "--tokenizer",
-                             tokenizer,
-                             "--seed",
-                             "3"},
-                            &out, &err, 120);
-  ASSERT_EQ(rc, 0) << "autouvm-mkmodel " << name << ": " << err;
+  const std::string error = WriteModelEntry(repo, {.name = name, .tokenizer = tokenizer});
+  ASSERT_EQ(error, "");
 }
 
 struct BadEntry {

@@ -153,4 +153,31 @@ autouvm::v1::ModelStatus ModelStatusOf(DaemonProcess& d, const std::string& mode
   return status;
 }
 
+std::string WriteModelEntry(const std::string& repo, const ModelEntry& e) {
+  std::vector<std::string> argv = {AUTOUVM_MKMODEL_PATH,
+                                   "--repo",
+                                   repo,
+                                   "--name",
+                                   e.name,
+                                   "--dim",
+                                   std::to_string(e.dim),
+                                   "--layers",
+                                   std::to_string(e.layers),
+                                   "--heads",
+                                   std::to_string(e.heads),
+                                   "--kv-heads",
+                                   std::to_string(e.kv_heads),
+                                   "--ffn-dim",
+                                   std::to_string(e.ffn_dim),
+                                   "--max-seq",
+                                   std::to_string(e.max_seq),
+                                   "--seed",
+                                   std::to_string(e.seed)};
+  if (!e.tokenizer.empty()) argv.insert(argv.end(), {"--tokenizer", e.tokenizer});
+  if (!e.chat_template) argv.push_back("--no-chat-template");
+  std::string out, err;
+  const int rc = RunCommand(argv, &out, &err, 120);
+  return rc == 0 ? "" : "autouvm-mkmodel " + e.name + " (exit " + std::to_string(rc) + "): " + out + err;
+}
+
 }  // namespace autouvm::testing

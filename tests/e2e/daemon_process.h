@@ -47,6 +47,22 @@ grpc::Status CallGenerate(DaemonProcess& d, const autouvm::v1::GenerateRequest& 
 // Admin.GetModelStatus of `model`; a test failure (and an empty status) if the call fails.
 autouvm::v1::ModelStatus ModelStatusOf(DaemonProcess& d, const std::string& model = "tiny-llama");
 
+// A small model entry for a test's repository, written by autouvm-mkmodel before the daemon starts.
+struct ModelEntry {
+  std::string name;
+  int dim = 64;
+  int layers = 1;
+  int heads = 4;
+  int kv_heads = 2;
+  int ffn_dim = 96;
+  int max_seq = 64;
+  int seed = 3;
+  std::string tokenizer;      // "": mkmodel's default
+  bool chat_template = true;  // false: --no-chat-template
+};
+// "" when the entry was written; else what autouvm-mkmodel printed.
+std::string WriteModelEntry(const std::string& repo, const ModelEntry& entry);
+
 class DaemonProcess {
  public:
   explicit DaemonProcess(DaemonOptions options = {});

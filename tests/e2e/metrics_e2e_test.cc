@@ -145,6 +145,9 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   // Values move: more requests, and the executor's figures on the mirror grow with them (the shapes are
   // profiled by now, so these iterations follow their plans).
   const double followed = prom.Sum("autouvm_plan_iterations_total{model=\"tiny-llama\",outcome=\"followed\"}");
+  const std::string by_plan = "autouvm_iterations_by_plan_total{model=\"tiny-llama\",plan=";
+  const double own_before = prom.Sum(by_plan + "\"own\"}");
+  const double none_before = prom.Sum(by_plan + "\"none\"}");
   const double h2d = prom.Sum("autouvm_migrated_bytes_total{model=\"tiny-llama\",direction=\"h2d\"}");
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(Generate(d, kModel, 6).ok());
   EXPECT_TRUE(Eventually([&] { return prom.Sum("autouvm_requests_total{model=\"tiny-llama\",code=\"OK\"}") >= 5; }));
@@ -156,13 +159,13 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
     return prom.Sum("autouvm_migrated_bytes_total{model=\"tiny-llama\",direction=\"h2d\"}") > h2d;
   })) << h2d;
   EXPECT_EQ(prom.Sum("autouvm_plan_iterations_total{model=\"tiny-llama\",outcome=\"abandoned\"}"), 0);
-  // Passes by plan: the profiled shapes' own plans serve them now; the model's first shape of each phase
-  // ran with none until its analysis ended (Note [Planned from the nearest profile]).
-  const double own = prom.Sum("autouvm_iterations_by_plan_total{model=\"tiny-llama\",plan=\"own\"}");
-  const double none = prom.Sum("autouvm_iterations_by_plan_total{model=\"tiny-llama\",plan=\"none\"}");
-  EXPECT_GE(own, 12);
-  EXPECT_GE(none, 1);
-  EXPECT_LT(none, own);
+  // Passes by plan: the model's first shape of each phase ran with none until its analysis ended (Note
+  // [Planned from the nearest profile]); how many did depends on how fast this machine analyses, so only
+  // the passes after it are counted exactly: the 12 passes of the last two requests followed their own
+  // plans, and none ran without one.
+  EXPECT_GE(none_before, 1);
+  EXPECT_GE(prom.Sum(by_plan + "\"own\"}"), own_before + 12) << own_before;
+  EXPECT_EQ(prom.Sum(by_plan + "\"none\"}"), none_before);
 
   // The Grafana dashboard, its variables as Grafana fills them for this model.
   std::ifstream file(AUTOUVM_DASHBOARD_PATH);

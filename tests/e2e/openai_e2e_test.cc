@@ -1,19 +1,26 @@
 // End-to-end: the OpenAI-compatible API (docs/openai-api.md) of a real daemon, through the official
 // `openai` npm client (tests/openai/openai_client_test.js, installed into the build tree by the
 // openai_npm_install test) and through curl, which shows the raw server-sent events.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <barrier>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -227,30 +234,7 @@ TEST(OpenAiE2E, SixtyFourClientsConnectingAtOnceAreAllServed) {
 
 TEST(OpenAiE2E, AModelWithoutAChatTemplateGets400SayingSoAndStillCompletes) {
   OpenAiDaemon d("{plain: {max_batch: 2}}", /*default_model=*/false);
-  std::string out, err;
-  ASSERT_EQ(RunCommand({AUTOUVM_MKMODEL_PATH,
-                        "--repo",
-                        d.process().repository(),
-                        "--name",
-                        "plain",
-                        "--dim",
-                        "64",
-                        "--layers",
-                        "1",
-                        "--heads",
-                        "4",
-                        "--kv-heads",
-                        "2",
-                        "--ffn-dim",
-                        "96",
-                        "--max-seq",
-                        "64",
-                        "--seed",
-                        "3",
-                        "--no-chat-template"},
-                       &out, &err, 120),
-            0)
-      << err;
+  ASSERT_EQ(WriteModelEntry(d.process().repository(), {.name = "plain", .chat_template = false}), "");
   ASSERT_TRUE(d.Start()) << d.process().Log();
   const Curl chat =
       CallCurl(d.Url("/v1/chat/completions"), R"({"model": "plain", "messages": [{"role": "user", "content": "x"}]})");
@@ -260,6 +244,119 @@ TEST(OpenAiE2E, AModelWithoutAChatTemplateGets400SayingSoAndStillCompletes) {
       CallCurl(d.Url("/v1/completions"), R"({"model": "plain", "prompt": "x", "max_tokens": 3, "ignore_eos": true})");
   EXPECT_EQ(completion.status, 200) << completion.body;
   EXPECT_EQ(json::parse(completion.body)["usage"]["completion_tokens"], 3);
+}
+
+// One HTTP/1.1 request on a socket of its own, for what a client library hides: the moment the client
+// closes its connection.
+class RawRequest {
+ public:
+  RawRequest(int port, const std::string& path, const std::string& body) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + kKey +
+                                "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                                "\r\n\r\n" + body;
+    sent_ = ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
+  }
+  ~RawRequest() { Close(); }
+  bool sent() const { return sent_; }
+  // Reads until `done(what came so far)` or the connection ends; false on the latter.
+  bool ReadUntil(const std::function<bool(const std::string&)>& done) {
+    char buf[4096];
+    while (!done(received_)) {
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      received_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool sent_ = false;
+  std::string received_;
+};
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// The value of one series in the daemon's own scrape (0 when it has none yet).
+double Scraped(const std::string& metrics_url, const std::string& series) {
+  const size_t host = metrics_url.find("//") + 2;
+  const size_t path = metrics_url.find('/', host);
+  httplib::Client client("http://" + metrics_url.substr(host, path - host));
+  auto r = client.Get(metrics_url.substr(path));
+  if (!r || r->status != 200) return -1;
+  for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+    if (absl::StartsWith(line, series + " ")) return std::stod(std::string(line.substr(series.size() + 1)));
+  }
+  return 0;
+}
+
+// Note [Seeing a client go] (http/client_watch.h): a client that closes its connection stops its
+// generation within one token, streamed or answered whole: the token being computed when it closed is
+// the last one. A model slow enough on the CPU (tens of ms a token) that the client's own reading is
+// well inside one step; before, a stream stopped at the third token after the close (two writes) and a
+// whole response ran to its max_tokens.
+TEST(OpenAiE2E, AClientThatDisconnectsStopsItsGenerationWithinOneToken) {
+  OpenAiDaemon d("{slow: {max_batch: 2}}", /*default_model=*/false);
+  ASSERT_EQ(WriteModelEntry(
+                d.process().repository(),
+                {.name = "slow", .dim = 512, .layers = 8, .heads = 8, .kv_heads = 4, .ffn_dim = 1536, .max_seq = 1024}),
+            "");
+  ASSERT_TRUE(d.Start()) << d.process().Log();
+  const std::string metrics = d.MetricsUrl();
+  const std::string generated = "autouvm_generation_tokens_total{model=\"slow\"}";
+  const std::string decodes = "autouvm_forward_passes_total{model=\"slow\",kind=\"decode\"}";
+  const std::string cancelled = "autouvm_requests_total{code=\"CANCELLED\",model=\"slow\"}";
+  const std::string body = R"({"model": "slow", "prompt": "x", "max_tokens": 500, "ignore_eos": true,
+                               "temperature": 0, "logprobs": 0)";
+  for (const bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    const double generated_before = Scraped(metrics, generated);
+    const double cancelled_before = Scraped(metrics, cancelled);
+    const double decodes_before = Scraped(metrics, decodes);
+    ASSERT_GE(generated_before, 0);
+    RawRequest r(d.process().http_port(), "/v1/completions", body + (stream ? R"(, "stream": true})" : "}"));
+    ASSERT_TRUE(r.sent());
+    double seen = 0;  // tokens the client knows were computed when it closed
+    if (stream) {
+      // Every token is an event (logprobs: a token that is part of a character is sent too).
+      std::string events;
+      ASSERT_TRUE(r.ReadUntil([&](const std::string& got) {
+        events = got;
+        return Count(got, "\ndata: {") >= 4;  // after the headers and a chunk's size line
+      })) << events;
+      seen = static_cast<double>(Count(events, "\ndata: {"));
+    } else {
+      // The first token comes with the prefill; then four decode passes.
+      ASSERT_TRUE(Eventually([&] { return Scraped(metrics, decodes) >= decodes_before + 4; }))
+          << decodes_before << " -> " << Scraped(metrics, decodes) << "\n"
+          << d.process().Log();
+      seen = 1 + Scraped(metrics, decodes) - decodes_before;
+    }
+    r.Close();
+    ASSERT_TRUE(Eventually([&] { return Scraped(metrics, cancelled) >= cancelled_before + 1; })) << d.process().Log();
+    const double after_close = Scraped(metrics, generated) - generated_before - seen;
+    // The one being computed as it closed, and at most one more that was finished while the client read.
+    EXPECT_LE(after_close, 2) << seen << " seen when it closed";
+    EXPECT_GE(after_close, 0) << seen << " seen when it closed";
+  }
+  // The daemon serves the next request as before.
+  const Curl next =
+      CallCurl(d.Url("/v1/completions"), R"({"model": "slow", "prompt": "y", "max_tokens": 2, "ignore_eos": true})");
+  EXPECT_EQ(next.status, 200) << next.body;
 }
 
 }  // namespace

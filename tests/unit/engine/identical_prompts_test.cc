@@ -9,14 +9,11 @@
 #include <vector>
 
 #include "engine/step_policy.h"
-#include "tests/testing/fake_clock.h"
-#include "tests/testing/fake_step_runner.h"
-#include "tests/testing/recording_sink.h"
+#include "tests/testing/policy_fixture.h"
 
 namespace autouvm::engine {
 namespace {
 
-using autouvm::testing::FakeClock;
 using autouvm::testing::FakeStepRunner;
 using autouvm::testing::RecordingSink;
 using ::testing::ElementsAre;
@@ -37,8 +34,10 @@ std::vector<int32_t> Then(std::vector<int32_t> prompt, const std::vector<int32_t
   return prompt;
 }
 
-class IdenticalPromptsTest : public ::testing::Test {
+class IdenticalPromptsTest : public autouvm::testing::PolicyFixture {
  protected:
+  IdenticalPromptsTest() : PolicyFixture(4, 320, 64, {.blocks = 17, .block_tokens = kBlock}) {}
+
   PolicyOptions Options(int64_t prefill_tokens = 2048) const {
     return {.slots = 4,
             .vocab_size = 320,
@@ -47,28 +46,6 @@ class IdenticalPromptsTest : public ::testing::Test {
             .prefill_tokens = prefill_tokens,
             .kv_block_tokens = kBlock,
             .kv_blocks = 16};
-  }
-  // Greedy unless `edit` says otherwise.
-  std::unique_ptr<Sequence> Seq(std::vector<int32_t> prompt, int32_t max_tokens, RecordingSink* sink,
-                                const std::function<void(GenerationParams&)>& edit = nullptr) {
-    GenerationParams p;
-    p.prompt = std::move(prompt);
-    p.max_tokens = max_tokens;
-    p.sampling.temperature = 0;
-    if (edit) edit(p);
-    return std::make_unique<Sequence>(std::move(p), sink, &tokenizer_, clock_.Now());
-  }
-  // Runs the next pass as the loop does (shares, result, released slots); nothing if there is none.
-  std::optional<StepPlan> Pass(StepPolicy& policy) {
-    std::optional<StepPlan> plan = policy.Schedule(clock_.Now());
-    if (plan) {
-      StepResult result{.logits = &logits_};
-      result.status = runner_.Step(plan->shares, plan->RunnerRows(), &logits_);
-      EXPECT_TRUE(result.status.ok()) << result.status;
-      policy.Update(*plan, result, clock_.Now());
-    }
-    for (const int32_t slot : policy.TakeReleased()) runner_.Release(slot);
-    return plan;
   }
   // Passes until every sink has finished (a pass may find nothing to do while a lead changes hands).
   std::vector<StepPlan> RunUntilFinished(StepPolicy& policy, const std::vector<RecordingSink*>& sinks) {
@@ -94,11 +71,6 @@ class IdenticalPromptsTest : public ::testing::Test {
     ADD_FAILURE() << "pass " << pass << " has no row of slot " << slot;
     return {};
   }
-
-  FakeClock clock_;
-  FakeStepRunner runner_{4, 320, 64, {.blocks = 17, .block_tokens = kBlock}};
-  tokenizer::ByteTokenizer tokenizer_{320, 256, 257};
-  std::vector<float> logits_;
 };
 
 TEST_F(IdenticalPromptsTest, FourIdenticalPromptsComputeTheirSharedBlocksOnceAndAllGetAFirstTokenInOnePass) {

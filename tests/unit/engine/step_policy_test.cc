@@ -9,55 +9,16 @@
 #include <functional>
 #include <string>
 
-#include "tests/testing/fake_clock.h"
-#include "tests/testing/fake_step_runner.h"
-#include "tests/testing/recording_sink.h"
+#include "tests/testing/policy_fixture.h"
 
 namespace autouvm::engine {
 namespace {
 
-using autouvm::testing::FakeClock;
 using autouvm::testing::FakeStepRunner;
 using autouvm::testing::RecordingSink;
 using ::testing::ElementsAre;
 
-class StepPolicyTest : public ::testing::Test {
- protected:
-  // Greedy unless `edit` (run before the sequence, and its sampler, are made) says otherwise.
-  std::unique_ptr<Sequence> Seq(std::vector<int32_t> prompt, int32_t max_tokens, RecordingSink* sink,
-                                const std::function<void(GenerationParams&)>& edit = nullptr) {
-    GenerationParams p;
-    p.prompt = std::move(prompt);
-    p.max_tokens = max_tokens;
-    p.sampling.temperature = 0;
-    if (edit) edit(p);
-    return std::make_unique<Sequence>(std::move(p), sink, &tokenizer_, clock_.Now());
-  }
-  // Runs one pass of `plan` on the fake runner and hands its result back, as the loop does.
-  void RunPass(StepPolicy& policy, const StepPlan& plan) {
-    StepResult result{.logits = &logits_};
-    result.status = runner_.Step(plan.shares, plan.RunnerRows(), &logits_);
-    policy.Update(plan, result, clock_.Now());
-    for (const int32_t slot : policy.TakeReleased()) runner_.Release(slot);
-  }
-  // The next pass, run; nothing if the policy had none.
-  std::optional<StepPlan> Pass(StepPolicy& policy) {
-    std::optional<StepPlan> plan = policy.Schedule(clock_.Now());
-    if (plan) RunPass(policy, *plan);
-    return plan;
-  }
-  // Every pass until none is left.
-  std::vector<StepPlan> RunAll(StepPolicy& policy) {
-    std::vector<StepPlan> plans;
-    while (auto plan = Pass(policy)) plans.push_back(*plan);
-    return plans;
-  }
-
-  FakeClock clock_;
-  FakeStepRunner runner_{4};
-  tokenizer::ByteTokenizer tokenizer_{320, 256, 257};
-  std::vector<float> logits_;
-};
+class StepPolicyTest : public autouvm::testing::PolicyFixture {};
 
 TEST_F(StepPolicyTest, PromptsAdmittedTogetherShareAPassThenEveryRunningSequenceDecodes) {
   StepPolicy policy({.slots = 4, .vocab_size = 320, .max_seq = 64, .bos_id = 256}, &tokenizer_);
