@@ -23,7 +23,8 @@ void ScaleRandomWeight(const std::string& name, torch::Tensor& w) {
   }
 }
 
-absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const torch::Device& device) {
+absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const torch::Device& device,
+                             const std::function<absl::Status(const torch::Tensor&)>& placed) {
   if (seed == 0) return absl::InvalidArgumentError("generated weights need a seed other than 0");
   std::lock_guard<std::mutex> lock(SeededRngMutex());
   try {
@@ -41,7 +42,11 @@ absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const tor
         const auto draw = device.is_cpu() ? options.dtype(torch::kFloat) : options;
         torch::Tensor w = torch::randn(placeholder.sizes(), draw);
         ScaleRandomWeight(name, w);
-        m.register_parameter(name, w.to(options), /*is_buffer=*/false);
+        torch::Tensor weight = w.to(options);
+        m.register_parameter(name, weight, /*is_buffer=*/false);
+        if (placed) {
+          if (absl::Status s = placed(weight); !s.ok()) return s;
+        }
       }
     }
   } catch (const c10::Error& e) {

@@ -11,6 +11,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -28,7 +29,9 @@ std::mutex& SeededRngMutex();
 // generated weights and the model builder's random ones are.
 void ScaleRandomWeight(const std::string& name, torch::Tensor& w);
 
-// INVALID_ARGUMENT for seed 0; INTERNAL if libtorch fails.
-absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const torch::Device& device);
+// INVALID_ARGUMENT for seed 0; INTERNAL if libtorch fails. `placed` (may be null) is called with each
+// weight once it is drawn on `device`; its error stops the drawing and is returned.
+absl::Status GenerateWeights(torch::jit::Module& module, int64_t seed, const torch::Device& device,
+                             const std::function<absl::Status(const torch::Tensor&)>& placed = nullptr);
 
 }  // namespace autouvm::engine

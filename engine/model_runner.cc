@@ -110,7 +110,7 @@ ModelRunner::~ModelRunner() = default;
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::string& entry_dir,
                                                                  const ModelConfig& config, int max_batch,
                                                                  runtime::ComputeDevice* device,
-                                                                 const KvCacheOptions& kv) {
+                                                                 const KvCacheOptions& kv, const PlaceWeight& place) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch: must be at least 1");
   if (kv.block_tokens < 1) return absl::InvalidArgumentError("kv_block_tokens: must be at least 1");
   if (kv.tokens < 0) return absl::InvalidArgumentError("kv_cache_tokens: must not be negative");
@@ -138,8 +138,26 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
         ": has no `step` method of the block KV cache's packed form (docs/model-contract.md): it was written for an "
         "earlier model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
   }
+  // Note [The budget from load] (runtime/unplanned_placement.cc): on a GPU each weight is placed as it
+  // arrives, so the model is never more than one weight over its budget.
+  std::function<absl::Status(const torch::Tensor&)> placed;
+  absl::Status place_error;
+  if (cuda && place) {
+    int64_t all_bytes = 0;  // generated weights' placeholders have their sizes and dtype too
+    for (const at::Tensor& p : impl->module.parameters())
+      all_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    placed = [&place, &place_error, all_bytes](const torch::Tensor& t) {
+      place_error =
+          place(reinterpret_cast<uint64_t>(t.storage().data()), static_cast<int64_t>(t.storage().nbytes()), all_bytes);
+      return place_error;
+    };
+  }
   if (config.generated_weights_seed != 0) {
-    if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, impl->torch_device); !s.ok()) {
+    if (absl::Status s = GenerateWeights(impl->module, config.generated_weights_seed, impl->torch_device, placed);
+        !s.ok()) {
+      if (!place_error.ok()) {
+        return absl::Status(place_error.code(), absl::StrCat(path, ": placing its weights: ", s.message()));
+      }
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
     }
   }
@@ -155,7 +173,18 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
       impl->module.to(torch::kFloat);
       dtype = torch::kFloat;
     }
-    if (cuda) impl->module.to(torch::kCUDA);
+    if (cuda && placed) {
+      // As Module::to does it (set_data: weights tied to each other stay one tensor), one at a time.
+      torch::NoGradGuard no_grad;
+      for (at::Tensor p : impl->module.parameters()) {
+        if (p.is_cuda()) continue;
+        p.set_data(p.to(torch::kCUDA));
+        if (absl::Status s = placed(p); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(path, ": placing its weights: ", s.message()));
+        }
+      }
+    }
+    if (cuda) impl->module.to(torch::kCUDA);  // buffers, and every weight where nothing places them
     // Untouched pool rows stay unwritten (Note [Block KV cache]); the null block is zeros.
     const auto options = torch::TensorOptions().dtype(dtype).device(impl->torch_device);
     const int64_t rows = shape.blocks * shape.block_tokens;

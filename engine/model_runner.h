@@ -41,12 +41,19 @@ struct KvCacheOptions {
   int64_t block_tokens = 16;
 };
 
+// Called on a GPU for each weight as it reaches the device (its copy or draw queued on the compute
+// stream), with its storage's address and bytes and the bytes of all the model's weights: where the
+// caller keeps the model within its budget from load on (Note [The budget from load],
+// runtime/unplanned_placement.cc).
+using PlaceWeight = std::function<absl::Status(uint64_t addr, int64_t bytes, int64_t all_bytes)>;
+
 class ModelRunner final : public StepRunner {
  public:
   // `device` (null: the CPU) outlives the runner.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const std::string& entry_dir, const ModelConfig& config,
                                                              int max_batch, runtime::ComputeDevice* device = nullptr,
-                                                             const KvCacheOptions& kv = {});
+                                                             const KvCacheOptions& kv = {},
+                                                             const PlaceWeight& place = nullptr);
   ~ModelRunner() override;
 
   // StepRunner (engine/step_runner.h).

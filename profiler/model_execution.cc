@@ -38,10 +38,34 @@ class ModelExecution::MirrorLauncher final : public runtime::OpSubscriber {
 };
 
 ModelExecution::ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<runtime::sim::SimBackend> sim,
-                               std::unordered_map<std::string, runtime::TensorRange> ranges, ExecutionOptions options)
-    : backend_(backend), options_(options), sim_(std::move(sim)), ranges_(std::move(ranges)) {
+                               std::unordered_map<std::string, runtime::TensorRange> ranges, ExecutionOptions options,
+                               std::unique_ptr<runtime::UnplannedPlacement> placement)
+    : backend_(backend),
+      options_(options),
+      sim_(std::move(sim)),
+      ranges_(std::move(ranges)),
+      placement_(std::move(placement)) {
   for (const auto& [id, r] : ranges_) where_[id] = r.addr;
   stats_.backend = std::string(backend_->kind());
+  if (placement_->applied()) {  // placed as it was loaded
+    stats_.resident_bytes = placement_->kept_bytes();
+    stats_.peak_resident_bytes = stats_.resident_bytes;
+    stats_.in_place_bytes = placement_->in_place_bytes();
+  }
+}
+
+std::unique_ptr<runtime::UnplannedPlacement> ModelExecution::PlacementOf(
+    runtime::DeviceBackend* backend, const std::vector<runtime::NamedTensor>& named,
+    const std::unordered_map<std::string, runtime::TensorRange>& ranges, int64_t budget_bytes,
+    int64_t min_in_place_bytes) {
+  auto placement = std::make_unique<runtime::UnplannedPlacement>(backend, budget_bytes, min_in_place_bytes);
+  for (const runtime::NamedTensor& t : named) {
+    const std::string id = Id(t);
+    if (!runtime::IsWeightId(id)) continue;
+    const runtime::TensorRange& r = ranges.at(id);
+    placement->Add(r.addr, r.bytes);
+  }
+  return placement;
 }
 
 absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(const runtime::GpuSpec& spec,
@@ -56,16 +80,25 @@ absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(const run
     ranges[Id(t)] = {addr, t.bytes};
   }
   runtime::DeviceBackend* backend = sim.get();
-  return std::unique_ptr<ModelExecution>(new ModelExecution(backend, std::move(sim), std::move(ranges), options));
+  // Every tensor has a range of its own on the mirror: none shares a VA block (Note [The budget from load]).
+  auto placement = PlacementOf(backend, named, ranges, options.budget_bytes, /*min_in_place_bytes=*/0);
+  return std::unique_ptr<ModelExecution>(
+      new ModelExecution(backend, std::move(sim), std::move(ranges), options, std::move(placement)));
 }
 
 std::unique_ptr<ModelExecution> ModelExecution::OnDevice(runtime::DeviceBackend* backend,
                                                          const std::vector<runtime::NamedTensor>& named,
                                                          ExecutionOptions options,
-                                                         std::unique_ptr<runtime::TensorBinding> binding) {
+                                                         std::unique_ptr<runtime::TensorBinding> binding,
+                                                         std::unique_ptr<runtime::UnplannedPlacement> placement) {
   std::unordered_map<std::string, runtime::TensorRange> ranges;
   for (const runtime::NamedTensor& t : named) ranges[Id(t)] = {t.addr, t.bytes};
-  std::unique_ptr<ModelExecution> self(new ModelExecution(backend, nullptr, std::move(ranges), options));
+  if (placement == nullptr) {
+    placement =
+        PlacementOf(backend, named, ranges, options.budget_bytes, runtime::UnplannedPlacement::kSharedBlockBytes);
+  }
+  std::unique_ptr<ModelExecution> self(
+      new ModelExecution(backend, nullptr, std::move(ranges), options, std::move(placement)));
   self->binding_ = std::move(binding);
   return self;
 }
@@ -143,6 +176,8 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
   }
   if (key != key_ || executor_ == nullptr) {
     absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
+    // The plan places the weights its own way (Note [The budget from load], runtime/unplanned_placement.cc).
+    if (s.ok()) s = placement_->Lift();
     if (s.ok()) {
       trace_ = std::make_unique<runtime::AccessTrace>(plan.trace);
       executor_ = std::make_unique<runtime::Executor>(backend_, plan.plan, *trace_, ranges_);
@@ -272,9 +307,32 @@ const runtime::TensorRange* ModelExecution::range(const std::string& id) const {
 }
 
 absl::Status ModelExecution::Suspend() {
-  if (executor_ == nullptr) return PutBackLeftovers();
-  if (!executor_->stages()) return absl::OkStatus();
-  return ReleaseExecutor();
+  // A plan that pins and reads in place keeps its placement through the iteration: within its budget,
+  // every weight readable.
+  if (executor_ != nullptr && !executor_->stages()) return absl::OkStatus();
+  RETURN_IF_ERROR(executor_ != nullptr ? ReleaseExecutor() : PutBackLeftovers());
+  return PlaceUnplanned();
+}
+
+int64_t ModelExecution::KvBytesInUse() const {
+  if (kv_pool_rows_ <= 0) return 0;
+  int64_t sum = 0;
+  for (const auto& [id, r] : ranges_) {
+    if (runtime::IsKvCacheId(id)) sum += r.bytes / kv_pool_rows_ * std::clamp<int64_t>(kv_live_rows_, 0, kv_pool_rows_);
+  }
+  return sum;
+}
+
+absl::Status ModelExecution::PlaceUnplanned() {
+  if (executor_ != nullptr) return absl::OkStatus();
+  const int64_t kv = KvBytesInUse();
+  RETURN_IF_ERROR(placement_->Apply(kv));
+  if (!placement_->applied()) return absl::OkStatus();  // no budget to keep
+  absl::MutexLock lock(&mu_);
+  stats_.resident_bytes = placement_->kept_bytes() + kv;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+  stats_.in_place_bytes = placement_->in_place_bytes();
+  return absl::OkStatus();
 }
 
 absl::Status ModelExecution::Drop(const std::string& key) {
@@ -284,10 +342,13 @@ absl::Status ModelExecution::Drop(const std::string& key) {
   return ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
 }
 
-int64_t ModelExecution::resident_bytes() const { return executor_ != nullptr ? executor_->resident_bytes() : 0; }
+int64_t ModelExecution::resident_bytes() const {
+  if (executor_ != nullptr) return executor_->resident_bytes();
+  return placement_->applied() ? placement_->kept_bytes() + KvBytesInUse() : 0;
+}
 
 int64_t ModelExecution::peak_resident_bytes() const {
-  const int64_t now = executor_ != nullptr ? executor_->peak_resident_bytes() : 0;
+  const int64_t now = executor_ != nullptr ? executor_->peak_resident_bytes() : resident_bytes();
   absl::MutexLock lock(&mu_);
   return std::max(now, stats_.peak_resident_bytes);
 }

@@ -54,6 +54,7 @@
 #include "runtime/observer.h"
 #include "runtime/op_timer.h"
 #include "runtime/runtime_monitor.h"
+#include "runtime/unplanned_placement.h"
 
 namespace autouvm::runtime::sim {
 class SimBackend;
@@ -96,6 +97,9 @@ struct ExecutionOptions {
   // for plans that leave eviction to the driver (`paper`). The benchmarks' stand-in for a card smaller
   // than the one they run on (bench/decode_harness.h); the daemon leaves it to the real driver. Not owned.
   runtime::DriverEviction* driver_eviction = nullptr;
+  // The model's device budget, which its weights keep while no plan owns their residency (Note [The
+  // budget from load], runtime/unplanned_placement.cc); 0: they stay wherever they are.
+  int64_t budget_bytes = 0;
 };
 
 class ModelExecution {
@@ -105,11 +109,14 @@ class ModelExecution {
                                                                 const std::vector<runtime::NamedTensor>& named,
                                                                 ExecutionOptions options);
   // Over the model's own memory on `backend` (not owned; outlives this); `binding` (the runner's
-  // NewTensorBinding; may be null) lets plans stream weights through a device buffer.
+  // NewTensorBinding; may be null) lets plans stream weights through a device buffer; `placement` is
+  // where the weights were put as they were loaded (null: wherever they are, placed by the first
+  // PlaceUnplanned()).
   static std::unique_ptr<ModelExecution> OnDevice(runtime::DeviceBackend* backend,
                                                   const std::vector<runtime::NamedTensor>& named,
                                                   ExecutionOptions options,
-                                                  std::unique_ptr<runtime::TensorBinding> binding = nullptr);
+                                                  std::unique_ptr<runtime::TensorBinding> binding = nullptr,
+                                                  std::unique_ptr<runtime::UnplannedPlacement> placement = nullptr);
   // With its model, before the model's memory is freed: what is staged is dropped, not put back, and the
   // host copies kept for the model's weights are freed.
   ~ModelExecution();
@@ -131,9 +138,13 @@ class ModelExecution {
   // it followed, or stopped for another reason: the backend's).
   int64_t last_differing_ops() const { return differing_ops_; }
   int64_t last_ops_compared() const { return ops_compared_; }
-  // Before an iteration that follows no plan: a plan that stages gives up the residency, and what a
-  // dropped plan left staged goes back to managed memory.
+  // Before an iteration that follows no plan: a plan that stages gives up the residency, what a dropped
+  // plan left staged goes back to managed memory, and the weights take their unplanned placement.
   absl::Status Suspend();
+  // Places the weights as they are while no plan owns the residency (Note [The budget from load],
+  // runtime/unplanned_placement.cc), for the KV rows in use: at load, and by Suspend(). Nothing while a
+  // plan owns it.
+  absl::Status PlaceUnplanned();
   // Forgets the plan of `key` if it owns the residency (its profile is being replaced); what it staged
   // stays staged for the next plan to adopt (Note [Plans hand staged weights on]) until Suspend.
   absl::Status Drop(const std::string& key);
@@ -156,7 +167,14 @@ class ModelExecution {
  private:
   class MirrorLauncher;
   ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<runtime::sim::SimBackend> sim,
-                 std::unordered_map<std::string, runtime::TensorRange> ranges, ExecutionOptions options);
+                 std::unordered_map<std::string, runtime::TensorRange> ranges, ExecutionOptions options,
+                 std::unique_ptr<runtime::UnplannedPlacement> placement);
+  // A placement of `named`'s weights wherever they are now, on `backend`.
+  static std::unique_ptr<runtime::UnplannedPlacement> PlacementOf(
+      runtime::DeviceBackend* backend, const std::vector<runtime::NamedTensor>& named,
+      const std::unordered_map<std::string, runtime::TensorRange>& ranges, int64_t budget_bytes,
+      int64_t min_in_place_bytes);
+  int64_t KvBytesInUse() const;  // of the pools' ranges, for the rows SetKvRows was last told of
   // The timed iteration that just ended, checked by the monitor; pinned tensors found gone come back.
   absl::Status Monitor(const std::vector<double>& op_seconds);
   // Folds its figures into the totals; kKeepStaged only when another plan is prepared at once
@@ -172,6 +190,8 @@ class ModelExecution {
   std::unique_ptr<runtime::sim::SimBackend> sim_;  // the mirror, when there is one (backend_ points to it)
   const std::unordered_map<std::string, runtime::TensorRange> ranges_;
   std::unordered_map<std::string, uint64_t> where_;  // ranges_' addresses, for the mirror's kernels
+  // The weights' placement while no plan owns the residency (scheduler thread only, after load).
+  std::unique_ptr<runtime::UnplannedPlacement> placement_;
 
   // The plan owning the residency (scheduler thread only).
   std::string key_;

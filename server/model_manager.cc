@@ -11,6 +11,7 @@
 #include "base/yaml_fields.h"
 #include "engine/llama_builder.h"
 #include "profiler/profile_key.h"
+#include "runtime/unplanned_placement.h"
 #include "server/request_validation.h"
 
 namespace autouvm::server {
@@ -120,10 +121,22 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   }
   ASSIGN_OR_RETURN(m->tokenizer, tokenizer::CreateTokenizer(engine::TokenizerSpecOf(m->config), m->dir));
   RETURN_IF_ERROR(LoadChatTemplate(m));
+  // Note [The budget from load] (runtime/unplanned_placement.cc): under `autouvm` the executor keeps the
+  // model within its budget, from its first weight on the device.
+  const int64_t budget = m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes);
+  const bool keeps_budget = profiling_.jobs != nullptr && profiling_.executor && m->settings.policy == "autouvm";
+  std::unique_ptr<runtime::UnplannedPlacement> placement;
+  engine::PlaceWeight place;
+  if (keeps_budget && device_ != nullptr && device_->backend() != nullptr) {
+    placement = std::make_unique<runtime::UnplannedPlacement>(device_->backend(), budget);
+    place = [p = placement.get()](uint64_t addr, int64_t bytes, int64_t all_bytes) {
+      return p->Place(addr, bytes, all_bytes);
+    };
+  }
   ASSIGN_OR_RETURN(m->runner,
                    engine::ModelRunner::Create(
                        m->dir, m->config, static_cast<int>(m->settings.max_batch), device_,
-                       {.tokens = m->settings.kv_cache_tokens, .block_tokens = m->settings.kv_block_tokens}));
+                       {.tokens = m->settings.kv_cache_tokens, .block_tokens = m->settings.kv_block_tokens}, place));
   // The digest names the model's profiles: a changed model.pt or model.yaml is a new model to them.
   ASSIGN_OR_RETURN(m->digest, profiler::ModelDigest((fs::path(m->dir) / "model.pt").string(), yaml));
   engine::SchedulerOptions options;
@@ -134,18 +147,23 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   if (profiling_.jobs != nullptr) {
     const std::vector<runtime::NamedTensor> named = m->runner->NamedTensors();
     std::unique_ptr<profiler::ModelExecution> execution;
+    profiler::ExecutionOptions execution_options = profiling_.execution;
+    execution_options.budget_bytes = keeps_budget ? budget : 0;
     if (profiling_.executor && device_ != nullptr && device_->backend() != nullptr) {
-      execution = profiler::ModelExecution::OnDevice(device_->backend(), named, profiling_.execution,
-                                                     m->runner->NewTensorBinding());
+      execution = profiler::ModelExecution::OnDevice(device_->backend(), named, execution_options,
+                                                     m->runner->NewTensorBinding(), std::move(placement));
     } else if (profiling_.executor) {
-      ASSIGN_OR_RETURN(execution, profiler::ModelExecution::Mirror(profiling_.gpu, named, profiling_.execution));
+      ASSIGN_OR_RETURN(execution, profiler::ModelExecution::Mirror(profiling_.gpu, named, execution_options));
     }
-    ASSIGN_OR_RETURN(m->session, profiler::ModelSession::Create(
-                                     {m->digest, profiling_.gpu.name,
-                                      m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes), m->settings.policy},
-                                     profiling_.jobs, named, std::move(execution)));
+    ASSIGN_OR_RETURN(m->session,
+                     profiler::ModelSession::Create({m->digest, profiling_.gpu.name, budget, m->settings.policy},
+                                                    profiling_.jobs, named, std::move(execution)));
     m->execution = m->session->execution();
     if (m->execution != nullptr) {
+      // The mirror's weights (and on a GPU any not placed as they were loaded) take their places now.
+      if (absl::Status s = m->execution->PlaceUnplanned(); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("placing the model within its device budget: ", s.message()));
+      }
       // Note [KV pools follow the rows in use] (runtime/executor_kv_rows.cc).
       m->runner->set_kv_rows_listener(
           [execution = m->execution](int64_t live, int64_t pool) { execution->SetKvRows(live, pool); });

@@ -124,6 +124,34 @@ TEST(ExecutorE2E, TheKvRowsALongerSequenceGrowsIntoArePlacedByThePlanItFollows) 
   EXPECT_LE(longer.peak_resident_bytes(), kBudget) << longer.DebugString();
 }
 
+// Note [The budget from load] (runtime/unplanned_placement.cc): before any plan exists (plan_at_load off)
+// the model, larger than its budget, has its weights read in place — none is on the device — and the
+// request that records its first shapes, which follows no plan, leaves it so; the plans that follow keep
+// it within its budget.
+TEST(ExecutorE2E, AModelIsWithinItsBudgetFromLoadBeforeAnyPlan) {
+  DaemonProcess d({.config_yaml = "runtime: {executor: true}\nmodels: {tiny-llama: {policy: autouvm, device_budget: " +
+                                  std::to_string(kBudget) + ", plan_at_load: false}}\n"});
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  const autouvm::v1::ExecutionStatus loaded = Status(d).execution();
+  EXPECT_EQ(loaded.plan_switches(), 0u) << loaded.DebugString();
+  EXPECT_LE(loaded.peak_resident_bytes(), kBudget) << loaded.DebugString();
+  EXPECT_GT(loaded.in_place_bytes(), kBudget) << loaded.DebugString();  // the ~11 MiB of weights
+
+  const std::string first = Complete(d, 8);  // recorded: no plan yet
+  const autouvm::v1::ExecutionStatus recorded = Status(d).execution();
+  EXPECT_EQ(recorded.plan_switches(), 0u) << recorded.DebugString();
+  EXPECT_GT(recorded.in_place_bytes(), kBudget) << recorded.DebugString();
+  EXPECT_LE(recorded.peak_resident_bytes(), kBudget) << recorded.DebugString();
+  ASSERT_TRUE(Eventually([&] { return Ready(d, autouvm::v1::PHASE_PREFILL) && Ready(d, autouvm::v1::PHASE_DECODE); }))
+      << d.Log();
+  EXPECT_EQ(Complete(d, 8), first);
+  const autouvm::v1::ExecutionStatus followed = Status(d).execution();
+  EXPECT_GT(followed.followed_iterations(), 0u) << followed.DebugString();
+  EXPECT_GT(followed.resident_bytes(), kBudget / 2) << followed.DebugString();  // the plan pins
+  EXPECT_LE(followed.peak_resident_bytes(), kBudget) << followed.DebugString();
+}
+
 TEST(ExecutorE2E, StockFollowsNothingAndGeneratesWhatAutouvmGenerates) {
   constexpr uint32_t kTokens = 6;
   DaemonProcess autouvm({.config_yaml = Config("autouvm", true)});
