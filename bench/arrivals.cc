@@ -18,6 +18,9 @@
 //       # request against the full batch's step (every new batch bucket's first passes included)
 //   build-gpu/bench/arrivals --preset mistral7b --factor 2.0 --streams 64 --prompt 128 --tokens 128 \
 //       --prefill-tokens 2048 --budget-of-weights                     # a large batch, its KV cache in the budget
+//   build-gpu/bench/arrivals --preset 7b --factor 1.0 --streams 16 --prompt 2048 --tokens 64 --ramp-ms 300 \
+//       --prefill-tokens 2048 --settings 'size_steps: false'   # long prompts joining running requests: their
+//       # inter-token gaps (p50 / p90 / p99 / max per burst), with and without Note [Steps sized by their cost]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -150,6 +153,9 @@ int main(int argc, char** argv) {
   bool plan_at_load = false;
   app.add_flag("--plan-at-load", plan_at_load,
                "models.<name>.plan_at_load: every phase planned before serving (without it, set false)");
+  std::string settings;
+  app.add_option("--settings", settings,
+                 "more model settings for every daemon, as YAML flow-map entries (e.g. 'size_steps: false')");
   std::string log_dir;
   app.add_option("--log-dir", log_dir,
                  "keep each daemon's log there (daemon-<max_prefill_tokens>.log), at debug level: a line per pass");
@@ -171,6 +177,7 @@ int main(int argc, char** argv) {
       preset.c_str(), named / double(1 << 30), weights / double(1 << 30), budget / double(1 << 30), factor,
       budget_of_weights ? "weights" : "named bytes", streams,
       ramp_ms > 0 ? absl::StrCat(ramp_ms, " ms apart").c_str() : "at once", prompt_len, tokens, warmups, repeats);
+  if (!settings.empty()) std::printf("model settings: %s\n\n", settings.c_str());
   std::printf(
       "| max_prefill_tokens | burst | sweep ms | TTFT p50 ms | TTFT max ms | TTFT p50 / max, sweeps | aggregate tok/s "
       "| "
@@ -187,7 +194,7 @@ int main(int argc, char** argv) {
         dir, repo, spec.name,
         absl::StrCat("model_defaults: {max_batch: ", std::max(streams, 1), ", max_queue: ", std::max(streams, 64),
                      ", policy: autouvm, device_budget: ", budget, ", max_prefill_tokens: ", setting,
-                     ", plan_at_load: ", plan_at_load ? "true" : "false", "}"));
+                     ", plan_at_load: ", plan_at_load ? "true" : "false", settings.empty() ? "" : ", ", settings, "}"));
     // Wall-clock marks on stderr, to line device-memory samples up with (nvidia-smi's timestamps).
     auto mark = [](const char* what) {
       const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -263,8 +270,22 @@ int main(int argc, char** argv) {
           static_cast<double>(b.after.execution().displaced_bytes()) / double(1 << 30), code);
     }
     std::printf(
-        "\nmax_prefill_tokens %s: the executor's resident bytes, sampled every 100 ms from the daemon's start: %s\n\n",
+        "\nmax_prefill_tokens %s: the executor's resident bytes, sampled every 100 ms from the daemon's start: %s\n",
         setting.c_str(), residency.Describe(budget).c_str());
+    // Every request's gaps between tokens, pooled per burst: what a running request feels of the others'
+    // prompts (Note [Steps sized by their cost], engine/step_cost.cc).
+    for (size_t r = 0; r < bursts.size(); ++r) {
+      std::vector<double> gaps;
+      for (const DaemonRun& run : bursts[r].runs) gaps.insert(gaps.end(), run.gaps_ms.begin(), run.gaps_ms.end());
+      std::sort(gaps.begin(), gaps.end());
+      auto at = [&gaps](double q) {
+        return gaps.empty() ? 0.0 : gaps[std::min(gaps.size() - 1, static_cast<size_t>(q * gaps.size()))];
+      };
+      std::printf(
+          "max_prefill_tokens %s, burst %zu: inter-token gaps p50 / p90 / p99 / max: %.1f / %.1f / %.1f / %.1f ms\n",
+          setting.c_str(), r + 1, at(0.5), at(0.9), at(0.99), gaps.empty() ? 0.0 : gaps.back());
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
   std::filesystem::remove_all(root);

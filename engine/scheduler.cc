@@ -19,7 +19,10 @@ Scheduler::Scheduler(StepRunner* runner, const tokenizer::Tokenizer* tokenizer, 
                .bos_id = runner->bos_id(),
                .prefill_tokens = options.prefill_tokens,
                .kv_block_tokens = runner->kv_block_tokens(),
-               .kv_blocks = runner->kv_blocks()},
+               .kv_blocks = runner->kv_blocks(),
+               .size_steps = options.size_steps,
+               .max_step = options.max_step,
+               .min_prefill_tokens = options.min_prefill_tokens},
               tokenizer) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -81,6 +84,8 @@ SchedulerStats Scheduler::Stats() const {
   s.prompt_tokens_waiting = c.prompt_tokens_waiting.load(std::memory_order_relaxed);
   s.kv_blocks_reserved = c.kv_blocks_reserved.load(std::memory_order_relaxed);
   s.kv_blocks_total = runner_->kv_blocks();
+  s.pass_floor_seconds = c.pass_floor_s.load(std::memory_order_relaxed);
+  s.pass_token_seconds = c.pass_token_s.load(std::memory_order_relaxed);
   for (const auto& q : queue_) s.prompt_tokens_waiting += static_cast<int64_t>(q->params.prompt.size());
   return s;
 }
@@ -200,9 +205,10 @@ void Scheduler::Run(const StepPlan& plan) {
     result.status = runner_->Step(plan.shares, plan.RunnerRows(), &logits_);
     if (!options_.hooks || !options_.hooks->AfterIteration(result.status) || attempt > 0) break;
   }
+  result.took = clock_->Now() - started;
   {
     absl::MutexLock lock(&mu_);
-    last_pass_ = clock_->Now() - started;
+    last_pass_ = result.took;
   }
   policy_.Update(plan, result, clock_->Now());
 }

@@ -39,6 +39,10 @@ struct SchedulerOptions {
   // pass; the wait is also at most kQueueDelayShare of the last pass's time.
   absl::Duration max_queue_delay = absl::Milliseconds(10);
   IterationHooks* hooks = nullptr;  // must outlive the scheduler
+  // Note [Steps sized by their cost] (engine/step_cost.cc); PolicyOptions' fields of the same names.
+  bool size_steps = false;
+  absl::Duration max_step = absl::ZeroDuration();
+  int64_t min_prefill_tokens = 64;
 };
 
 struct SchedulerStats {
@@ -60,6 +64,10 @@ struct SchedulerStats {
   int64_t prompt_tokens_waiting = 0;  // prompt tokens of the requests queued or admitted, not prefilled yet
   int64_t kv_blocks_reserved = 0;     // KV-cache blocks the running requests hold (their whole lengths)
   int64_t kv_blocks_total = 0;        // in the pool (StepRunner::kv_blocks)
+  // Note [Steps sized by their cost]: a pass of decode rows only, and what each token adds to a pass
+  // that outgrows it (0: none has yet), in seconds, as learned from the passes run.
+  double pass_floor_seconds = 0;
+  double pass_token_seconds = 0;
 };
 
 class Scheduler {

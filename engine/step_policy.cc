@@ -216,7 +216,8 @@ std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
     plan.sequences.push_back(s.get());
   }
   const bool decoding = !plan.rows.empty();
-  int64_t budget = options_.prefill_tokens;
+  int64_t budget = PromptBudget(static_cast<int64_t>(plan.rows.size()));
+  counters_.prompt_budget = budget;
   std::vector<Sequence*> planned;  // leave to_prefill_: their prompts' last rows are planned, or they stopped
   for (size_t i = 0; i < to_prefill_.size() && budget > 0; ++i) {
     Sequence* s = to_prefill_[i];
@@ -239,6 +240,14 @@ std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
   const bool prompts = !plan.rows.back().decode;  // decode rows come first
   plan.phase = !prompts ? IterationPhase::kDecode : decoding ? IterationPhase::kMixed : IterationPhase::kPrefill;
   return plan;
+}
+
+// Note [Steps sized by their cost] (engine/step_cost.cc).
+int64_t StepPolicy::PromptBudget(int64_t decode_rows) const {
+  if (!options_.size_steps || decode_rows == 0) return options_.prefill_tokens;
+  const int64_t fits = cost_.TokensWithin(std::max(cost_.floor(), options_.max_step), decode_rows);
+  if (fits < 0) return options_.prefill_tokens;
+  return std::clamp(fits, std::min(options_.min_prefill_tokens, options_.prefill_tokens), options_.prefill_tokens);
 }
 
 bool StepPolicy::PlanPrompt(Sequence* s, StepPlan* plan, int64_t* budget, std::vector<Sequence*>* planned,
@@ -303,6 +312,11 @@ StepPlan StepPolicy::IdlePlan(const IdleIteration& it) const {
 }
 
 void StepPolicy::Update(const StepPlan& plan, const StepResult& result, absl::Time now) {
+  if (result.status.ok() && result.took > absl::ZeroDuration()) {
+    cost_.Observe(plan.decode_rows(), plan.prompt_tokens(), result.took);
+    counters_.pass_floor_s = absl::ToDoubleSeconds(cost_.floor());
+    counters_.pass_token_s = absl::ToDoubleSeconds(cost_.per_token().value_or(absl::ZeroDuration()));
+  }
   if (plan.kind == StepPlan::Kind::kIdle) {
     ++counters_.idle_passes;
     for (const StepPlan::Row& row : plan.rows) released_.push_back(row.slot);

@@ -40,6 +40,7 @@
 #include "absl/time/time.h"
 #include "engine/generation_types.h"
 #include "engine/sampler.h"
+#include "engine/step_cost.h"
 #include "engine/step_runner.h"
 #include "tokenizer/text_stream.h"
 #include "tokenizer/tokenizer.h"
@@ -123,7 +124,8 @@ struct StepPlan {
 
 struct StepResult {
   absl::Status status;
-  std::vector<float>* logits = nullptr;  // vocab floats for each row that wants logits, in row order
+  std::vector<float>* logits = nullptr;        // vocab floats for each row that wants logits, in row order
+  absl::Duration took = absl::ZeroDuration();  // the pass's wall time (zero: not measured)
 };
 
 struct PolicyOptions {
@@ -138,6 +140,12 @@ struct PolicyOptions {
   // blocks of its whole length are free (0: no blocks to count).
   int64_t kv_block_tokens = 0;
   int64_t kv_blocks = 0;
+  // Note [Steps sized by their cost] (engine/step_cost.cc): while sequences decode, a pass takes the
+  // prompt tokens predicted to keep it within max(the pass floor, max_step), and at least
+  // min_prefill_tokens (and at most prefill_tokens). Off: prefill_tokens always.
+  bool size_steps = false;
+  absl::Duration max_step = absl::ZeroDuration();
+  int64_t min_prefill_tokens = 64;
 };
 
 // Counted before the sinks hear of what is counted, so that a client that saw its last token reads
@@ -155,6 +163,11 @@ struct PolicyCounters {
   std::atomic<uint64_t> pass_tokens[3] = {};
   std::atomic<int64_t> prompt_tokens_waiting{0};  // a gauge: of the admitted requests not prefilled yet
   std::atomic<int64_t> kv_blocks_reserved{0};     // a gauge: KV-cache blocks the running requests hold
+  // Note [Steps sized by their cost]: a pass of decode rows only, and what a token adds to a pass that
+  // outgrows it (0: not known yet), in seconds; the prompt tokens the last pass could take.
+  std::atomic<double> pass_floor_s{0};
+  std::atomic<double> pass_token_s{0};
+  std::atomic<int64_t> prompt_budget{0};
 };
 
 class StepPolicy {
@@ -172,6 +185,7 @@ class StepPolicy {
   std::vector<int32_t> TakeReleased() { return std::exchange(released_, {}); }
   int running() const { return static_cast<int>(active_.size()); }  // sequences holding a slot
   const PolicyCounters& counters() const { return counters_; }
+  const StepCost& cost() const { return cost_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_; }
 
   // Sequences taken from the queue (at most free_slots(), their KvBlocksFor within free_kv_blocks()):
@@ -195,6 +209,8 @@ class StepPolicy {
   // A request's prompt and max_tokens, within max_seq.
   int64_t WholeLength(const GenerationParams& params) const;
   bool CheckStopConditions(Sequence* s, absl::Time now);
+  // The prompt tokens a pass with `decode_rows` decode rows may take (Note [Steps sized by their cost]).
+  int64_t PromptBudget(int64_t decode_rows) const;
   void Advance(Sequence* s, float* logits, absl::Time now);
   void Finish(Sequence* s, absl::Status status, FinishReason reason, absl::Time now);
   void RetireFinished();
@@ -225,6 +241,7 @@ class StepPolicy {
   std::vector<int32_t> released_;
   int64_t reserved_kv_blocks_ = 0;
   PolicyCounters counters_;
+  StepCost cost_;  // of the passes run so far
 };
 
 }  // namespace autouvm::engine

@@ -40,6 +40,9 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
   f.Int("kv_cache_tokens", &s->kv_cache_tokens, 0, int64_t{1} << 40);
   f.Int("kv_block_tokens", &s->kv_block_tokens, 1, 1 << 16);
   f.DurationMs("max_queue_delay", &s->max_queue_delay_ms, 0, 60 * 1000);
+  f.Bool("size_steps", &s->size_steps);
+  f.DurationMs("max_step", &s->max_step_ms, 0, 60 * 1000);
+  f.Int("min_prefill_tokens", &s->min_prefill_tokens, 1, 1 << 24);
   f.Bool("plan_at_load", &s->plan_at_load);
   f.Int("default_max_tokens", &s->default_max_tokens, 1, kMaxInt);
   f.Int("max_tokens_limit", &s->max_tokens_limit, 1, kMaxInt);

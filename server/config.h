@@ -23,6 +23,11 @@ struct ModelSettings {
   // How long an idle model's first request may wait for others to share its first pass, at most (the
   // wait is also at most 5% of the model's last pass: engine::SchedulerOptions::max_queue_delay).
   int64_t max_queue_delay_ms = 10;
+  // Note [Steps sized by their cost] (engine/step_cost.cc): while requests decode, a pass takes the
+  // prompt tokens predicted to keep it within max(the pass floor, max_step), at least min_prefill_tokens.
+  bool size_steps = true;
+  int64_t max_step_ms = 0;
+  int64_t min_prefill_tokens = 64;
   // Plan the model's first shapes of each phase before it is served (Note [Plans before the first
   // request], server/model_manager.cc); false: every shape is profiled at its first request.
   bool plan_at_load = true;

@@ -130,6 +130,10 @@ std::string Metrics::Scrape() const {
       "Tokens the forward passes computed, by kind (a prefill's padding included; a decode's rows)", T::Counter);
   auto* prompts_waiting = s.Family("autouvm_prefill_tokens_waiting",
                                    "Prompt tokens of the requests queued or admitted, not prefilled yet", T::Gauge);
+  auto* pass_floor = s.Family("autouvm_pass_floor_seconds",
+                              "A forward pass of decode rows only, as learned from the passes run", T::Gauge);
+  auto* pass_token = s.Family("autouvm_pass_token_seconds",
+                              "What a token adds to a pass that outgrows the floor (0: none has yet)", T::Gauge);
   auto* kv_blocks =
       s.Family("autouvm_kv_cache_blocks",
                "KV-cache blocks: in the pool (total) and held by the running requests (reserved)", T::Gauge);
@@ -188,6 +192,8 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "decode"}}, st.decode_pass_tokens_total);
     Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "mixed"}}, st.mixed_pass_tokens_total);
     Snapshot::Add(prompts_waiting, model, st.prompt_tokens_waiting);
+    Snapshot::Add(pass_floor, model, st.pass_floor_seconds);
+    Snapshot::Add(pass_token, model, st.pass_token_seconds);
     Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "total"}}, st.kv_blocks_total);
     Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "reserved"}}, st.kv_blocks_reserved);
     if (m.session != nullptr) {

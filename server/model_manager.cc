@@ -144,6 +144,9 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.max_queue = static_cast<int>(m->settings.max_queue);
   options.prefill_tokens = m->settings.max_prefill_tokens;
   options.max_queue_delay = absl::Milliseconds(m->settings.max_queue_delay_ms);
+  options.size_steps = m->settings.size_steps;
+  options.max_step = absl::Milliseconds(m->settings.max_step_ms);
+  options.min_prefill_tokens = m->settings.min_prefill_tokens;
   if (profiling_.jobs != nullptr) {
     const std::vector<runtime::NamedTensor> named = m->runner->NamedTensors();
     std::unique_ptr<profiler::ModelExecution> execution;

@@ -94,6 +94,9 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   EXPECT_EQ(prom.Sum(pass_tokens + "\"prefill\"}"), prom.Sum("autouvm_prompt_tokens_total" + m));
   EXPECT_EQ(prom.Sum(pass_tokens + "\"decode\"}"), 15);
   EXPECT_EQ(prom.Sum("autouvm_prefill_tokens_waiting" + m), 0);
+  // Note [Steps sized by their cost]: the decode passes set the pass floor.
+  EXPECT_GT(prom.Sum("autouvm_pass_floor_seconds" + m), 0);
+  EXPECT_GE(prom.Sum("autouvm_pass_token_seconds" + m), 0);
   // Note [Reserving KV blocks]: the ended requests hold no block; the pool is max_batch 8 x max_seq 512
   // positions, in blocks of 16.
   EXPECT_EQ(prom.Sum("autouvm_kv_cache_blocks{model=\"tiny-llama\",state=\"reserved\"}"), 0);

@@ -6,10 +6,13 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <barrier>
 #include <chrono>
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -246,6 +249,10 @@ TEST(OpenAiE2E, AModelWithoutAChatTemplateGets400SayingSoAndStillCompletes) {
   EXPECT_EQ(json::parse(completion.body)["usage"]["completion_tokens"], 3);
 }
 
+// A model slow enough on the CPU (tens of ms a token) that a test's client acts well inside one step.
+const ModelEntry kSlowModel{
+    .name = "slow", .dim = 512, .layers = 8, .heads = 8, .kv_heads = 4, .ffn_dim = 1536, .max_seq = 1024};
+
 // One HTTP/1.1 request on a socket of its own, for what a client library hides: the moment the client
 // closes its connection.
 class RawRequest {
@@ -304,6 +311,48 @@ double Scraped(const std::string& metrics_url, const std::string& series) {
   return 0;
 }
 
+// 503 in OpenAI's error object while the model loads (its model.yaml a FIFO the loader blocks on until the
+// test writes it) and while the daemon drains (SIGTERM with a stream of the slow model in flight, which ends
+// whole).
+TEST(OpenAiE2E, WhileTheModelLoadsAndWhileTheDaemonDrainsRequestsGet503) {
+  OpenAiDaemon d("{slow: {max_batch: 2}}", /*default_model=*/false);
+  ASSERT_EQ(WriteModelEntry(d.process().repository(), kSlowModel), "");
+  const std::string yaml = d.process().repository() + "/slow/model.yaml";
+  std::string text;
+  {
+    std::ifstream in(yaml);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::filesystem::remove(yaml);
+  ASSERT_EQ(mkfifo(yaml.c_str(), 0644), 0);
+  ASSERT_TRUE(d.process().Start()) << d.process().Log();
+  const std::string body = R"({"model": "slow", "prompt": "x", "max_tokens": 2})";
+  const Curl loading = CallCurl(d.Url("/v1/completions"), body);
+  EXPECT_EQ(loading.status, 503) << loading.body;
+  const json e = json::parse(loading.body, nullptr, false);
+  ASSERT_TRUE(e.is_object() && e.contains("error")) << loading.body;
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("loading"), std::string::npos) << loading.body;
+  EXPECT_EQ(e["error"]["type"], "service_unavailable") << loading.body;
+
+  std::ofstream(yaml) << text;  // the loader reads it now
+  ASSERT_TRUE(d.process().WaitForHealth(HealthCheckResponse::SERVING)) << d.process().Log();
+  RawRequest stream(d.process().http_port(), "/v1/completions",
+                    R"({"model": "slow", "prompt": "x", "max_tokens": 400, "ignore_eos": true, "stream": true})");
+  ASSERT_TRUE(stream.sent());
+  ASSERT_TRUE(stream.ReadUntil([](const std::string& got) { return got.find("\ndata: {") != std::string::npos; }));
+  d.process().Signal(SIGTERM);
+  ASSERT_TRUE(d.process().WaitForHealth(HealthCheckResponse::NOT_SERVING)) << d.process().Log();
+  const Curl draining = CallCurl(d.Url("/v1/completions"), body);
+  EXPECT_EQ(draining.status, 503) << draining.body;
+  EXPECT_NE(draining.body.find("draining"), std::string::npos) << draining.body;
+  // The stream in flight ends whole.
+  std::string all;
+  EXPECT_TRUE(stream.ReadUntil([&](const std::string& got) {
+    all = got;
+    return got.find("data: [DONE]") != std::string::npos;
+  })) << all;
+}
+
 // Note [Seeing a client go] (http/client_watch.h): a client that closes its connection stops its
 // generation within one token, streamed or answered whole: the token being computed when it closed is
 // the last one. A model slow enough on the CPU (tens of ms a token) that the client's own reading is
@@ -311,10 +360,7 @@ double Scraped(const std::string& metrics_url, const std::string& series) {
 // whole response ran to its max_tokens.
 TEST(OpenAiE2E, AClientThatDisconnectsStopsItsGenerationWithinOneToken) {
   OpenAiDaemon d("{slow: {max_batch: 2}}", /*default_model=*/false);
-  ASSERT_EQ(WriteModelEntry(
-                d.process().repository(),
-                {.name = "slow", .dim = 512, .layers = 8, .heads = 8, .kv_heads = 4, .ffn_dim = 1536, .max_seq = 1024}),
-            "");
+  ASSERT_EQ(WriteModelEntry(d.process().repository(), kSlowModel), "");
   ASSERT_TRUE(d.Start()) << d.process().Log();
   const std::string metrics = d.MetricsUrl();
   const std::string generated = "autouvm_generation_tokens_total{model=\"slow\"}";

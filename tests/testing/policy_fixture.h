@@ -42,6 +42,7 @@ class PolicyFixture : public ::testing::Test {
   // Runs one pass of `plan` on the fake runner and hands its result back, as the loop does.
   void RunPass(engine::StepPolicy& policy, const engine::StepPlan& plan) {
     engine::StepResult result{.logits = &logits_};
+    if (pass_time_) result.took = pass_time_(plan);
     result.status = runner_.Step(plan.shares, plan.RunnerRows(), &logits_);
     EXPECT_TRUE(result.status.ok()) << result.status;
     policy.Update(plan, result, clock_.Now());
@@ -61,6 +62,8 @@ class PolicyFixture : public ::testing::Test {
     return plans;
   }
 
+  // What each pass is said to take (StepResult::took); unset: nothing.
+  std::function<absl::Duration(const engine::StepPlan&)> pass_time_;
   FakeClock clock_;
   FakeStepRunner runner_;
   tokenizer::ByteTokenizer tokenizer_{320, 256, 257};
