@@ -21,6 +21,7 @@ Scheduler::Scheduler(StepRunner* runner, const tokenizer::Tokenizer* tokenizer, 
                .kv_block_tokens = runner->kv_block_tokens(),
                .kv_blocks = runner->kv_blocks(),
                .size_steps = options.size_steps,
+               .step_growth = options.step_growth,
                .max_step = options.max_step,
                .min_prefill_tokens = options.min_prefill_tokens},
               tokenizer) {

@@ -41,6 +41,7 @@ struct SchedulerOptions {
   IterationHooks* hooks = nullptr;  // must outlive the scheduler
   // Note [Steps sized by their cost] (engine/step_cost.cc); PolicyOptions' fields of the same names.
   bool size_steps = false;
+  double step_growth = 2.0;
   absl::Duration max_step = absl::ZeroDuration();
   int64_t min_prefill_tokens = 64;
 };

@@ -21,21 +21,27 @@ double Median(std::vector<double> v) {
 
 // Note [Steps sized by their cost]: under a budget a pass costs about the same whether it carries one
 // token or a thousand — the weight sweep (ARCHITECTURE.md, "The one rule") — until its compute outgrows
-// the sweep; with the model resident the floor is the host's dispatch of the pass's ops and HBM. A pass
-// of T tokens therefore takes about max(floor, k·T). A fixed prompt budget per pass either leaves free
-// tokens out (a floor of a 120 ms sweep holds several thousand of a 7B's prompt tokens on the H200) or,
-// where the floor is low, stretches the running requests' next token by the whole prompt chunk's compute
-// (a 2048-token chunk of a resident 7B is several decode steps). So while sequences decode, a pass takes
-// the prompt tokens predicted to keep it within max(floor, max_step) (models.<name>.max_step_ms; the
-// floor alone by default: prompts ride only where they cost the running requests nothing), and at least
-// min_prefill_tokens so that every prompt advances; with nothing decoding a pass takes the whole
-// max_prefill_tokens, since no one waits on it but the prompts themselves. Both figures are learned
-// from the passes the model ran, as medians of the last kWindow: the floor from passes of decode rows
-// only, k from passes with prompt tokens, kMinTokens tokens or more, that took kBoundOverFloor times the
-// floor or more, as their time per token — which counts their fixed part as compute too, so k errs high
-// and passes err short (a pass of few tokens that outgrew the floor was slow for another reason: a
-// recorded pass, a plan switch). Until a pass has outgrown the floor nothing limits the prompt tokens
-// but max_prefill_tokens.
+// the sweep; with the model resident the floor is the host's dispatch of the pass's ops and HBM, and every
+// prompt token adds to it. A fixed prompt budget per pass either leaves free tokens out (a 120 ms sweep
+// hides thousands of a 7B's prompt tokens on the H200) or, where the floor is low, stretches the running
+// requests' next token by the whole chunk's compute: 16 requests with 2048-token prompts joining one
+// another on the H200's resident 7B (floor 25 ms) saw gaps of 186 / 254 ms at p90 / p99 (bench/results/
+// 2026-12-03-step-sizing-h200.md). So while sequences decode, a pass takes the prompt tokens predicted to
+// keep it within max(step_growth x floor, max_step) (models.<name>.step_growth, max_step), at least
+// min_prefill_tokens so that every prompt advances, at most max_prefill_tokens; with nothing decoding it
+// takes max_prefill_tokens, since no one waits on it but the prompts themselves. A pass of P prompt
+// tokens is predicted to take floor + k·P: the floor is the median of the last kWindow passes of decode
+// rows only; k the median of (t − floor) / P over the last kWindow passes of kMinTokens prompt tokens or
+// more that took kBoundOverFloor times the floor or more. Under a budget that chord from the floor errs
+// long below the passes it was learned from (their compute was partly hidden) and short above them;
+// with the model resident a mixed pass also has a fixed cost of its own above the floor, which the chord
+// counts per token, so chunks settle where the pass is the target. The target must exceed that fixed
+// cost: with the floor itself as the target (no growth), the chunks shrank to min_prefill_tokens and the
+// prompts took 480 passes instead of 15 (TTFT 11.5 s against 0.23). Until a pass has outgrown the floor
+// nothing limits the prompt tokens but max_prefill_tokens. On that resident 7B even twice the floor cost
+// the joining requests' TTFT 7-12x (1.6-2.7 s at p50) for gaps of 97-204 ms at p99 instead of 262-265:
+// there a mixed pass's fixed cost is close to the floor, so the trade is the operator's to make, and
+// size_steps is off by default.
 void StepCost::Observe(int64_t decode_rows, int64_t prompt_tokens, absl::Duration took) {
   const double s = absl::ToDoubleSeconds(took);
   if (!(s > 0) || !std::isfinite(s)) return;
@@ -43,10 +49,9 @@ void StepCost::Observe(int64_t decode_rows, int64_t prompt_tokens, absl::Duratio
     Remember(&floor_s_, s);
     return;
   }
-  const int64_t tokens = decode_rows + prompt_tokens;
-  if (!floor_s_.empty() && tokens >= kMinTokens && s >= kBoundOverFloor * Median(floor_s_)) {
-    Remember(&per_token_s_, s / static_cast<double>(tokens));
-  }
+  if (floor_s_.empty() || prompt_tokens < kMinTokens) return;
+  const double floor_s = Median(floor_s_);
+  if (s >= kBoundOverFloor * floor_s) Remember(&per_token_s_, (s - floor_s) / static_cast<double>(prompt_tokens));
 }
 
 absl::Duration StepCost::floor() const {
@@ -58,17 +63,16 @@ std::optional<absl::Duration> StepCost::per_token() const {
   return absl::Seconds(Median(per_token_s_));
 }
 
-absl::Duration StepCost::Predict(int64_t tokens) const {
+absl::Duration StepCost::Predict(int64_t prompt_tokens) const {
   const std::optional<absl::Duration> k = per_token();
-  const absl::Duration compute = k ? *k * static_cast<double>(tokens) : absl::ZeroDuration();
-  return std::max(floor(), compute);
+  return floor() + (k ? *k * static_cast<double>(prompt_tokens) : absl::ZeroDuration());
 }
 
-int64_t StepCost::TokensWithin(absl::Duration target, int64_t decode_rows) const {
+int64_t StepCost::TokensWithin(absl::Duration target) const {
   const std::optional<absl::Duration> k = per_token();
   if (!k || *k <= absl::ZeroDuration()) return -1;
-  const auto tokens = static_cast<int64_t>(std::floor(absl::FDivDuration(target, *k)));
-  return std::max<int64_t>(0, tokens - decode_rows);
+  if (target <= floor()) return 0;
+  return static_cast<int64_t>(std::floor(absl::FDivDuration(target - floor(), *k)));
 }
 
 }  // namespace autouvm::engine

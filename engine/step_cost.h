@@ -3,7 +3,7 @@
 //
 //   StepCost cost;
 //   cost.Observe(/*decode_rows=*/3, /*prompt_tokens=*/0, absl::Milliseconds(120));   // after each pass
-//   int64_t tokens = cost.TokensWithin(cost.floor(), /*decode_rows=*/3);             // before the next
+//   int64_t tokens = cost.TokensWithin(2 * cost.floor());                            // before the next
 //
 // A pure value type, not thread-safe: the scheduler's loop owns it.
 #pragma once
@@ -20,9 +20,9 @@ class StepCost {
  public:
   // Passes remembered for each estimate (their median is taken).
   static constexpr size_t kWindow = 16;
-  // A pass is compute-bound, and tells the cost of a token, once it takes this many times the floor.
+  // A pass with prompt tokens tells what a token costs once it takes this many times the floor...
   static constexpr double kBoundOverFloor = 1.25;
-  // ... and carries this many tokens at least.
+  // ... and carries this many prompt tokens at least.
   static constexpr int64_t kMinTokens = 64;
 
   // A pass of `decode_rows` decode rows and `prompt_tokens` prompt tokens took `took`.
@@ -31,13 +31,14 @@ class StepCost {
   // What a pass that carries only decode rows takes (the weight sweep under a budget): the median of the
   // last decode passes; zero before the first.
   absl::Duration floor() const;
-  // What each token adds to a pass that outgrows the floor, from the passes that did; none before one did.
+  // What each prompt token adds to a pass that outgrows the floor, from the passes that did; none before
+  // one did.
   std::optional<absl::Duration> per_token() const;
-  // The pass predicted for `tokens` tokens: the longer of the floor and their compute.
-  absl::Duration Predict(int64_t tokens) const;
-  // The most prompt tokens a pass with `decode_rows` decode rows may carry and be predicted within
-  // `target`: -1 when nothing limits them (no pass has outgrown the floor yet).
-  int64_t TokensWithin(absl::Duration target, int64_t decode_rows) const;
+  // The pass predicted for `prompt_tokens` prompt tokens beside its decode rows: floor + k·P.
+  absl::Duration Predict(int64_t prompt_tokens) const;
+  // The most prompt tokens a pass may carry and be predicted within `target`: -1 when nothing limits them
+  // (no pass has outgrown the floor yet).
+  int64_t TokensWithin(absl::Duration target) const;
 
  private:
   std::vector<double> floor_s_;      // last decode-only passes, oldest first

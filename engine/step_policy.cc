@@ -245,7 +245,7 @@ std::optional<StepPlan> StepPolicy::Schedule(absl::Time now) {
 // Note [Steps sized by their cost] (engine/step_cost.cc).
 int64_t StepPolicy::PromptBudget(int64_t decode_rows) const {
   if (!options_.size_steps || decode_rows == 0) return options_.prefill_tokens;
-  const int64_t fits = cost_.TokensWithin(std::max(cost_.floor(), options_.max_step), decode_rows);
+  const int64_t fits = cost_.TokensWithin(std::max(cost_.floor() * options_.step_growth, options_.max_step));
   if (fits < 0) return options_.prefill_tokens;
   return std::clamp(fits, std::min(options_.min_prefill_tokens, options_.prefill_tokens), options_.prefill_tokens);
 }

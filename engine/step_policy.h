@@ -141,9 +141,10 @@ struct PolicyOptions {
   int64_t kv_block_tokens = 0;
   int64_t kv_blocks = 0;
   // Note [Steps sized by their cost] (engine/step_cost.cc): while sequences decode, a pass takes the
-  // prompt tokens predicted to keep it within max(the pass floor, max_step), and at least
+  // prompt tokens predicted to keep it within max(step_growth x the pass floor, max_step), and at least
   // min_prefill_tokens (and at most prefill_tokens). Off: prefill_tokens always.
   bool size_steps = false;
+  double step_growth = 2.0;
   absl::Duration max_step = absl::ZeroDuration();
   int64_t min_prefill_tokens = 64;
 };

@@ -41,6 +41,7 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
   f.Int("kv_block_tokens", &s->kv_block_tokens, 1, 1 << 16);
   f.DurationMs("max_queue_delay", &s->max_queue_delay_ms, 0, 60 * 1000);
   f.Bool("size_steps", &s->size_steps);
+  f.Double("step_growth", &s->step_growth, 1, 1000);
   f.DurationMs("max_step", &s->max_step_ms, 0, 60 * 1000);
   f.Int("min_prefill_tokens", &s->min_prefill_tokens, 1, 1 << 24);
   f.Bool("plan_at_load", &s->plan_at_load);

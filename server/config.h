@@ -24,8 +24,10 @@ struct ModelSettings {
   // wait is also at most 5% of the model's last pass: engine::SchedulerOptions::max_queue_delay).
   int64_t max_queue_delay_ms = 10;
   // Note [Steps sized by their cost] (engine/step_cost.cc): while requests decode, a pass takes the
-  // prompt tokens predicted to keep it within max(the pass floor, max_step), at least min_prefill_tokens.
-  bool size_steps = true;
+  // prompt tokens predicted to keep it within max(step_growth x the pass floor, max_step), at least
+  // min_prefill_tokens.
+  bool size_steps = false;
+  double step_growth = 2.0;
   int64_t max_step_ms = 0;
   int64_t min_prefill_tokens = 64;
   // Plan the model's first shapes of each phase before it is served (Note [Plans before the first

@@ -145,6 +145,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.prefill_tokens = m->settings.max_prefill_tokens;
   options.max_queue_delay = absl::Milliseconds(m->settings.max_queue_delay_ms);
   options.size_steps = m->settings.size_steps;
+  options.step_growth = m->settings.step_growth;
   options.max_step = absl::Milliseconds(m->settings.max_step_ms);
   options.min_prefill_tokens = m->settings.min_prefill_tokens;
   if (profiling_.jobs != nullptr) {

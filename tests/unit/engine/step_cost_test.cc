@@ -20,19 +20,20 @@ using ::testing::ElementsAre;
 TEST(StepCostTest, TheFloorIsTheDecodePassesMedianAndATokenCostsWhatPassesOverItTook) {
   StepCost cost;
   EXPECT_EQ(cost.floor(), absl::ZeroDuration());
-  EXPECT_EQ(cost.TokensWithin(absl::Milliseconds(100), 4), -1);                        // nothing known: nothing limits
+  EXPECT_EQ(cost.TokensWithin(absl::Milliseconds(100)), -1);                           // nothing known: nothing limits
   for (int ms : {100, 104, 96, 300, 100}) cost.Observe(4, 0, absl::Milliseconds(ms));  // 300: one slow pass
   EXPECT_EQ(cost.floor(), absl::Milliseconds(100));
   EXPECT_FALSE(cost.per_token().has_value());
-  cost.Observe(4, 60, absl::Milliseconds(110));  // within the floor: says nothing of a token's cost
+  cost.Observe(4, 200, absl::Milliseconds(110));  // within the floor: says nothing of a token's cost
+  cost.Observe(4, 16, absl::Milliseconds(400));   // too few tokens to say (a recorded pass, say)
   EXPECT_FALSE(cost.per_token().has_value());
-  cost.Observe(4, 996, absl::Milliseconds(500));  // outgrew it: 0.5 ms a token
+  cost.Observe(4, 1000, absl::Milliseconds(600));  // outgrew it: 0.5 ms a token above the floor
   ASSERT_TRUE(cost.per_token().has_value());
   EXPECT_EQ(*cost.per_token(), absl::Microseconds(500));
-  EXPECT_EQ(cost.Predict(100), absl::Milliseconds(100));
-  EXPECT_EQ(cost.Predict(400), absl::Milliseconds(200));
-  EXPECT_EQ(cost.TokensWithin(absl::Milliseconds(100), 4), 196);
-  EXPECT_EQ(cost.TokensWithin(absl::Milliseconds(1), 4), 0);
+  EXPECT_EQ(cost.Predict(0), absl::Milliseconds(100));
+  EXPECT_EQ(cost.Predict(400), absl::Milliseconds(300));
+  EXPECT_EQ(cost.TokensWithin(absl::Milliseconds(200)), 200);
+  EXPECT_EQ(cost.TokensWithin(absl::Milliseconds(50)), 0);
 }
 
 TEST(StepCostTest, OnlyTheLastWindowOfPassesCounts) {
@@ -48,9 +49,9 @@ class StepSizingTest : public autouvm::testing::PolicyFixture {
  protected:
   // A pool for 4 sequences of 1024 positions.
   StepSizingTest() : PolicyFixture(4, 320, 1024, {.blocks = 4 * 64 + 1, .block_tokens = 16}) {
-    // Under a budget: a sweep of 100 ms, and 0.5 ms of compute a token past 200 tokens.
+    // A floor of 100 ms, and 0.5 ms more for each prompt token.
     pass_time_ = [](const StepPlan& plan) {
-      return std::max(absl::Milliseconds(100), absl::Microseconds(500) * static_cast<double>(plan.tokens()));
+      return absl::Milliseconds(100) + absl::Microseconds(500) * static_cast<double>(plan.prompt_tokens());
     };
   }
   // A prompt of `tokens` tokens, each `fill` after BOS (prompts of different fills share no blocks).
@@ -75,7 +76,7 @@ class StepSizingTest : public autouvm::testing::PolicyFixture {
     }
     return chunks;
   }
-  // Two sequences decoding, and a pass of 514 tokens that showed what a token costs.
+  // Two sequences decoding, and a pass of 512 prompt tokens that showed what a token costs.
   void Warm(StepPolicy& policy, RecordingSink* a, RecordingSink* b, RecordingSink* c) {
     std::vector<std::unique_ptr<Sequence>> admitted;
     admitted.push_back(Seq({256, 1}, 200, a));
@@ -84,14 +85,14 @@ class StepSizingTest : public autouvm::testing::PolicyFixture {
     for (int i = 0; i < 4; ++i) Pass(policy);  // the prefill, then decode passes: the floor
     EXPECT_EQ(policy.cost().floor(), absl::Milliseconds(100));
     EXPECT_FALSE(policy.cost().per_token().has_value());
-    // Nothing known of a token's cost yet: the whole budget (512), a pass of 514 tokens: 257 ms.
+    // Nothing known of a token's cost yet: the whole budget (512), a pass of 356 ms.
     EXPECT_THAT(ChunksOf(policy, c, 600, 7), ElementsAre(512, 88));
     ASSERT_TRUE(policy.cost().per_token().has_value());
     EXPECT_EQ(*policy.cost().per_token(), absl::Microseconds(500));
   }
 };
 
-TEST_F(StepSizingTest, WhileSequencesDecodeAPassTakesThePromptTokensThatKeepItWithinItsFloor) {
+TEST_F(StepSizingTest, WhileSequencesDecodeAPassTakesThePromptTokensThatKeepItWithinTwiceItsFloor) {
   StepPolicy policy({.slots = 4,
                      .vocab_size = 320,
                      .max_seq = 1024,
@@ -104,8 +105,8 @@ TEST_F(StepSizingTest, WhileSequencesDecodeAPassTakesThePromptTokensThatKeepItWi
                     &tokenizer_);
   RecordingSink a, b, c, d;
   Warm(policy, &a, &b, &c);
-  // Three sequences decode: 200 tokens fit the 100 ms floor, 197 of them a prompt's.
-  EXPECT_THAT(ChunksOf(policy, &d, 600, 8), ElementsAre(197, 197, 197, 9));
+  // Three sequences decode: 200 prompt tokens keep a pass within 200 ms, twice the floor.
+  EXPECT_THAT(ChunksOf(policy, &d, 600, 8), ElementsAre(200, 200, 200));
   EXPECT_EQ(policy.counters().pass_floor_s.load(), 0.1);
 }
 
@@ -118,12 +119,12 @@ TEST_F(StepSizingTest, AMaxStepTradesTheRunningRequestsNextTokenForEarlierFirstO
                      .kv_block_tokens = 16,
                      .kv_blocks = 4 * 64,
                      .size_steps = true,
-                     .max_step = absl::Milliseconds(150),
+                     .max_step = absl::Milliseconds(300),
                      .min_prefill_tokens = 16},
                     &tokenizer_);
   RecordingSink a, b, c, d;
   Warm(policy, &a, &b, &c);
-  EXPECT_THAT(ChunksOf(policy, &d, 600, 8), ElementsAre(297, 297, 6));
+  EXPECT_THAT(ChunksOf(policy, &d, 600, 8), ElementsAre(400, 200));
 }
 
 TEST_F(StepSizingTest, OffEveryPassTakesTheWholeBudget) {
