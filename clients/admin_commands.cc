@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "autouvm/v1/admin.grpc.pb.h"
 #include "clients/admin_call.h"
 #include "clients/json_output.h"
@@ -116,6 +117,52 @@ CLI::App* AddStatusCommand(CLI::App* app, StatusFlags* flags) {
   cmd->add_option("model", flags->model, "Model name")->required();
   cmd->add_flag("--json", flags->json, "Print the ModelStatus as one JSON line");
   return cmd;
+}
+
+CLI::App* AddLoadCommand(CLI::App* app, ModelControlFlags* flags) {
+  CLI::App* cmd = app->add_subcommand(
+      "load", "Load a model from the repository (its entry read again); returns once it serves, or its error");
+  cmd->add_option("model", flags->model, "Model name (its directory in the repository)")->required();
+  cmd->add_flag("--json", flags->json, "Print the LoadModelResponse as one JSON line");
+  return cmd;
+}
+
+CLI::App* AddUnloadCommand(CLI::App* app, ModelControlFlags* flags) {
+  CLI::App* cmd = app->add_subcommand(
+      "unload", "Stop serving a model once its requests finish (server.drain_timeout), freeing its device budget");
+  cmd->add_option("model", flags->model, "Model name")->required();
+  cmd->add_flag("--json", flags->json, "Print the UnloadModelResponse as one JSON line");
+  return cmd;
+}
+
+int RunLoad(const ModelControlFlags& flags, const ConnectionFlags& connection) {
+  autouvm::v1::LoadModelRequest request;
+  request.set_model(flags.model);
+  autouvm::v1::LoadModelResponse response;
+  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::LoadModel, request, &response);
+  if (exit_code != kExitOk) return exit_code;
+  if (flags.json) {
+    PrintJsonLine(response);
+  } else {
+    std::cout << "model " << flags.model << " loaded in " << absl::StrFormat("%.2f", response.load_seconds())
+              << " s, device budget " << response.model().device_budget_bytes() << " bytes\n";
+  }
+  return kExitOk;
+}
+
+int RunUnload(const ModelControlFlags& flags, const ConnectionFlags& connection) {
+  autouvm::v1::UnloadModelRequest request;
+  request.set_model(flags.model);
+  autouvm::v1::UnloadModelResponse response;
+  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::UnloadModel, request, &response);
+  if (exit_code != kExitOk) return exit_code;
+  if (flags.json) {
+    PrintJsonLine(response);
+  } else {
+    std::cout << "model " << flags.model << " unloaded in " << absl::StrFormat("%.2f", response.unload_seconds())
+              << " s\n";
+  }
+  return kExitOk;
 }
 
 int RunModels(const ModelsFlags& flags, const ConnectionFlags& connection) {

@@ -1,4 +1,5 @@
-// `autouvm-cli models` and `autouvm-cli status MODEL`: what autouvm.v1.Admin reports.
+// `autouvm-cli models` and `autouvm-cli status MODEL`: what autouvm.v1.Admin reports; `autouvm-cli load
+// MODEL` and `unload MODEL`: Admin LoadModel and UnloadModel.
 //
 // Usage: AddModelsCommand / AddStatusCommand before parsing; RunModels / RunStatus if parsed. `models`
 // prints a table; `status` prints `key: value` lines, whose keys are the ModelStatus / ModelInfo field
@@ -25,7 +26,17 @@ struct StatusFlags {
   bool json = false;
 };
 
+// `load` / `unload`: one line saying what was done and how long it took, or the response as JSON.
+struct ModelControlFlags {
+  std::string model;
+  bool json = false;
+};
+
 CLI::App* AddModelsCommand(CLI::App* app, ModelsFlags* flags);
+CLI::App* AddLoadCommand(CLI::App* app, ModelControlFlags* flags);
+CLI::App* AddUnloadCommand(CLI::App* app, ModelControlFlags* flags);
+int RunLoad(const ModelControlFlags& flags, const ConnectionFlags& connection);
+int RunUnload(const ModelControlFlags& flags, const ConnectionFlags& connection);
 CLI::App* AddStatusCommand(CLI::App* app, StatusFlags* flags);
 
 int RunModels(const ModelsFlags& flags, const ConnectionFlags& connection);

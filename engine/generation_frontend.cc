@@ -31,6 +31,7 @@ absl::Status GenerationCall::Submit(GenerationRequest request, const FieldNames&
   if (!transport_defect.empty()) return absl::InvalidArgumentError(transport_defect);
   ASSIGN_OR_RETURN(const GenerationTarget target, frontend_->models()->ReadyTarget(request.model));
   model_ = target.name;
+  model_alive_ = target.keep_alive;
   ASSIGN_OR_RETURN(GenerationParams params, ValidateRequest(request, target, frontend_->limits(), names, Rng()()));
   if (params.request_id.empty()) params.request_id = MakeRequestId();
   request_id_ = params.request_id;

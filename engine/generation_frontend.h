@@ -41,7 +41,7 @@ class ModelDirectory {
   struct Listing {
     std::string name;
     bool ready = false;
-    std::string state;         // "ready", "loading" or "failed"
+    std::string state;         // "ready", "loading", "unloading" or "failed"
     int64_t created_unix = 0;  // when its entry was loaded (seconds since the epoch)
   };
   virtual std::vector<Listing> ListModels() const = 0;
@@ -89,6 +89,7 @@ class GenerationCall {
   bool entered_ = false;
   std::string request_id_;
   std::string model_;
+  std::shared_ptr<const void> model_alive_;  // the model, alive while the call is (GenerationTarget::keep_alive)
   absl::Mutex mu_;
   std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

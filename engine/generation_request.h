@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -83,6 +84,9 @@ struct GenerationTarget {
   int64_t max_tokens_limit = 4096;
   const tokenizer::ChatTemplate* chat_template = nullptr;  // null: the model has none
   std::string bos_token, eos_token;                        // the texts the chat template sees
+  // Holds what the pointers point into alive for as long as the request keeps its target (a model may be
+  // unloaded meanwhile); may be null where the owner outlives every request.
+  std::shared_ptr<const void> keep_alive;
 };
 
 // The `model` field of any request: set, at most 256 bytes, printable ASCII or UTF-8 without control

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "proto/lenient_parse.h"
 #include "server/grpc_status.h"
 
@@ -40,6 +42,50 @@ grpc::Status AdminService::Authorize(grpc::CallbackServerContext* context) const
 }
 
 template <typename Handler>
+grpc::ServerUnaryReactor* AdminService::ServeAsync(grpc::CallbackServerContext* context,
+                                                   const google::protobuf::Message& request, Handler handler) {
+  auto* reactor = context->DefaultReactor();
+  grpc::Status s = Authorize(context);
+  if (std::string defect = autouvm::proto::RequestDefect(request); s.ok() && !defect.empty()) {
+    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, defect);
+  }
+  if (!s.ok()) {
+    reactor->Finish(Bounded(s));
+    return reactor;
+  }
+  // The call may take seconds (a load, a drain): off gRPC's callback threads. Nothing runs after Finish,
+  // which the server's shutdown waits for.
+  std::thread([reactor, handler]() mutable { reactor->Finish(Bounded(handler())); }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::LoadModel(grpc::CallbackServerContext* context,
+                                                  const autouvm::v1::LoadModelRequest* request,
+                                                  autouvm::v1::LoadModelResponse* response) {
+  return ServeAsync(context, *request, [this, request, response] {
+    const absl::Time start = absl::Now();
+    if (absl::Status s = models_->LoadModel(request->model()); !s.ok()) return ToGrpc(s);
+    response->set_load_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+    const auto view = models_->Lookup(request->model());
+    if (view.ok()) Fill(*view, response->mutable_model());
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* AdminService::UnloadModel(grpc::CallbackServerContext* context,
+                                                    const autouvm::v1::UnloadModelRequest* request,
+                                                    autouvm::v1::UnloadModelResponse* response) {
+  return ServeAsync(context, *request, [this, request, response] {
+    if (absl::Status s = engine::CheckModelName(request->model()); !s.ok()) return ToGrpc(s);
+    const absl::Time start = absl::Now();
+    absl::Status s = models_->UnloadModel(request->model(), absl::Milliseconds(config_->drain_timeout_ms));
+    if (!s.ok()) return ToGrpc(s);
+    response->set_unload_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+    return grpc::Status::OK;
+  });
+}
+
+template <typename Handler>
 grpc::ServerUnaryReactor* AdminService::Serve(grpc::CallbackServerContext* context,
                                               const google::protobuf::Message& request, Handler handler) {
   auto* reactor = context->DefaultReactor();
@@ -61,6 +107,9 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   switch (view.state) {
     case ModelState::kLoading:
       out->set_state(autouvm::v1::MODEL_STATE_LOADING);
+      return;
+    case ModelState::kUnloading:
+      out->set_state(autouvm::v1::MODEL_STATE_UNLOADING);
       return;
     case ModelState::kFailed:
       out->set_state(autouvm::v1::MODEL_STATE_FAILED);
@@ -165,7 +214,7 @@ grpc::ServerUnaryReactor* AdminService::GetServerStatus(grpc::CallbackServerCont
       std::error_code ec;
       response->add_health_details(
           absl::StrCat("no model in the repository ", std::filesystem::absolute(config_->model_repository, ec).string(),
-                       ": health stays NOT_SERVING until one is added and the daemon restarted"));
+                       ": health stays NOT_SERVING until one is added and loaded (Admin LoadModel)"));
     }
     response->set_admin_auth(!facts_.admin_token.empty());
     response->set_metrics_address(facts_.metrics_address);

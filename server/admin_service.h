@@ -61,6 +61,12 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ImportProfiles(grpc::CallbackServerContext* context,
                                            const autouvm::v1::ImportProfilesRequest* request,
                                            autouvm::v1::ImportProfilesResponse* response) override;
+  grpc::ServerUnaryReactor* LoadModel(grpc::CallbackServerContext* context,
+                                      const autouvm::v1::LoadModelRequest* request,
+                                      autouvm::v1::LoadModelResponse* response) override;
+  grpc::ServerUnaryReactor* UnloadModel(grpc::CallbackServerContext* context,
+                                        const autouvm::v1::UnloadModelRequest* request,
+                                        autouvm::v1::UnloadModelResponse* response) override;
 
  private:
   void Fill(const ModelView& view, autouvm::v1::ModelStatus* out) const;
@@ -71,6 +77,10 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   template <typename Handler>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const google::protobuf::Message& request,
                                   Handler handler);
+  // Serve, with `handler` on a thread of its own (a load or a drain takes seconds).
+  template <typename Handler>
+  grpc::ServerUnaryReactor* ServeAsync(grpc::CallbackServerContext* context, const google::protobuf::Message& request,
+                                       Handler handler);
 
   ModelManager* models_;
   const ServerConfig* config_;

@@ -54,9 +54,10 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
     return absl::InvalidArgumentError(
         absl::StrCat(path, ".policy: '", s->policy, "' is not one of stock, paper, autouvm"));
   }
-  if (s->device_budget <= 0 || (s->device_budget > 1 && s->device_budget < 1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ".device_budget: ", s->device_budget,
-                                                   " is neither a fraction of the GPU (0-1] nor bytes (>= 1 MiB)"));
+  if (s->device_budget < 0 || (s->device_budget > 1 && s->device_budget < 1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".device_budget: ", s->device_budget,
+                     " is neither 0 (a share of what is left), a fraction of the GPU (0-1] nor bytes (>= 1 MiB)"));
   }
   if (s->default_max_tokens > s->max_tokens_limit) {
     return absl::InvalidArgumentError(
@@ -140,7 +141,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   ft.String("gpu", &c.gpu);
   ft.Bool("executor", &c.executor);
   ft.Int("monitor_every", &c.monitor_every, 0, 1000000);
+  ft.Double("device_reserve", &c.device_reserve, 0, 1e15);
   if (auto s = ft.Finish(); !s.ok()) return wrap(s);
+  if (c.device_reserve >= 1 && c.device_reserve < 1 << 20) {
+    return wrap(absl::InvalidArgumentError(absl::StrCat(
+        "runtime.device_reserve: ", c.device_reserve, " is neither a fraction of the GPU [0-1) nor bytes (>= 1 MiB)")));
+  }
   if (auto spec = runtime::FindGpuSpec(c.gpu); !spec.ok()) {
     return wrap(absl::InvalidArgumentError(absl::StrCat("runtime.gpu: ", spec.status().message())));
   }

@@ -37,8 +37,9 @@ struct ModelSettings {
   int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
   std::string policy = "autouvm";    // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")
   // The device memory the model's plan may keep resident: a fraction of the GPU's memory when <= 1,
-  // bytes when larger.
-  double device_budget = 0.9;
+  // bytes when larger; 0: a share of what runtime.device_reserve and the other models' budgets leave
+  // (Note [Budgets that hold together], server/device_budgets.cc).
+  double device_budget = 0;
 
   int64_t DeviceBudgetBytes(int64_t gpu_memory_bytes) const {
     return device_budget <= 1 ? static_cast<int64_t>(device_budget * static_cast<double>(gpu_memory_bytes))
@@ -84,13 +85,20 @@ struct ServerConfig {
   std::string gpu = "h200-pcie5";  // the GpuSpec profiles are planned for and keyed by (runtime/gpu_spec.h)
   bool profiling = true;           // profile each (model, shape) on first use (profiler.enabled)
   bool executor = true;            // follow plans at op boundaries (runtime.executor)
-  int64_t monitor_every = 64;      // time one followed iteration in this many (runtime.monitor_every; 0: never)
+  // Device memory no model's budget counts (the CUDA context, the libraries' workspaces, each pass's
+  // activations): a fraction of the GPU's memory when <= 1, bytes when larger (runtime.device_reserve).
+  double device_reserve = 0.05;
+  int64_t monitor_every = 64;  // time one followed iteration in this many (runtime.monitor_every; 0: never)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).
   std::string admin_token_file;
   ModelSettings model_defaults;
   std::map<std::string, ModelSettings> models;  // per-model settings, on top of model_defaults
   Limits limits;
 
+  int64_t DeviceReserveBytes(int64_t gpu_memory_bytes) const {
+    return device_reserve <= 1 ? static_cast<int64_t>(device_reserve * static_cast<double>(gpu_memory_bytes))
+                               : static_cast<int64_t>(device_reserve);
+  }
   const ModelSettings& SettingsFor(const std::string& model) const {
     auto it = models.find(model);
     return it == models.end() ? model_defaults : it->second;

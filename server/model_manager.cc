@@ -48,7 +48,13 @@ absl::Status LoadChatTemplate(ServedModel* m) {
 
 ModelManager::ModelManager(const ServerConfig& config, const base::Clock* clock, ProfilingServices profiling,
                            runtime::ComputeDevice* device)
-    : config_(config), clock_(clock), profiling_(std::move(profiling)), device_(device) {}
+    : config_(config),
+      clock_(clock),
+      profiling_(std::move(profiling)),
+      device_(device),
+      budgeted_(profiling_.jobs != nullptr && profiling_.gpu.memory_bytes > 0),
+      reserve_bytes_(config_.DeviceReserveBytes(profiling_.gpu.memory_bytes)),
+      budgets_(profiling_.gpu.memory_bytes, reserve_bytes_, profiling_.gpu.name) {}
 
 ModelManager::~ModelManager() { Shutdown(absl::ZeroDuration()); }
 
@@ -68,7 +74,7 @@ absl::Status ModelManager::LoadAll() {
     RETURN_IF_ERROR(
         engine::WriteLlamaModel(engine::DefaultTinyModelConfig(config_.generate_default_model), 0, repo.string()));
   }
-  std::vector<ServedModel*> to_load;
+  std::vector<std::shared_ptr<ServedModel>> to_load;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& entry : fs::directory_iterator(repo, ec)) {
@@ -79,34 +85,120 @@ absl::Status ModelManager::LoadAll() {
         AUTOUVM_LOG(WARNING) << "skipping " << entry.path().string() << ": no model.yaml, not a model entry";
         continue;
       }
-      auto m = std::make_unique<ServedModel>();
+      auto m = std::make_shared<ServedModel>();
       m->name = entry.path().filename().string();
       m->dir = entry.path().string();
       m->settings = config_.SettingsFor(m->name);
-      to_load.push_back(m.get());
+      to_load.push_back(m);
       entries_[m->name].model = std::move(m);
     }
     if (ec)
       return absl::FailedPreconditionError(
           absl::StrCat("repository.path: cannot list ", repo.string(), ": ", ec.message()));
   }
-  for (ServedModel* m : to_load) {
-    absl::Status s = LoadOne(m);
-    absl::MutexLock lock(&mu_);
-    Entry& entry = entries_[m->name];
-    if (s.ok()) {
-      entry.state = ModelState::kReady;
-      AUTOUVM_LOG(INFO).Model(m->name) << "model " << m->name << " ready (" << m->runner->parameter_count()
-                                       << " parameters, " << m->config.dtype << ", max_batch " << m->settings.max_batch
-                                       << ")";
+  // Note [Budgets that hold together] (server/device_budgets.cc): the models without a budget of their own
+  // share what the reserve and the others' budgets leave.
+  int64_t explicit_bytes = 0, shares = 0;
+  for (const auto& m : to_load) {
+    if (m->settings.device_budget > 0) {
+      explicit_bytes += m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes);
     } else {
-      entry.state = ModelState::kFailed;
-      entry.error = std::string(s.message());
-      AUTOUVM_LOG(ERROR).Model(m->name) << "model " << m->name << " failed to load: " << s.message();
+      ++shares;
     }
   }
+  const int64_t share = std::max<int64_t>(
+      0, (profiling_.gpu.memory_bytes - reserve_bytes_ - explicit_bytes) / std::max<int64_t>(shares, 1));
+  {
+    absl::MutexLock lock(&mu_);
+    share_bytes_ = share;
+  }
+  for (const auto& m : to_load) (void)LoadEntry(m, share);
   absl::MutexLock lock(&mu_);
   loaded_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::LoadEntry(const std::shared_ptr<ServedModel>& m, int64_t share) {
+  absl::Status s;
+  if (budgeted_) {
+    const bool own = m->settings.device_budget > 0;
+    const int64_t want = own ? m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes) : share;
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<int64_t> taken = budgets_.Take(m->name, want, /*share=*/!own);
+    if (taken.ok()) {
+      m->device_budget_bytes = *taken;
+    } else {
+      s = taken.status();
+    }
+  }
+  if (s.ok()) s = LoadOne(m.get());
+  absl::MutexLock lock(&mu_);
+  Entry& entry = entries_[m->name];
+  if (s.ok()) {
+    entry.state = ModelState::kReady;
+    AUTOUVM_LOG(INFO).Model(m->name) << "model " << m->name << " ready (" << m->runner->parameter_count()
+                                     << " parameters, " << m->config.dtype << ", max_batch " << m->settings.max_batch
+                                     << (budgeted_ ? absl::StrCat(", device budget ", m->device_budget_bytes, " bytes")
+                                                   : std::string())
+                                     << ")";
+  } else {
+    budgets_.Give(m->name);
+    entry.state = ModelState::kFailed;
+    entry.error = std::string(s.message());
+    AUTOUVM_LOG(ERROR).Model(m->name) << "model " << m->name << " failed to load: " << s.message();
+  }
+  return s;
+}
+
+absl::Status ModelManager::LoadModel(const std::string& name) {
+  RETURN_IF_ERROR(engine::CheckModelName(name));
+  const fs::path dir = fs::path(config_.model_repository) / name;
+  if (name == "." || name == ".." || name.find('/') != std::string::npos || !fs::exists(dir / "model.yaml")) {
+    return absl::NotFoundError(absl::StrCat("the model repository has no entry ", (dir / "model.yaml").string()));
+  }
+  auto m = std::make_shared<ServedModel>();
+  m->name = name;
+  m->dir = dir.string();
+  m->settings = config_.SettingsFor(name);
+  int64_t share = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!loaded_) return absl::UnavailableError("the daemon is still loading its models");
+    auto it = entries_.find(name);
+    if (it != entries_.end() && it->second.state != ModelState::kFailed) {
+      return absl::AlreadyExistsError(absl::StrCat("model '", name, "' is ",
+                                                   it->second.state == ModelState::kReady ? "loaded" : "busy",
+                                                   "; unload it first to load it again"));
+    }
+    entries_[name] = Entry{.model = m};
+    share = share_bytes_;
+  }
+  // Note [Budgets that hold together]: without a budget of its own it asks for the share of the start.
+  return LoadEntry(m, share);
+}
+
+absl::Status ModelManager::UnloadModel(const std::string& name, absl::Duration grace) {
+  std::shared_ptr<ServedModel> m;
+  bool ready = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("model '", name, "' is not served"));
+    if (it->second.state == ModelState::kLoading || it->second.state == ModelState::kUnloading) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", name, "' is ", it->second.state == ModelState::kLoading ? "loading" : "being unloaded already"));
+    }
+    ready = it->second.state == ModelState::kReady;
+    it->second.state = ModelState::kUnloading;
+    m = it->second.model;
+  }
+  // Its queue takes nothing new; what runs and waits finishes within `grace`, the rest with UNAVAILABLE.
+  if (ready) m->scheduler->Shutdown(grace);
+  AUTOUVM_LOG(INFO).Model(name) << "model " << name << " unloaded";
+  absl::MutexLock lock(&mu_);
+  entries_.erase(name);
+  budgets_.Give(name);
+  // The model's memory goes with the last request or status call that still holds it.
   return absl::OkStatus();
 }
 
@@ -123,7 +215,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   RETURN_IF_ERROR(LoadChatTemplate(m));
   // Note [The budget from load] (runtime/unplanned_placement.cc): under `autouvm` the executor keeps the
   // model within its budget, from its first weight on the device.
-  const int64_t budget = m->settings.DeviceBudgetBytes(profiling_.gpu.memory_bytes);
+  const int64_t budget = m->device_budget_bytes;
   const bool keeps_budget = profiling_.jobs != nullptr && profiling_.executor && m->settings.policy == "autouvm";
   std::unique_ptr<runtime::UnplannedPlacement> placement;
   engine::PlaceWeight place;
@@ -237,7 +329,7 @@ ModelView ModelManager::Find(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return {nullptr, ModelState::kFailed, ""};
-  return {it->second.model.get(), it->second.state, it->second.error};
+  return {it->second.model, it->second.state, it->second.error};
 }
 
 absl::StatusOr<ModelView> ModelManager::Lookup(const std::string& name) const {
@@ -247,10 +339,14 @@ absl::StatusOr<ModelView> ModelManager::Lookup(const std::string& name) const {
   return view;
 }
 
-absl::StatusOr<const ServedModel*> ModelManager::Ready(const std::string& name, absl::StatusCode while_loading) const {
+absl::StatusOr<std::shared_ptr<const ServedModel>> ModelManager::Ready(const std::string& name,
+                                                                       absl::StatusCode while_loading) const {
   ASSIGN_OR_RETURN(const ModelView view, Lookup(name));
   if (view.state == ModelState::kLoading) {
     return absl::Status(while_loading, absl::StrCat("model '", name, "' is still loading"));
+  }
+  if (view.state == ModelState::kUnloading) {
+    return absl::UnavailableError(absl::StrCat("model '", name, "' is being unloaded"));
   }
   if (view.state == ModelState::kFailed) {
     return absl::FailedPreconditionError(absl::StrCat("model '", name, "' failed to load: ", view.error));
@@ -259,7 +355,7 @@ absl::StatusOr<const ServedModel*> ModelManager::Ready(const std::string& name, 
 }
 
 absl::StatusOr<engine::GenerationTarget> ModelManager::ReadyTarget(const std::string& name) const {
-  ASSIGN_OR_RETURN(const ServedModel* m, Ready(name, absl::StatusCode::kUnavailable));
+  ASSIGN_OR_RETURN(std::shared_ptr<const ServedModel> m, Ready(name, absl::StatusCode::kUnavailable));
   return engine::GenerationTarget{.name = m->name,
                                   .config = &m->config,
                                   .tokenizer = m->tokenizer.get(),
@@ -268,13 +364,14 @@ absl::StatusOr<engine::GenerationTarget> ModelManager::ReadyTarget(const std::st
                                   .max_tokens_limit = m->settings.max_tokens_limit,
                                   .chat_template = m->chat_template ? &*m->chat_template : nullptr,
                                   .bos_token = m->bos_token,
-                                  .eos_token = m->eos_token};
+                                  .eos_token = m->eos_token,
+                                  .keep_alive = m};
 }
 
 std::vector<ModelView> ModelManager::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<ModelView> out;
-  for (const auto& [name, entry] : entries_) out.push_back({entry.model.get(), entry.state, entry.error});
+  for (const auto& [name, entry] : entries_) out.push_back({entry.model, entry.state, entry.error});
   return out;
 }
 
@@ -282,9 +379,10 @@ std::vector<engine::ModelDirectory::Listing> ModelManager::ListModels() const {
   absl::MutexLock lock(&mu_);
   std::vector<Listing> out;
   for (const auto& [name, entry] : entries_) {
-    const char* state = entry.state == ModelState::kReady     ? "ready"
-                        : entry.state == ModelState::kLoading ? "loading"
-                                                              : "failed";
+    const char* state = entry.state == ModelState::kReady       ? "ready"
+                        : entry.state == ModelState::kLoading   ? "loading"
+                        : entry.state == ModelState::kUnloading ? "unloading"
+                                                                : "failed";
     out.push_back({.name = name,
                    .ready = entry.state == ModelState::kReady,
                    .state = state,
@@ -294,14 +392,14 @@ std::vector<engine::ModelDirectory::Listing> ModelManager::ListModels() const {
 }
 
 void ModelManager::Shutdown(absl::Duration grace) {
-  std::vector<engine::Scheduler*> schedulers;
+  std::vector<std::shared_ptr<ServedModel>> ready;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [name, entry] : entries_) {
-      if (entry.state == ModelState::kReady) schedulers.push_back(entry.model->scheduler.get());
+      if (entry.state == ModelState::kReady) ready.push_back(entry.model);
     }
   }
-  for (engine::Scheduler* s : schedulers) s->Shutdown(grace);
+  for (const auto& m : ready) m->scheduler->Shutdown(grace);
 }
 
 }  // namespace autouvm::server

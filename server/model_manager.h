@@ -27,12 +27,13 @@
 #include "profiler/model_session.h"
 #include "runtime/gpu_spec.h"
 #include "server/config.h"
+#include "server/device_budgets.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace autouvm::server {
 
-enum class ModelState { kLoading, kReady, kFailed };
+enum class ModelState { kLoading, kReady, kFailed, kUnloading };
 
 struct ServedModel {
   std::string name;
@@ -41,6 +42,9 @@ struct ServedModel {
   // Set before the state becomes kReady, then never changed.
   engine::ModelConfig config;
   std::string digest;  // profiler::ModelDigest of model.pt and model.yaml
+  // Its device budget, taken from the device's (Note [Budgets that hold together], server/device_budgets.cc);
+  // 0 when the daemon plans nothing (profiling off).
+  int64_t device_budget_bytes = 0;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // The config's chat template, parsed once at load (none: the model has no template); a template that
   // does not parse fails the model's load. The texts it sees as bos_token and eos_token: the config's, or
@@ -63,7 +67,8 @@ struct ProfilingServices {
 };
 
 struct ModelView {
-  const ServedModel* model;  // runner/scheduler/tokenizer usable only when state == kReady
+  // Held alive by the view: an unloaded model's memory goes with its last view and request.
+  std::shared_ptr<const ServedModel> model;  // runner/scheduler/tokenizer usable only when state == kReady
   ModelState state;
   std::string error;
 };
@@ -77,6 +82,14 @@ class ModelManager final : public engine::ModelDirectory {
 
   // Loads every entry of the repository; returns an error only if the repository itself is unusable.
   absl::Status LoadAll();
+  // Admin LoadModel: reads the repository's entry `name` again and loads it, returning once it is READY,
+  // or its error (the entry then listed FAILED): NOT_FOUND without an entry, ALREADY_EXISTS if it is
+  // loaded (or loading, or unloading), RESOURCE_EXHAUSTED if its budget does not fit.
+  absl::Status LoadModel(const std::string& name);
+  // Admin UnloadModel: the model takes no new request; its running and queued ones finish within
+  // `grace` (the rest end UNAVAILABLE); then it is no longer served and its budget is free. NOT_FOUND if
+  // it is not served, FAILED_PRECONDITION while it loads.
+  absl::Status UnloadModel(const std::string& name, absl::Duration grace);
   bool loaded() const;
   // The model by name; model == nullptr when no such model is served.
   ModelView Find(const std::string& name) const;
@@ -85,7 +98,8 @@ class ModelManager final : public engine::ModelDirectory {
   absl::StatusOr<ModelView> Lookup(const std::string& name) const;
   // ... and ready to serve: `while_loading` (the caller's code) while it loads, FAILED_PRECONDITION
   // with its error if it failed to.
-  absl::StatusOr<const ServedModel*> Ready(const std::string& name, absl::StatusCode while_loading) const;
+  absl::StatusOr<std::shared_ptr<const ServedModel>> Ready(const std::string& name,
+                                                           absl::StatusCode while_loading) const;
   // Ready(name, UNAVAILABLE), as the front door takes a model (engine/generation_frontend.h).
   absl::StatusOr<engine::GenerationTarget> ReadyTarget(const std::string& name) const override;
   std::vector<ModelView> List() const;
@@ -94,11 +108,14 @@ class ModelManager final : public engine::ModelDirectory {
   void Shutdown(absl::Duration grace);
 
  private:
+  // Takes the model's budget (its own, else `share`) and loads it; its entry ends READY or FAILED with the
+  // error returned.
+  absl::Status LoadEntry(const std::shared_ptr<ServedModel>& model, int64_t share);
   absl::Status LoadOne(ServedModel* model);
   void PlanAtLoad(ServedModel* model);  // Note [Plans before the first request], model_manager.cc
 
   struct Entry {
-    std::unique_ptr<ServedModel> model;
+    std::shared_ptr<ServedModel> model;
     ModelState state = ModelState::kLoading;
     std::string error;               // why loading failed
     absl::Time found = absl::Now();  // when the repository's entry was found
@@ -108,7 +125,12 @@ class ModelManager final : public engine::ModelDirectory {
   const base::Clock* clock_;
   const ProfilingServices profiling_;
   runtime::ComputeDevice* const device_;
+  const bool budgeted_;  // models have device budgets (profiling on, a GPU spec known)
+  const int64_t reserve_bytes_;
   mutable absl::Mutex mu_;
+  DeviceBudgets budgets_ ABSL_GUARDED_BY(mu_);
+  // A model's share of what the explicit budgets left at start (Note [Budgets that hold together]).
+  int64_t share_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -52,7 +52,7 @@ ProfileAdmin::ProfileAdmin(ModelManager* models, profiler::ProfileJobs* jobs, pr
       clock_(clock),
       exported_by_(std::move(exported_by)) {}
 
-grpc::Status ProfileAdmin::ReadyModel(const std::string& name, const ServedModel** out) const {
+grpc::Status ProfileAdmin::ReadyModel(const std::string& name, ModelRef* out) const {
   auto served = models_->Ready(name, absl::StatusCode::kFailedPrecondition);
   if (!served.ok()) return ToGrpc(served.status());
   *out = *served;
@@ -100,7 +100,7 @@ grpc::Status ProfileAdmin::KeyOf(const ServedModel& model, const std::string& ke
 }
 
 template <typename Request>
-grpc::Status ProfileAdmin::Target(const Request& request, const ServedModel** model, ProfileKey* key) const {
+grpc::Status ProfileAdmin::Target(const Request& request, ModelRef* model, ProfileKey* key) const {
   if (grpc::Status s = ReadyModel(request.model(), model); !s.ok()) return s;
   return KeyOf(**model, request.key(), request.has_shape() ? &request.shape() : nullptr, key);
 }
@@ -159,7 +159,7 @@ absl::StatusOr<std::optional<autouvm::v1::Plan>> ProfileAdmin::ReadPlan(const Pr
 
 grpc::Status ProfileAdmin::Reprofile(const autouvm::v1::ReprofileRequest& request,
                                      autouvm::v1::ReprofileResponse* response) {
-  const ServedModel* model = nullptr;
+  ModelRef model;
   if (grpc::Status s = ReadyModel(request.model(), &model); !s.ok()) return s;
   if (jobs_ == nullptr || model->session == nullptr) {
     return {grpc::StatusCode::FAILED_PRECONDITION, "profiling is off (profiler.enabled: false)"};
@@ -207,9 +207,9 @@ grpc::Status ProfileAdmin::Reprofile(const autouvm::v1::ReprofileRequest& reques
 
 grpc::Status ProfileAdmin::List(const autouvm::v1::ListProfilesRequest& request,
                                 autouvm::v1::ListProfilesResponse* response) {
-  std::vector<const ServedModel*> models;
+  std::vector<ModelRef> models;
   if (!request.model().empty()) {
-    const ServedModel* m = nullptr;
+    ModelRef m;
     if (grpc::Status s = ReadyModel(request.model(), &m); !s.ok()) return s;
     models.push_back(m);
   } else {
@@ -217,7 +217,7 @@ grpc::Status ProfileAdmin::List(const autouvm::v1::ListProfilesRequest& request,
       if (v.state == ModelState::kReady) models.push_back(v.model);
     }
   }
-  for (const ServedModel* m : models) {
+  for (const ModelRef& m : models) {
     // Stored entries first (with their figures), then the shapes seen here that have nothing stored.
     std::map<std::string, autouvm::v1::ProfileSummary> out;
     auto stored = repository_->List(m->digest);
@@ -249,7 +249,7 @@ grpc::Status ProfileAdmin::List(const autouvm::v1::ListProfilesRequest& request,
 
 grpc::Status ProfileAdmin::Get(const autouvm::v1::GetProfileRequest& request,
                                autouvm::v1::GetProfileResponse* response) {
-  const ServedModel* model = nullptr;
+  ModelRef model;
   ProfileKey key;
   if (grpc::Status s = Target(request, &model, &key); !s.ok()) return s;
   auto stored = repository_->Get(key);
@@ -269,7 +269,7 @@ grpc::Status ProfileAdmin::Get(const autouvm::v1::GetProfileRequest& request,
 
 grpc::Status ProfileAdmin::Delete(const autouvm::v1::DeleteProfileRequest& request,
                                   autouvm::v1::DeleteProfileResponse* response) {
-  const ServedModel* model = nullptr;
+  ModelRef model;
   ProfileKey key;
   if (grpc::Status s = Target(request, &model, &key); !s.ok()) return s;
   auto present = store_->Get(profiler::Family::kProfiles, profiler::EncodeKey(key));
@@ -285,7 +285,7 @@ grpc::Status ProfileAdmin::Export(const autouvm::v1::ExportProfilesRequest& requ
                                   autouvm::v1::ProfileBundle* response) {
   std::vector<std::string> digests;
   if (!request.model().empty()) {
-    const ServedModel* m = nullptr;
+    ModelRef m;
     if (grpc::Status s = ReadyModel(request.model(), &m); !s.ok()) return s;
     digests.push_back(m->digest);
   } else {

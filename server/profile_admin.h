@@ -41,13 +41,15 @@ class ProfileAdmin {
 
  private:
   // The model, READY; NOT_FOUND or FAILED_PRECONDITION otherwise.
-  grpc::Status ReadyModel(const std::string& name, const ServedModel** out) const;
+  // A served model, held alive while a call uses it (it may be unloaded meanwhile).
+  using ModelRef = std::shared_ptr<const ServedModel>;
+  grpc::Status ReadyModel(const std::string& name, ModelRef* out) const;
   // The key a request names (`key` or `shape`) for `model`.
   grpc::Status KeyOf(const ServedModel& model, const std::string& key, const autouvm::v1::ShapeBucket* shape,
                      autouvm::v1::ProfileKey* out) const;
   // The READY model and the key a Get/Delete request names.
   template <typename Request>
-  grpc::Status Target(const Request& request, const ServedModel** model, autouvm::v1::ProfileKey* key) const;
+  grpc::Status Target(const Request& request, ModelRef* model, autouvm::v1::ProfileKey* key) const;
   // A summary from what the jobs know and what is stored (profile and plan may each be missing).
   autouvm::v1::ProfileSummary Summarize(const std::string& model, const autouvm::v1::ProfileKey& key,
                                         const autouvm::v1::Profile* stored, const autouvm::v1::Plan* plan) const;

@@ -98,6 +98,9 @@ TABLE = {
         run(summary=True, one_line=True, repeat=True),
     "autouvm-cli status tiny-llama | grep '^state:'": run(token=True),
     'autouvm-cli status nope': run(token=True, exit=1),
+    # The model goes and comes back before the commands after these need it.
+    'autouvm-cli unload tiny-llama': run(token=True),
+    'autouvm-cli load tiny-llama': run(token=True),
     'autouvm-cli server': run(token=True, adapt_shown=SERVER_STATUS_HERE),
     'autouvm-cli profiles show MODEL (--key KEY | --phase prefill|decode --batch N [--prompt-len N]) '
     '[--full] [--json]':

@@ -219,13 +219,22 @@ TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
   EXPECT_TRUE(c->profiling);
   EXPECT_EQ(c->admin_token_file, "");
   EXPECT_EQ(c->model_defaults.policy, "autouvm");
-  EXPECT_EQ(c->model_defaults.DeviceBudgetBytes(1000), 900);  // a fraction of the GPU
+  // Note [Budgets that hold together]: by default a share of what the reserve and explicit budgets leave.
+  EXPECT_EQ(c->model_defaults.device_budget, 0);
+  EXPECT_EQ(c->DeviceReserveBytes(1000), 50);
+  auto fraction =
+      ParseServerConfig("model_defaults: {device_budget: 0.9}\nruntime: {device_reserve: 1073741824}\n", kOrigin);
+  ASSERT_TRUE(fraction.ok()) << fraction.status();
+  EXPECT_EQ(fraction->model_defaults.DeviceBudgetBytes(1000), 900);  // a fraction of the GPU
+  EXPECT_EQ(fraction->DeviceReserveBytes(1000), int64_t{1} << 30);   // bytes
   auto bytes = ParseServerConfig("models: {m: {device_budget: 4294967296, policy: stock}}\n", kOrigin);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(bytes->SettingsFor("m").DeviceBudgetBytes(1000), int64_t{4} << 30);  // bytes
   EXPECT_EQ(bytes->SettingsFor("m").policy, "stock");
   ExpectInvalid("model_defaults: {policy: fastest}\n", "model_defaults.policy");
   ExpectInvalid("models: {m: {device_budget: 12}}\n", "models.m.device_budget");
+  ExpectInvalid("models: {m: {device_budget: -1}}\n", "models.m.device_budget");
+  ExpectInvalid("runtime: {device_reserve: 12}\n", "runtime.device_reserve");
   ExpectInvalid("runtime: {gpu: h900}\n", "runtime.gpu");
   ExpectInvalid("profiler: {enabled: maybe}\n", "profiler.enabled");
   ExpectInvalid("admin: {token: x}\n", "admin.token");

@@ -1,0 +1,146 @@
+// End-to-end: models loaded and unloaded through the real daemon's Admin API, and device budgets that
+// must fit the GPU together (Note [Budgets that hold together], server/device_budgets.cc).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "tests/e2e/daemon_process.h"
+
+namespace autouvm::testing {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+autouvm::v1::ModelStatus Status(DaemonProcess& d, const std::string& model, grpc::Status* status = nullptr) {
+  autouvm::v1::GetModelStatusRequest req;
+  req.set_model(model);
+  autouvm::v1::ModelStatus resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  const grpc::Status s = d.admin()->GetModelStatus(&ctx, req, &resp);
+  if (status != nullptr) *status = s;
+  return resp;
+}
+
+grpc::Status Load(DaemonProcess& d, const std::string& model, autouvm::v1::LoadModelResponse* resp = nullptr) {
+  autouvm::v1::LoadModelRequest req;
+  req.set_model(model);
+  autouvm::v1::LoadModelResponse ignored;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  return d.admin()->LoadModel(&ctx, req, resp != nullptr ? resp : &ignored);
+}
+
+grpc::Status Unload(DaemonProcess& d, const std::string& model) {
+  autouvm::v1::UnloadModelRequest req;
+  req.set_model(model);
+  autouvm::v1::UnloadModelResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  return d.admin()->UnloadModel(&ctx, req, &resp);
+}
+
+// A model slow enough on the CPU (tens of ms a token) that a request runs while the test acts.
+ModelEntry Slow(const std::string& name) {
+  return {.name = name, .dim = 512, .layers = 8, .heads = 8, .kv_heads = 4, .ffn_dim = 1536, .max_seq = 1024};
+}
+
+// Two models whose budgets (0.6 of the GPU each) do not fit together: whichever loads second is refused
+// with the budgets named, and the other serves.
+TEST(ModelControlE2E, ABudgetThatDoesNotFitIsRefusedNamingTheBudgetsAndTheOtherModelServes) {
+  DaemonProcess d(
+      {.config_yaml = "models: {a: {device_budget: 0.6}, b: {device_budget: 0.6}}\n", .generate_default_model = false});
+  ASSERT_EQ(WriteModelEntry(d.repository(), {.name = "a"}), "");
+  ASSERT_EQ(WriteModelEntry(d.repository(), {.name = "b"}), "");
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  const autouvm::v1::ModelStatus a = Status(d, "a"), b = Status(d, "b");
+  const bool a_ready = a.state() == autouvm::v1::MODEL_STATE_READY;
+  const autouvm::v1::ModelStatus& ready = a_ready ? a : b;
+  const autouvm::v1::ModelStatus& refused = a_ready ? b : a;
+  ASSERT_EQ(ready.state(), autouvm::v1::MODEL_STATE_READY) << ready.DebugString();
+  ASSERT_EQ(refused.state(), autouvm::v1::MODEL_STATE_FAILED) << refused.DebugString();
+  const std::string& error = refused.error();
+  EXPECT_NE(error.find("device_budget"), std::string::npos) << error;
+  EXPECT_NE(error.find("does not fit"), std::string::npos) << error;
+  EXPECT_NE(error.find(ready.name() + " "), std::string::npos) << error;  // the budget it does not fit beside
+  EXPECT_NE(error.find("runtime.device_reserve"), std::string::npos) << error;
+  EXPECT_NE(error.find("models." + refused.name() + ".device_budget"), std::string::npos) << error;
+  EXPECT_TRUE(CallGenerate(d, GreedyRequest(ready.name(), "hi", 4)).ok());
+  EXPECT_EQ(CallGenerate(d, GreedyRequest(refused.name(), "hi", 4)).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // Unloading the one that serves frees its budget: the other loads now.
+  ASSERT_TRUE(Unload(d, ready.name()).ok());
+  const grpc::Status loaded = Load(d, refused.name());
+  EXPECT_TRUE(loaded.ok()) << loaded.error_message();
+  EXPECT_TRUE(CallGenerate(d, GreedyRequest(refused.name(), "hi", 4)).ok());
+}
+
+// Unload drains: the request running finishes whole, a new one is refused while it does, and the model
+// is gone after; the repository is read again on load (a model added after the start too); a model
+// without a budget of its own asks for the share the models got at the start.
+TEST(ModelControlE2E, UnloadLetsItsRequestsFinishAndLoadReadsTheRepositoryAgain) {
+  DaemonProcess d({.config_yaml = "", .generate_default_model = true});
+  ASSERT_EQ(WriteModelEntry(d.repository(), Slow("slow")), "");
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  const int64_t share = Status(d, "slow").device_budget_bytes();
+  EXPECT_GT(share, 0);
+  EXPECT_EQ(Status(d, "tiny-llama").device_budget_bytes(), share);  // the two split what is left
+
+  // A stream of 60 tokens on the slow model, and the unload while it runs.
+  grpc::ClientContext stream_ctx;
+  auto stream = d.generation()->GenerateStream(&stream_ctx, GreedyRequest("slow", "hello", 60));
+  autouvm::v1::GenerateStreamResponse msg;
+  ASSERT_TRUE(stream->Read(&msg));
+  grpc::Status unloaded;
+  std::thread unload([&] { unloaded = Unload(d, "slow"); });
+  for (int i = 0; i < 200 && Status(d, "slow").state() != autouvm::v1::MODEL_STATE_UNLOADING; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Status(d, "slow").state(), autouvm::v1::MODEL_STATE_UNLOADING);
+  EXPECT_EQ(CallGenerate(d, GreedyRequest("slow", "x", 2)).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(CallGenerate(d, GreedyRequest("tiny-llama", "x", 2)).ok());  // the other serves on
+  int tokens = 0;
+  uint32_t completion = 0;
+  do {
+    if (msg.has_chunk()) tokens += msg.chunk().token_ids_size();
+    if (msg.has_final()) completion = msg.final().usage().completion_tokens();
+  } while (stream->Read(&msg));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(tokens, 60);
+  EXPECT_EQ(completion, 60u);
+  unload.join();
+  EXPECT_TRUE(unloaded.ok()) << unloaded.error_message();
+  grpc::Status gone;
+  Status(d, "slow", &gone);
+  EXPECT_EQ(gone.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(CallGenerate(d, GreedyRequest("slow", "x", 2)).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Unload(d, "slow").error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // A model written after the start: its share is still the slow model's, free since the unload.
+  ASSERT_EQ(WriteModelEntry(d.repository(), {.name = "late"}), "");
+  autouvm::v1::LoadModelResponse late;
+  const grpc::Status loaded = Load(d, "late", &late);
+  ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+  EXPECT_EQ(late.model().state(), autouvm::v1::MODEL_STATE_READY);
+  EXPECT_EQ(late.model().device_budget_bytes(), share);
+  EXPECT_TRUE(CallGenerate(d, GreedyRequest("late", "x", 2)).ok());
+  // Nothing is left for the slow model's share now.
+  const grpc::Status full = Load(d, "slow");
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
+  EXPECT_NE(full.error_message().find("late "), std::string::npos) << full.error_message();
+  EXPECT_EQ(Status(d, "slow").state(), autouvm::v1::MODEL_STATE_FAILED);
+  EXPECT_EQ(Load(d, "late").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Load(d, "nope").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Load(d, "../models").error_code(), grpc::StatusCode::NOT_FOUND);
+  // The failed one loads once there is room.
+  ASSERT_TRUE(Unload(d, "late").ok());
+  EXPECT_TRUE(Load(d, "slow").ok());
+  EXPECT_TRUE(CallGenerate(d, GreedyRequest("slow", "x", 2)).ok());
+}
+
+}  // namespace
+}  // namespace autouvm::testing
