@@ -41,15 +41,20 @@ grpc::Status AdminService::Authorize(grpc::CallbackServerContext* context) const
   return grpc::Status::OK;
 }
 
+grpc::Status AdminService::Admit(grpc::CallbackServerContext* context, const google::protobuf::Message& request) const {
+  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+  // Note [Requests that do not parse] (proto/lenient_parse.h): said once the caller may hear it.
+  if (std::string defect = autouvm::proto::RequestDefect(request); !defect.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, defect);
+  }
+  return grpc::Status::OK;
+}
+
 template <typename Handler>
 grpc::ServerUnaryReactor* AdminService::ServeAsync(grpc::CallbackServerContext* context,
                                                    const google::protobuf::Message& request, Handler handler) {
   auto* reactor = context->DefaultReactor();
-  grpc::Status s = Authorize(context);
-  if (std::string defect = autouvm::proto::RequestDefect(request); s.ok() && !defect.empty()) {
-    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, defect);
-  }
-  if (!s.ok()) {
+  if (grpc::Status s = Admit(context, request); !s.ok()) {
     reactor->Finish(Bounded(s));
     return reactor;
   }
@@ -89,11 +94,7 @@ template <typename Handler>
 grpc::ServerUnaryReactor* AdminService::Serve(grpc::CallbackServerContext* context,
                                               const google::protobuf::Message& request, Handler handler) {
   auto* reactor = context->DefaultReactor();
-  grpc::Status s = Authorize(context);
-  // Note [Requests that do not parse] (proto/lenient_parse.h): said once the caller may hear it.
-  if (std::string defect = autouvm::proto::RequestDefect(request); s.ok() && !defect.empty()) {
-    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, defect);
-  }
+  const grpc::Status s = Admit(context, request);
   reactor->Finish(Bounded(s.ok() ? handler() : s));
   return reactor;
 }

@@ -72,8 +72,9 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   void Fill(const ModelView& view, autouvm::v1::ModelStatus* out) const;
   // OK, or why the call may not proceed.
   grpc::Status Authorize(grpc::CallbackServerContext* context) const;
-  // Authorizes the call, refuses a request that did not parse (proto/lenient_parse.h), then finishes the
-  // call with `handler`'s status.
+  // Authorize, then a request that did not parse (proto/lenient_parse.h) is refused.
+  grpc::Status Admit(grpc::CallbackServerContext* context, const google::protobuf::Message& request) const;
+  // Admits the call, then finishes it with `handler`'s status.
   template <typename Handler>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const google::protobuf::Message& request,
                                   Handler handler);

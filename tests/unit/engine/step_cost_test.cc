@@ -76,6 +76,19 @@ class StepSizingTest : public autouvm::testing::PolicyFixture {
     }
     return chunks;
   }
+  // 4 slots of 1024 positions, 512 prompt tokens a pass at most; sized by the passes' cost if `size`.
+  static PolicyOptions Options(bool size, absl::Duration max_step = absl::ZeroDuration()) {
+    return {.slots = 4,
+            .vocab_size = 320,
+            .max_seq = 1024,
+            .bos_id = 256,
+            .prefill_tokens = 512,
+            .kv_block_tokens = 16,
+            .kv_blocks = 4 * 64,
+            .size_steps = size,
+            .max_step = max_step,
+            .min_prefill_tokens = 16};
+  }
   // Two sequences decoding, and a pass of 512 prompt tokens that showed what a token costs.
   void Warm(StepPolicy& policy, RecordingSink* a, RecordingSink* b, RecordingSink* c) {
     std::vector<std::unique_ptr<Sequence>> admitted;
@@ -93,16 +106,7 @@ class StepSizingTest : public autouvm::testing::PolicyFixture {
 };
 
 TEST_F(StepSizingTest, WhileSequencesDecodeAPassTakesThePromptTokensThatKeepItWithinTwiceItsFloor) {
-  StepPolicy policy({.slots = 4,
-                     .vocab_size = 320,
-                     .max_seq = 1024,
-                     .bos_id = 256,
-                     .prefill_tokens = 512,
-                     .kv_block_tokens = 16,
-                     .kv_blocks = 4 * 64,
-                     .size_steps = true,
-                     .min_prefill_tokens = 16},
-                    &tokenizer_);
+  StepPolicy policy(Options(/*size=*/true), &tokenizer_);
   RecordingSink a, b, c, d;
   Warm(policy, &a, &b, &c);
   // Three sequences decode: 200 prompt tokens keep a pass within 200 ms, twice the floor.
@@ -111,32 +115,14 @@ TEST_F(StepSizingTest, WhileSequencesDecodeAPassTakesThePromptTokensThatKeepItWi
 }
 
 TEST_F(StepSizingTest, AMaxStepTradesTheRunningRequestsNextTokenForEarlierFirstOnes) {
-  StepPolicy policy({.slots = 4,
-                     .vocab_size = 320,
-                     .max_seq = 1024,
-                     .bos_id = 256,
-                     .prefill_tokens = 512,
-                     .kv_block_tokens = 16,
-                     .kv_blocks = 4 * 64,
-                     .size_steps = true,
-                     .max_step = absl::Milliseconds(300),
-                     .min_prefill_tokens = 16},
-                    &tokenizer_);
+  StepPolicy policy(Options(/*size=*/true, absl::Milliseconds(300)), &tokenizer_);
   RecordingSink a, b, c, d;
   Warm(policy, &a, &b, &c);
   EXPECT_THAT(ChunksOf(policy, &d, 600, 8), ElementsAre(400, 200));
 }
 
 TEST_F(StepSizingTest, OffEveryPassTakesTheWholeBudget) {
-  StepPolicy policy({.slots = 4,
-                     .vocab_size = 320,
-                     .max_seq = 1024,
-                     .bos_id = 256,
-                     .prefill_tokens = 512,
-                     .kv_block_tokens = 16,
-                     .kv_blocks = 4 * 64,
-                     .min_prefill_tokens = 16},
-                    &tokenizer_);
+  StepPolicy policy(Options(/*size=*/false), &tokenizer_);
   RecordingSink a, b, c, d;
   Warm(policy, &a, &b, &c);
   EXPECT_THAT(ChunksOf(policy, &d, 600, 8), ElementsAre(512, 88));
