@@ -214,6 +214,31 @@ absl::StatusOr<std::string> Renderer::Capture(const Body& body) {
   return captured;
 }
 
+// Whether `v` holds `target`: is it, or has it as an attribute or a loop item, however deep. Values are
+// reference-counted, so a namespace holding itself would never be freed (the fuzzer's
+// `{% set ns.n = ns %}`); Jinja leaves such a cycle to Python's collector, templates never make one.
+bool Holds(const Value& v, const Namespace* target, std::vector<const void*>* seen) {
+  const void* self = v.kind() == Value::Kind::kNamespace ? static_cast<const void*>(v.ns())
+                     : v.kind() == Value::Kind::kLoop    ? static_cast<const void*>(v.loop())
+                                                         : nullptr;
+  if (self == nullptr) return false;
+  if (self == target) return true;
+  for (const void* s : *seen) {
+    if (s == self) return false;
+  }
+  seen->push_back(self);
+  if (v.kind() == Value::Kind::kNamespace) {
+    for (const auto& [name, attr] : v.ns()->attrs) {
+      if (Holds(attr, target, seen)) return true;
+    }
+  } else if (v.loop()->items != nullptr) {
+    for (const Value& item : *v.loop()->items) {
+      if (Holds(item, target, seen)) return true;
+    }
+  }
+  return false;
+}
+
 absl::Status Renderer::ExecSet(const Node& node) {
   Value value;
   if (node.kind == Node::Kind::kSetBlock) {
@@ -227,6 +252,10 @@ absl::Status Renderer::ExecSet(const Node& node) {
   if (target.kind() != Value::Kind::kNamespace)
     return LineError(node.line, absl::StrCat("cannot set an attribute of '", node.targets[0], "', a ", TypeName(target),
                                              " (only of a namespace())"));
+  if (std::vector<const void*> seen; Holds(value, target.ns(), &seen)) {
+    return LineError(node.line, absl::StrCat("cannot set '", node.targets[0], ".", node.attr, "' to a value that holds '",
+                                             node.targets[0], "' itself"));
+  }
   if (Value* attr = target.ns()->Find(node.attr)) {
     *attr = std::move(value);
   } else {

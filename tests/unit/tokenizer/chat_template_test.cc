@@ -248,6 +248,12 @@ TEST(ChatTemplateTest, RenderErrorsNameTheLine) {
   EXPECT_EQ(
       Render("{% set x = 1 %}\n{% set x.y = 2 %}"),
       "ERROR INVALID_ARGUMENT: chat template line 2: cannot set an attribute of 'x', a int (only of a namespace())");
+  // A namespace that would hold itself (found by the fuzzer: it was never freed).
+  EXPECT_EQ(Render("{% set ns = namespace(n=0) %}\n{% set ns.n = ns %}"),
+            "ERROR INVALID_ARGUMENT: chat template line 2: cannot set 'ns.n' to a value that holds 'ns' itself");
+  EXPECT_EQ(Render("{% set a = namespace() %}{% set b = namespace(a=a) %}\n{% set a.b = b %}"),
+            "ERROR INVALID_ARGUMENT: chat template line 2: cannot set 'a.b' to a value that holds 'a' itself");
+  EXPECT_EQ(Render("{% set a = namespace(n=1) %}{% set b = namespace(a=a) %}{% set b.c = a %}{{ b.c.n }}"), "1");
   EXPECT_EQ(Render("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}"),
             "ERROR INVALID_ARGUMENT: chat template line 1: macro 'm' takes not more than 1 argument(s)");
   EXPECT_EQ(Render("{{ x|tojson }}"),
