@@ -99,6 +99,11 @@ void PrintStatus(const ModelStatus& status) {
     line("execution.monitor_samples", e.sampled_iterations());
     line("execution.reclassified_ops", e.reclassified_ops());
     line("execution.repinned_bytes", e.repinned_bytes());
+    // models.<name>.idle_sleep: docs/configuration.md.
+    line("execution.asleep", e.asleep() ? "yes" : "no");
+    line("execution.sleeps", e.sleeps());
+    line("execution.wakes", e.wakes());
+    line("execution.last_wake_seconds", e.last_wake_seconds());
     if (!e.last_error().empty()) line("execution.last_error", e.last_error());
   }
   std::cout.flush();

@@ -133,7 +133,11 @@ Scheduler::Step Scheduler::TakeWork(std::vector<std::unique_ptr<Sequence>>* admi
   };
   absl::MutexLock lock(&mu_);
   if (policy_.running() == 0) {
-    mu_.Await(absl::Condition(&has_work));
+    if (options_.idle_sleep <= absl::ZeroDuration() || options_.hooks == nullptr || asleep_) {
+      mu_.Await(absl::Condition(&has_work));
+    } else if (!mu_.AwaitWithTimeout(absl::Condition(&has_work), options_.idle_sleep)) {
+      return Step::kSleep;
+    }
     // Note [Waiting for company]: under a budget every pass streams the weights, so a request that
     // arrives just after an idle model's first pass began pays a whole pass of TTFT for the lateness
     // (a burst of 16 gRPC calls reaches the daemon over a few milliseconds; its first arrival's pass ran
@@ -183,6 +187,12 @@ void Scheduler::Loop() {
     std::vector<std::unique_ptr<Sequence>> admitted;
     const Step step = TakeWork(&admitted);
     if (step == Step::kStop) break;
+    if (step == Step::kSleep) {
+      options_.hooks->Sleep();
+      asleep_ = true;
+      continue;
+    }
+    asleep_ = false;
     if (step == Step::kAbort) {
       policy_.FinishAll(absl::UnavailableError("the server is shutting down"), std::move(admitted), clock_->Now());
     } else {

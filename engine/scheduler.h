@@ -44,6 +44,9 @@ struct SchedulerOptions {
   double step_growth = 2.0;
   absl::Duration max_step = absl::ZeroDuration();
   int64_t min_prefill_tokens = 64;
+  // After this long with nothing to run (no request, no idle iteration), hooks->Sleep() is called once,
+  // until the model has run again; zero: never.
+  absl::Duration idle_sleep = absl::ZeroDuration();
 };
 
 struct SchedulerStats {
@@ -89,7 +92,8 @@ class Scheduler {
   SchedulerStats Stats() const;
 
  private:
-  enum class Step { kRun, kAbort, kStop };  // run the next pass; finish everything (grace over); exit
+  // Run the next pass; finish everything (grace over); exit; sleep (idle for options.idle_sleep).
+  enum class Step { kRun, kAbort, kStop, kSleep };
   void Loop();
   // Moves what the next pass may take from the shared queues into `admitted` (or, past the grace, out to
   // be finished; Note [Arrivals between passes]); waits for work while nothing runs.
@@ -113,6 +117,7 @@ class Scheduler {
   // Owned by the scheduler thread; read in TakeWork's wait condition only while that thread waits.
   StepPolicy policy_;
   std::vector<float> logits_;
+  bool asleep_ = false;  // hooks->Sleep() was called and nothing has run since
 
   std::thread thread_;
 };

@@ -21,6 +21,9 @@ class IterationHooks {
   virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
   // True: the iteration's result must not be used, run it again (once; its hooks are called again).
   virtual bool AfterIteration(const absl::Status& status) = 0;
+  // The model has had nothing to run for SchedulerOptions::idle_sleep: it may give its device memory
+  // back (Note [A model asleep], profiler/model_execution.cc); its next pass wakes it.
+  virtual void Sleep() {}
 };
 
 }  // namespace autouvm::profiler

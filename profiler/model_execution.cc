@@ -335,6 +335,55 @@ absl::Status ModelExecution::PlaceUnplanned() {
   return absl::OkStatus();
 }
 
+// Note [A model asleep]: a model with no request still holds its plan's pinned weights and its KV pools
+// on the device, memory the other models on the GPU could use (issue 28: vLLM's sleep mode frees it on
+// command; here a model idle for models.<name>.idle_sleep gives it back by itself). Its scheduler calls
+// Sleep() on its own thread once it has had nothing to run for that long: the plan releases the
+// residency as before an iteration that follows none, the KV pools — no sequence holds a row of them —
+// are discarded (moved to the host where the backend cannot discard), and the weights keep at most
+// models.<name>.sleep_floor on the device, in the order they came (the first layers, which the waking
+// pass needs first), the rest read in place, nothing copied back (the host has every weight). The pass
+// that comes next wakes it as any pass after a release does: its plan is prepared again, bringing the
+// pinned weights back at the link's rate; that pass's time is the wake's. A sleeping model still serves
+// every request: it only starts from less.
+absl::Status ModelExecution::Sleep() {
+  if (options_.budget_bytes <= 0) return absl::OkStatus();
+  absl::Status s = executor_ != nullptr ? ReleaseExecutor() : PutBackLeftovers();
+  for (const auto& [id, r] : ranges_) {
+    if (!runtime::IsKvCacheId(id)) continue;
+    absl::Status dropped = backend_->Discard(r.addr, r.bytes, runtime::Stream::kCompute);
+    if (dropped.code() == absl::StatusCode::kUnimplemented) {
+      dropped = backend_->Prefetch(r.addr, r.bytes, runtime::Location::kHost, runtime::Stream::kCompute);
+    }
+    if (s.ok()) s = dropped;
+  }
+  if (s.ok()) s = placement_->Shrink(options_.sleep_keep_bytes);
+  if (s.ok()) s = backend_->Synchronize();
+  absl::MutexLock lock(&mu_);
+  if (!s.ok()) {
+    stats_.last_error = absl::StrCat("putting the model to sleep: ", s.message());
+    return s;
+  }
+  stats_.resident_bytes = placement_->kept_bytes();
+  stats_.in_place_bytes = placement_->in_place_bytes();
+  stats_.asleep = true;
+  ++stats_.sleeps;
+  return absl::OkStatus();
+}
+
+bool ModelExecution::asleep() const {
+  absl::MutexLock lock(&mu_);
+  return stats_.asleep;
+}
+
+void ModelExecution::Woke(double seconds) {
+  absl::MutexLock lock(&mu_);
+  if (!stats_.asleep) return;
+  stats_.asleep = false;
+  ++stats_.wakes;
+  stats_.last_wake_seconds = seconds;
+}
+
 absl::Status ModelExecution::Drop(const std::string& key) {
   if (key != key_) return absl::OkStatus();
   // A shape recorded again follows the nearest plan meanwhile, often the one whose weights are staged

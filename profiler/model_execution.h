@@ -89,6 +89,12 @@ struct ExecutionStats {
   // What the backend moved during this model's followed iterations, as of the last closed window
   // (Note [Counters per model]: up to 64 iterations behind).
   runtime::UvmCounters counters;
+  // Note [A model asleep] (model_execution.cc): times the idle model gave its device memory back, times
+  // a pass woke it, whether it sleeps now, and how long the pass that last woke it took (seconds).
+  int64_t sleeps = 0;
+  int64_t wakes = 0;
+  bool asleep = false;
+  double last_wake_seconds = 0;
 };
 
 struct ExecutionOptions {
@@ -100,6 +106,8 @@ struct ExecutionOptions {
   // The model's device budget, which its weights keep while no plan owns their residency (Note [The
   // budget from load], runtime/unplanned_placement.cc); 0: they stay wherever they are.
   int64_t budget_bytes = 0;
+  // What an idle model keeps on the device while it sleeps (Note [A model asleep], model_execution.cc).
+  int64_t sleep_keep_bytes = 0;
 };
 
 class ModelExecution {
@@ -145,6 +153,15 @@ class ModelExecution {
   // runtime/unplanned_placement.cc), for the KV rows in use: at load, and by Suspend(). Nothing while a
   // plan owns it.
   absl::Status PlaceUnplanned();
+  // Note [A model asleep]: the model has no request (no KV row in use): it gives its device memory back
+  // down to options.sleep_keep_bytes — the plan lets go of the residency, the KV pools are dropped, the
+  // weights keep at most that much on the device and the rest is read in place. Whatever runs next wakes
+  // it (the pass that does tells Woke()). Nothing without a budget to keep.
+  absl::Status Sleep();
+  bool asleep() const;
+  // The pass that woke the model took `seconds` (its plan's preparation, which brings its pinned weights
+  // back at the link's rate, and its compute).
+  void Woke(double seconds);
   // Forgets the plan of `key` if it owns the residency (its profile is being replaced); what it staged
   // stays staged for the next plan to adopt (Note [Plans hand staged weights on]) until Suspend.
   absl::Status Drop(const std::string& key);

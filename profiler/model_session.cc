@@ -116,8 +116,23 @@ bool ModelSession::FollowNearest() {
   return nearest.has_value() && BeginFollowing(*nearest, /*borrowed=*/true);
 }
 
+void ModelSession::Sleep() {
+  if (execution_ == nullptr || execution_->asleep()) return;
+  const double started = Seconds();
+  if (absl::Status s = execution_->Sleep(); !s.ok()) {
+    AUTOUVM_LOG(WARNING) << "executor: putting the model to sleep: " << s.message();
+    return;
+  }
+  if (!execution_->asleep()) return;  // no budget to keep: nothing was given back
+  const ExecutionStats e = execution_->stats();
+  AUTOUVM_LOG(INFO) << "model " << identity_.model_digest.substr(0, 12) << " asleep: " << e.resident_bytes
+                    << " bytes kept on the device, " << e.in_place_bytes << " read in place ("
+                    << absl::StrFormat("%.1f", 1e3 * (Seconds() - started)) << " ms)";
+}
+
 void ModelSession::BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) {
   pass_started_ = Seconds();
+  waking_ = execution_ != nullptr && execution_->asleep();
   pass_outcome_.clear();
   mode_ = Mode::kNone;
   plan_key_.clear();
@@ -198,6 +213,13 @@ void ModelSession::LogPass(Mode mode, bool rerun) const {
 }
 
 bool ModelSession::AfterIteration(const absl::Status& status) {
+  if (waking_) {
+    waking_ = false;
+    const double took = Seconds() - pass_started_;
+    execution_->Woke(took);
+    AUTOUVM_LOG(INFO) << "model " << identity_.model_digest.substr(0, 12) << " woke: its first pass took "
+                      << absl::StrFormat("%.1f", 1e3 * took) << " ms";
+  }
   if (mode_ == Mode::kNone) {
     LogPass(Mode::kNone, false);
     return false;

@@ -75,6 +75,9 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
 
   void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) override;
   bool AfterIteration(const absl::Status& status) override;
+  // Note [A model asleep] (profiler/model_execution.cc): the execution gives the device memory back; the
+  // next pass wakes it and is timed as its wake.
+  void Sleep() override;
 
  private:
   ModelSession(ProfileIdentity identity, ProfileJobs* jobs, std::unique_ptr<runtime::Observer> observer,
@@ -115,6 +118,7 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   // The plan the iteration follows: its key ("" for none), and whether it is another key's.
   std::string plan_key_;
   bool borrowed_ = false;
+  bool waking_ = false;  // the pass in progress is the first since the model went to sleep
   std::atomic<int64_t> own_{0}, nearest_{0}, none_{0};
 };
 

@@ -69,7 +69,18 @@ void UnplannedPlacement::Add(uint64_t addr, int64_t bytes) {
 
 absl::Status UnplannedPlacement::Apply(int64_t kv_bytes) {
   if (budget_bytes_ <= 0 || (applied_ && kv_bytes == applied_kv_bytes_)) return absl::OkStatus();
-  const int64_t room = budget_bytes_ - kv_bytes;
+  RETURN_IF_ERROR(Keep(budget_bytes_ - kv_bytes));
+  applied_kv_bytes_ = kv_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status UnplannedPlacement::Shrink(int64_t keep_bytes) {
+  RETURN_IF_ERROR(Keep(keep_bytes));
+  applied_kv_bytes_ = -1;  // the next Apply() places them for its budget again
+  return absl::OkStatus();
+}
+
+absl::Status UnplannedPlacement::Keep(int64_t room) {
   int64_t kept = 0;
   for (Weight& w : weights_) {
     if (!Small(w)) continue;
@@ -86,7 +97,6 @@ absl::Status UnplannedPlacement::Apply(int64_t kv_bytes) {
     }
   }
   applied_ = true;
-  applied_kv_bytes_ = kv_bytes;
   return absl::OkStatus();
 }
 

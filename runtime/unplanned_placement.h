@@ -7,6 +7,7 @@
 //   place.Add(addr, bytes);                      // or: a weight wherever it is now (placed by Apply)
 //   RETURN_IF_ERROR(place.Apply(kv_bytes));      // before an iteration that follows no plan
 //   RETURN_IF_ERROR(place.Lift());               // before a plan's executor places the weights its own way
+//   RETURN_IF_ERROR(place.Shrink(floor_bytes));  // an idle model gives its device memory back
 //
 // A model whose weights fit its budget keeps them on the device. Otherwise its weights are read in place
 // from host memory (preferred location host, mapped for the device) from load on, but for those the last
@@ -42,7 +43,11 @@ class UnplannedPlacement {
   // what is on the device stays while it fits, in the order the weights came; the rest is read in
   // place. Nothing is brought onto the device, and nothing moves when the placement holds already.
   absl::Status Apply(int64_t kv_bytes);
-  // Clears the advice Apply() or Place() set, for a plan's executor to place the weights its own way;
+  // Note [A model asleep] (profiler/model_execution.cc): keeps on the device at most `keep_bytes` of the
+  // weights there now (small ones always; then in the order the weights came), the rest read in place —
+  // for a model with no KV rows in use, whatever its budget. The next Apply() places them again.
+  absl::Status Shrink(int64_t keep_bytes);
+  // Clears the advice Apply(), Place() or Shrink() set, for a plan's executor to place the weights its own way;
   // the next Apply() places them all again.
   absl::Status Lift();
 
@@ -63,6 +68,8 @@ class UnplannedPlacement {
   // Whether the weight is on the device now: as placed, or (unknown) as the backend says.
   bool OnDevice(const Weight& w) const;
   absl::Status ReadInPlace(Weight& w);
+  // Keeps what is on the device within `room` bytes (small weights first, always), the rest read in place.
+  absl::Status Keep(int64_t room);
 
   DeviceBackend* const backend_;
   const int64_t budget_bytes_;

@@ -171,6 +171,10 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_in_place_bytes(e.in_place_bytes);
     x->set_displaced_bytes(e.displaced_bytes);
     x->set_peak_resident_bytes(e.peak_resident_bytes);
+    x->set_sleeps(e.sleeps);
+    x->set_wakes(e.wakes);
+    x->set_asleep(e.asleep);
+    x->set_last_wake_seconds(e.last_wake_seconds);
     x->set_last_error(e.last_error);
     x->set_gpu_fault_groups(e.counters.gpu_fault_groups);
     x->set_h2d_bytes(e.counters.h2d_total());

@@ -45,6 +45,8 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
   f.DurationMs("max_step", &s->max_step_ms, 0, 60 * 1000);
   f.Int("min_prefill_tokens", &s->min_prefill_tokens, 1, 1 << 24);
   f.Bool("plan_at_load", &s->plan_at_load);
+  f.DurationMs("idle_sleep", &s->idle_sleep_ms, 0, int64_t{7} * 24 * 3600 * 1000);
+  f.Double("sleep_floor", &s->sleep_floor, 0, 1e15);
   f.Int("default_max_tokens", &s->default_max_tokens, 1, kMaxInt);
   f.Int("max_tokens_limit", &s->max_tokens_limit, 1, kMaxInt);
   f.String("policy", &s->policy);
@@ -58,6 +60,14 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
     return absl::InvalidArgumentError(
         absl::StrCat(path, ".device_budget: ", s->device_budget,
                      " is neither 0 (a share of what is left), a fraction of the GPU (0-1] nor bytes (>= 1 MiB)"));
+  }
+  if (s->sleep_floor > 1 && s->sleep_floor < 1 << 20) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".sleep_floor: ", s->sleep_floor, " is neither a fraction of the device budget [0-1] nor bytes (>= 1 MiB)"));
+  }
+  if (s->idle_sleep_ms > 0 && s->policy != "autouvm") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".idle_sleep: needs policy autouvm (the policy is ", s->policy,
+                                                   "): only its executor gives device memory back"));
   }
   if (s->default_max_tokens > s->max_tokens_limit) {
     return absl::InvalidArgumentError(

@@ -4,6 +4,7 @@
 // Plain values and pure functions; safe from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -33,6 +34,11 @@ struct ModelSettings {
   // Plan the model's first shapes of each phase before it is served (Note [Plans before the first
   // request], server/model_manager.cc); false: every shape is profiled at its first request.
   bool plan_at_load = true;
+  // Note [A model asleep] (profiler/model_execution.cc): a model with no request for idle_sleep gives its
+  // device memory back down to sleep_floor (a fraction of its device budget when <= 1, bytes when larger)
+  // and wakes at its next request; 0: never sleeps. Needs policy autouvm (the executor keeps the budget).
+  int64_t idle_sleep_ms = 0;
+  double sleep_floor = 0;
   int64_t default_max_tokens = 128;  // when a request leaves max_tokens unset
   int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
   std::string policy = "autouvm";    // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")
@@ -41,6 +47,10 @@ struct ModelSettings {
   // (Note [Budgets that hold together], server/device_budgets.cc).
   double device_budget = 0;
 
+  int64_t SleepFloorBytes(int64_t budget_bytes) const {
+    return sleep_floor <= 1 ? static_cast<int64_t>(sleep_floor * static_cast<double>(budget_bytes))
+                            : std::min(budget_bytes, static_cast<int64_t>(sleep_floor));
+  }
   int64_t DeviceBudgetBytes(int64_t gpu_memory_bytes) const {
     return device_budget <= 1 ? static_cast<int64_t>(device_budget * static_cast<double>(gpu_memory_bytes))
                               : static_cast<int64_t>(device_budget);

@@ -172,6 +172,12 @@ std::string Metrics::Scrape() const {
       s.Family("autouvm_monitor_reclassified_ops_total", "Ops whose measured class differed from the plan", T::Counter);
   auto* repinned =
       s.Family("autouvm_monitor_repinned_bytes_total", "Pinned bytes brought back by the monitor", T::Counter);
+  auto* sleeps = s.Family("autouvm_model_sleeps_total",
+                          "Times the idle model gave its device memory back (models.<name>.idle_sleep)", T::Counter);
+  auto* wakes = s.Family("autouvm_model_wakes_total", "Times a request woke the sleeping model", T::Counter);
+  auto* asleep = s.Family("autouvm_model_asleep", "1 while the model sleeps", T::Gauge);
+  auto* wake_seconds =
+      s.Family("autouvm_model_last_wake_seconds", "How long the pass that last woke the model took", T::Gauge);
   auto* profiles = s.Family("autouvm_profiles", "Profile keys this process knows, by state", T::Gauge);
   auto* profiling =
       s.Family("autouvm_profiling_seconds_total", "Seconds spent recording and analysing profiles", T::Counter);
@@ -235,6 +241,10 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(sampled, uvm, e.sampled_iterations);
     Snapshot::Add(reclassified, uvm, e.reclassified_ops);
     Snapshot::Add(repinned, uvm, e.repinned_bytes);
+    Snapshot::Add(sleeps, model, e.sleeps);
+    Snapshot::Add(wakes, model, e.wakes);
+    Snapshot::Add(asleep, model, e.asleep ? 1 : 0);
+    Snapshot::Add(wake_seconds, model, e.last_wake_seconds);
   }
   if (sources_.jobs != nullptr) {
     // Every state of every model, zeros included, so that a state's series exists before it is reached.

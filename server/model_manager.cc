@@ -240,11 +240,13 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.step_growth = m->settings.step_growth;
   options.max_step = absl::Milliseconds(m->settings.max_step_ms);
   options.min_prefill_tokens = m->settings.min_prefill_tokens;
+  options.idle_sleep = absl::Milliseconds(m->settings.idle_sleep_ms);
   if (profiling_.jobs != nullptr) {
     const std::vector<runtime::NamedTensor> named = m->runner->NamedTensors();
     std::unique_ptr<profiler::ModelExecution> execution;
     profiler::ExecutionOptions execution_options = profiling_.execution;
     execution_options.budget_bytes = keeps_budget ? budget : 0;
+    execution_options.sleep_keep_bytes = m->settings.SleepFloorBytes(budget);
     if (profiling_.executor && device_ != nullptr && device_->backend() != nullptr) {
       execution = profiler::ModelExecution::OnDevice(device_->backend(), named, execution_options,
                                                      m->runner->NewTensorBinding(), std::move(placement));

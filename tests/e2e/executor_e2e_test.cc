@@ -159,6 +159,38 @@ TEST(ExecutorE2E, AModelIsWithinItsBudgetFromLoadBeforeAnyPlan) {
   EXPECT_LE(followed.peak_resident_bytes(), kBudget) << followed.DebugString();
 }
 
+// Note [A model asleep] (profiler/model_execution.cc): idle for idle_sleep, the model gives its device
+// memory back down to its sleep_floor (a quarter of its budget here); the next request wakes it, with the
+// same tokens, and its plans hold the placement again within the budget.
+TEST(ExecutorE2E, AnIdleModelSleepsDownToItsFloorAndItsNextRequestWakesIt) {
+  constexpr uint32_t kTokens = 8;
+  DaemonProcess d({.config_yaml = "runtime: {executor: true}\nmodels: {tiny-llama: {policy: autouvm, device_budget: " +
+                                  std::to_string(kBudget) + ", idle_sleep: 1500ms, sleep_floor: 0.25}}\n"});
+  const std::string first = ProfileBoth(d, kTokens);
+  EXPECT_EQ(Complete(d, kTokens), first);  // followed (and a wake, if it slept while its plans were made)
+  const autouvm::v1::ExecutionStatus awake = Status(d).execution();
+  EXPECT_FALSE(awake.asleep()) << awake.DebugString();
+  ASSERT_TRUE(Eventually([&] { return Status(d).execution().asleep(); })) << d.Log();
+  const autouvm::v1::ExecutionStatus asleep = Status(d).execution();
+  EXPECT_GE(asleep.sleeps(), 1u) << asleep.DebugString();
+  EXPECT_GE(asleep.sleeps(), awake.sleeps() + 1) << asleep.DebugString();  // a sleep after the request
+  EXPECT_LE(asleep.resident_bytes(), kBudget / 4) << asleep.DebugString();
+  EXPECT_GT(asleep.in_place_bytes(), kBudget / 2) << asleep.DebugString();  // the rest of the ~11 MiB
+  EXPECT_TRUE(asleep.following().empty()) << asleep.DebugString();
+
+  const uint64_t wakes_before = asleep.wakes();
+  EXPECT_EQ(Complete(d, kTokens), first);
+  const autouvm::v1::ExecutionStatus woken = Status(d).execution();
+  EXPECT_EQ(woken.wakes(), wakes_before + 1) << woken.DebugString();
+  EXPECT_GT(woken.last_wake_seconds(), 0) << woken.DebugString();
+  EXPECT_GT(woken.followed_iterations(), asleep.followed_iterations()) << woken.DebugString();
+  EXPECT_GT(woken.resident_bytes(), kBudget / 2) << woken.DebugString();  // the plan pins again
+  EXPECT_LE(woken.peak_resident_bytes(), kBudget) << woken.DebugString();
+  EXPECT_EQ(woken.abandoned_iterations(), 0u) << woken.last_error();
+  // Idle again, it sleeps again.
+  ASSERT_TRUE(Eventually([&] { return Status(d).execution().sleeps() > asleep.sleeps(); })) << d.Log();
+}
+
 TEST(ExecutorE2E, StockFollowsNothingAndGeneratesWhatAutouvmGenerates) {
   constexpr uint32_t kTokens = 6;
   DaemonProcess autouvm({.config_yaml = Config("autouvm", true)});

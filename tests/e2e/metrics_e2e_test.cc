@@ -130,6 +130,10 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
                                  "autouvm_monitor_samples_total",
                                  "autouvm_monitor_reclassified_ops_total",
                                  "autouvm_monitor_repinned_bytes_total",
+                                 "autouvm_model_sleeps_total",
+                                 "autouvm_model_wakes_total",
+                                 "autouvm_model_asleep",
+                                 "autouvm_model_last_wake_seconds",
                                  "autouvm_profiles",
                                  "autouvm_profiles_unstable",
                                  "autouvm_profiling_seconds_total"}) {

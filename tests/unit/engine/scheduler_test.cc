@@ -4,10 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_step_runner.h"
 #include "tests/testing/recording_sink.h"
@@ -47,6 +49,38 @@ TEST_F(SchedulerTest, RunsARequestToItsLengthAndCountsIt) {
   EXPECT_EQ(s.requests_total, 1u);
   EXPECT_EQ(s.tokens_generated_total, 4u);
   EXPECT_EQ(s.decode_steps_total, 3u);  // the prefill gives the first token
+}
+
+// Counts the passes and the times the scheduler puts the model to sleep.
+class SleepCounter : public IterationHooks {
+ public:
+  void BeforeIteration(IterationPhase, int, int64_t) override { ++passes; }
+  bool AfterIteration(const absl::Status&) override { return false; }
+  void Sleep() override { ++sleeps; }
+  std::atomic<int> passes{0}, sleeps{0};
+};
+
+// Note [A model asleep] (profiler/model_execution.cc): the hooks' Sleep comes once the model has had
+// nothing to run for idle_sleep — once per idle spell, the next only after the model ran again.
+TEST_F(SchedulerTest, AnIdleModelIsPutToSleepOncePerIdleSpell) {
+  FakeStepRunner runner(2);
+  SleepCounter hooks;
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 2, .hooks = &hooks, .idle_sleep = absl::Milliseconds(30)},
+                  &clock_);
+  ASSERT_TRUE(autouvm::testing::Eventually([&] { return hooks.sleeps.load() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(hooks.sleeps.load(), 1) << "asleep already: no second sleep while nothing ran";
+  RecordingSink sink;
+  ASSERT_TRUE(sched.Submit(Params(10, 3), &sink).ok());
+  sink.done.WaitForNotification();
+  EXPECT_THAT(sink.Tokens(), ElementsAre(11, 12, 13));
+  EXPECT_EQ(hooks.passes.load(), 3);
+  ASSERT_TRUE(autouvm::testing::Eventually([&] { return hooks.sleeps.load() == 2; }));
+  // Without idle_sleep it never sleeps.
+  SleepCounter awake;
+  Scheduler never(&runner, &tokenizer_, {.max_batch = 2, .hooks = &awake}, &clock_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(awake.sleeps.load(), 0);
 }
 
 TEST_F(SchedulerTest, AFullQueueIsRefusedWhileTheModelIsBusy) {

@@ -136,6 +136,34 @@ TEST_F(UnplannedPlacementTest, AfterAPlanLetsGoTheWeightsAreBackWithinTheBudget)
   EXPECT_LE(Resident(), budget);
 }
 
+// Note [A model asleep] (profiler/model_execution.cc): an idle model shrinks to its sleep floor — the
+// first weights on the device up to it, whatever its budget — and the next Apply() keeps what then fits
+// its budget, bringing nothing back (the plan that wakes it does).
+TEST_F(UnplannedPlacementTest, AModelAsleepKeepsNoMoreThanItsFloorAndTheNextApplyBringsNothingBack) {
+  UnplannedPlacement place(sim_.get(), kAll);
+  for (const auto& [addr, bytes] : weights_) {
+    ASSERT_TRUE(sim_->Prefetch(addr, bytes, Location::kDevice, Stream::kCompute).ok());
+    ASSERT_TRUE(place.Place(addr, bytes, kAll).ok());
+  }
+  ASSERT_TRUE(sim_->Synchronize().ok());
+  ASSERT_EQ(Resident(), kAll);
+  ASSERT_TRUE(place.Shrink(130 * kMiB).ok());
+  ASSERT_TRUE(sim_->Synchronize().ok());
+  EXPECT_EQ(place.kept_bytes(), 2 * 64 * kMiB + 8 * 64 * 1024);  // matrices 0 and 1, and the norms
+  EXPECT_EQ(Resident(), place.kept_bytes());
+  EXPECT_EQ(place.in_place_bytes(), 6 * 64 * kMiB);
+  ASSERT_TRUE(place.Shrink(0).ok());
+  ASSERT_TRUE(sim_->Synchronize().ok());
+  EXPECT_EQ(Resident(), 8 * 64 * 1024);  // the norms only: they share VA blocks on CUDA
+  const UvmCounters before = *sim_->ReadCounters();
+  ASSERT_TRUE(place.Apply(0).ok());
+  ReadAll();
+  const UvmCounters moved = *sim_->ReadCounters() - before;
+  EXPECT_EQ(moved.h2d_total(), 0);
+  EXPECT_EQ(moved.remote_bytes, 8 * 64 * kMiB);
+  EXPECT_EQ(Resident(), 8 * 64 * 1024);
+}
+
 TEST_F(UnplannedPlacementTest, WithoutABudgetNothingMoves) {
   UnplannedPlacement place(sim_.get(), 0);
   for (const auto& [addr, bytes] : weights_) {
