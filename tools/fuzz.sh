@@ -12,7 +12,7 @@ seconds=${AUTOUVM_FUZZ_SECONDS:-30}
 cmake -S "$root/tests/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 cmake --build "$build" -j "${JOBS:-2}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request config profile tokenizer checkpoint chat_template openai_request)
+[ ${#targets[@]} -gt 0 ] || targets=(request config profile tokenizer checkpoint chat_template openai_request weight_codec)
 for t in "${targets[@]}"; do
   mkdir -p "$build/corpus/$t"
   echo "== ${t}_fuzzer, ${seconds} s"

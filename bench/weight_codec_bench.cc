@@ -1,0 +1,136 @@
+// weight_codec_bench: how small exponent coding (runtime/weight_codec.h, Note [Exponent-coded weights])
+// makes the bf16 weights of Llama-2-7B- and Mistral-7B-shaped models, initialised as transformers does
+// (every matrix N(0, 0.02^2), norms 1) and as autouvm-mkmodel does (engine/generated_weights.h: a matrix
+// N(0, 1/fan_in), the embedding N(0, 1), norms 1 + 0.1 N(0, 1)); and how fast the reference codec runs on
+// this CPU. One layer of each is drawn and coded (every layer is drawn alike), and the model's total is
+// its layers, embedding, output matrix and final norm. Every coded tensor is decoded and compared.
+//
+//   weight_codec_bench [--seed N]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/weight_codec.h"
+
+namespace {
+
+namespace wc = autouvm::runtime::weight_codec;
+
+struct Shape {
+  const char* model;
+  int64_t dim, kv_dim, ffn, vocab, layers;
+};
+
+struct Tensor {
+  std::string name;
+  int64_t rows, cols;  // cols: fan_in
+  int per_model;       // how many the model has (layers, or 1)
+  enum Kind { kMatrix, kEmbedding, kNorm } kind;
+};
+
+uint16_t Bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+std::vector<uint16_t> Draw(const Tensor& t, bool mkmodel, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0, 1);
+  const float scale = !mkmodel ? 0.02f : t.kind == Tensor::kEmbedding ? 1.0f : 1.0f / std::sqrt(float(t.cols));
+  std::vector<uint16_t> v(static_cast<size_t>(t.rows * t.cols));
+  for (auto& x : v) {
+    if (t.kind == Tensor::kNorm) {
+      x = Bf16(mkmodel ? 1.0f + 0.1f * normal(rng) : 1.0f);
+    } else {
+      x = Bf16(scale * normal(rng));
+    }
+  }
+  return v;
+}
+
+double Seconds(std::chrono::steady_clock::time_point a) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: weight_codec_bench [--seed N]\n");
+      return 2;
+    }
+  }
+  const Shape shapes[] = {{"llama-2-7b", 4096, 4096, 11008, 32000, 32}, {"mistral-7b", 4096, 1024, 14336, 32000, 32}};
+  std::printf("| model | init | tensor | shape | index bits | escaped | bits/weight | encode MB/s | decode MB/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  struct Total {
+    const char* model;
+    const char* init;
+    double raw = 0, coded = 0;
+  };
+  std::vector<Total> totals;
+  for (const Shape& s : shapes) {
+    const Tensor tensors[] = {
+        {"wq", s.dim, s.dim, static_cast<int>(s.layers), Tensor::kMatrix},
+        {"wk", s.kv_dim, s.dim, static_cast<int>(s.layers), Tensor::kMatrix},
+        {"wv", s.kv_dim, s.dim, static_cast<int>(s.layers), Tensor::kMatrix},
+        {"wo", s.dim, s.dim, static_cast<int>(s.layers), Tensor::kMatrix},
+        {"w1 (gate)", s.ffn, s.dim, static_cast<int>(s.layers), Tensor::kMatrix},
+        {"w3 (up)", s.ffn, s.dim, static_cast<int>(s.layers), Tensor::kMatrix},
+        {"w2 (down)", s.dim, s.ffn, static_cast<int>(s.layers), Tensor::kMatrix},
+        {"norms", 2, s.dim, static_cast<int>(s.layers), Tensor::kNorm},
+        {"embedding", s.vocab, s.dim, 1, Tensor::kEmbedding},
+        {"output", s.vocab, s.dim, 1, Tensor::kMatrix},
+        {"final norm", 1, s.dim, 1, Tensor::kNorm},
+    };
+    for (const bool mkmodel : {false, true}) {
+      const char* init = mkmodel ? "autouvm-mkmodel" : "transformers";
+      Total total{s.model, init};
+      std::mt19937_64 rng(seed);
+      for (const Tensor& t : tensors) {
+        const std::vector<uint16_t> v = Draw(t, mkmodel, rng);
+        auto t0 = std::chrono::steady_clock::now();
+        const std::vector<uint8_t> packed = wc::Encode(v);
+        const double encode_s = Seconds(t0);
+        const wc::Header h = *wc::ReadHeader(packed);
+        std::vector<uint16_t> back(v.size());
+        t0 = std::chrono::steady_clock::now();
+        const absl::Status decoded = wc::Decode(packed, absl::MakeSpan(back));
+        const double decode_s = Seconds(t0);
+        if (!decoded.ok() || back != v) {
+          std::fprintf(stderr, "%s %s %s: does not decode to its bits: %s\n", s.model, init, t.name.c_str(),
+                       decoded.ToString().c_str());
+          return 1;
+        }
+        const double raw = 2.0 * static_cast<double>(v.size());
+        const double coded = static_cast<double>(packed.size());
+        total.raw += raw * t.per_model;
+        total.coded += coded * t.per_model;
+        std::printf("| %s | %s | %s | %lldx%lld | %s | %.3f%% | %.2f | %.0f | %.0f |\n", s.model, init, t.name.c_str(),
+                    static_cast<long long>(t.rows), static_cast<long long>(t.cols),
+                    h.mode == wc::Mode::kPlain ? "plain" : std::to_string(h.index_bits).c_str(),
+                    100.0 * static_cast<double>(h.escapes) / static_cast<double>(v.size()), 8 * coded / (raw / 2),
+                    raw / 1e6 / encode_s, raw / 1e6 / decode_s);
+        std::fflush(stdout);
+      }
+      totals.push_back(total);
+    }
+  }
+  std::printf("\n| model | init | bf16 GB | coded GB | ratio | bits/weight | link bytes per sweep |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const Total& t : totals) {
+    std::printf("| %s | %s | %.2f | %.2f | %.3f | %.2f | %.3f x bf16 |\n", t.model, t.init, t.raw / 1e9, t.coded / 1e9,
+                t.raw / t.coded, 16 * t.coded / t.raw, t.coded / t.raw);
+  }
+  return 0;
+}
