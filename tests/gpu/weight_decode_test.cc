@@ -1,0 +1,91 @@
+// The GPU decoder of exponent-coded weights (runtime/cuda/weight_decode.h) against the reference
+// decoder (runtime/weight_codec.h), bit for bit, on the GPU host. Without a device the tests skip,
+// saying so; the misaligned-pointer refusal runs everywhere.
+#include "runtime/cuda/weight_decode.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace autouvm::runtime::cuda {
+namespace {
+
+namespace wc = runtime::weight_codec;
+
+bool HaveDevice() {
+  int count = 0;
+  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+uint16_t Bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Decodes `values`' encoding on the GPU; the values it gives back.
+std::vector<uint16_t> DecodeOnGpu(const std::vector<uint16_t>& values, uint32_t block) {
+  const std::vector<uint8_t> packed = wc::Encode(values, block);
+  const absl::StatusOr<wc::Header> h = wc::ReadHeader(packed);
+  EXPECT_TRUE(h.ok()) << h.status();
+  void* in = nullptr;
+  void* out = nullptr;
+  EXPECT_EQ(cudaMalloc(&in, packed.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&out, 2 * values.size() + 16), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(in, packed.data(), packed.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemset(out, 0xAB, 2 * values.size() + 16), cudaSuccess);
+  const absl::Status s = LaunchWeightDecode(in, *h, static_cast<uint16_t*>(out), nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  std::vector<uint16_t> back(values.size() + 8);
+  EXPECT_EQ(cudaMemcpy(back.data(), out, 2 * back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(in);
+  cudaFree(out);
+  for (size_t i = values.size(); i < back.size(); ++i) EXPECT_EQ(back[i], 0xABAB) << "wrote past its count at " << i;
+  back.resize(values.size());
+  return back;
+}
+
+TEST(WeightDecodeTest, MisalignedPointersAreRefused) {
+  wc::Header h;
+  h.count = 1;
+  EXPECT_EQ(LaunchWeightDecode(reinterpret_cast<const void*>(0x1004), h, reinterpret_cast<uint16_t*>(0x2000), nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchWeightDecode(reinterpret_cast<const void*>(0x1000), h, reinterpret_cast<uint16_t*>(0x2008), nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WeightDecodeTest, GaussianAndSpecialValuesDecodeAsTheReferenceDoes) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0, 0.02f);
+  const uint16_t specials[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x807F, 0x7F7F};
+  for (const int64_t n : {int64_t{1}, int64_t{63}, int64_t{4097}, int64_t{1} << 22}) {
+    for (const uint32_t block : {64u, 192u, 4096u, 8192u}) {
+      std::vector<uint16_t> v(static_cast<size_t>(n));
+      for (auto& x : v) x = Bf16(normal(rng));
+      for (size_t i = 0; i < v.size(); i += 101) v[i] = specials[i % std::size(specials)];
+      EXPECT_EQ(DecodeOnGpu(v, block), v) << n << " values in blocks of " << block;
+    }
+  }
+}
+
+TEST(WeightDecodeTest, EveryIndexWidthAndPlainTensorsDecode) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
+  std::mt19937 rng(5);
+  for (const int k : {1, 2, 3, 5, 7, 11, 15, 20, 31, 256}) {
+    std::vector<uint16_t> v(100000);
+    for (auto& x : v) x = static_cast<uint16_t>((((k == 256 ? 0 : 100) + rng() % k) << 7) | (rng() & 0x807F));
+    EXPECT_EQ(DecodeOnGpu(v, wc::kDefaultBlock), v) << k << " exponents";
+  }
+}
+
+}  // namespace
+}  // namespace autouvm::runtime::cuda
