@@ -369,10 +369,15 @@ bool StepPolicy::CheckStopConditions(Sequence* s, absl::Time now) {
   // Note [A deadline is not a cancellation]: gRPC cancels a call when its deadline passes, so a request
   // past its deadline is usually also cancelled by the time this runs; it is counted as what the client
   // sees, DEADLINE_EXCEEDED (autouvm_requests_total counted 16 of 20 such calls as CANCELLED). gRPC's
-  // timer runs on the monotonic clock and the deadline is wall time: a cancellation within a few
-  // milliseconds of the deadline is the deadline's.
+  // timer runs on the monotonic clock and the deadline is wall time; and the daemon's deadline is the
+  // call's arrival plus the client's timeout, later than the client's own by however long the call took
+  // to arrive, when the client's timer cancels it (one of 20 such calls was counted CANCELLED on a
+  // loaded CI machine). So a cancellation within a quarter of the request's time (at least 5 ms, at
+  // most a second) of its deadline is the deadline's.
   const bool cancelled = s->handle->cancelled();
-  if (now >= s->params.deadline || (cancelled && now + absl::Milliseconds(5) >= s->params.deadline)) {
+  const absl::Duration slack =
+      std::clamp((s->params.deadline - s->arrived) / 4, absl::Milliseconds(5), absl::Seconds(1));
+  if (now >= s->params.deadline || (cancelled && now + slack >= s->params.deadline)) {
     Finish(s, absl::DeadlineExceededError("the request's deadline passed during generation"), FinishReason::kCancelled,
            now);
     return true;

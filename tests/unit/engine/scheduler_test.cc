@@ -175,6 +175,33 @@ TEST_F(SchedulerTest, CancellationAndDeadlineEndARunningRequest) {
   EXPECT_LT(late.Tokens().size(), 40u);
 }
 
+// Note [A deadline is not a cancellation] (engine/step_policy.cc): the client's timer cancels a call at
+// its own deadline, earlier than the daemon's by the time the call took to arrive; a cancellation within
+// a quarter of the request's time of its deadline is counted as the deadline, one further from it as
+// the client's.
+TEST_F(SchedulerTest, ACancellationCloseToTheDeadlineIsTheDeadlines) {
+  FakeStepRunner runner(2);
+  Scheduler sched(&runner, &tokenizer_, {.max_batch = 2}, &clock_);
+  runner.Hold();
+  RecordingSink near, far;
+  GenerationParams p = Params(1, 40);
+  p.deadline = clock_.Now() + absl::Milliseconds(200);  // a quarter: 50 ms
+  auto near_handle = sched.Submit(std::move(p), &near);
+  p = Params(2, 40);
+  p.deadline = clock_.Now() + absl::Milliseconds(1000);  // a quarter: 250 ms
+  auto far_handle = sched.Submit(std::move(p), &far);
+  ASSERT_TRUE(near_handle.ok() && far_handle.ok());
+  runner.AwaitPasses(1);
+  clock_.Advance(absl::Milliseconds(160));
+  (*near_handle)->Cancel();
+  (*far_handle)->Cancel();
+  runner.Unhold();
+  near.done.WaitForNotification();
+  far.done.WaitForNotification();
+  EXPECT_EQ(near.Result().status.code(), absl::StatusCode::kDeadlineExceeded) << near.Result().status;
+  EXPECT_EQ(far.Result().status.code(), absl::StatusCode::kCancelled) << far.Result().status;
+}
+
 TEST_F(SchedulerTest, ShutdownLetsRequestsFinishWithinTheGraceAndRefusesNewOnes) {
   FakeStepRunner runner(1);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 1}, &clock_);
