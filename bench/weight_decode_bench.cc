@@ -22,12 +22,12 @@ namespace {
 
 namespace wc = autouvm::runtime::weight_codec;
 
-#define CHECK_CUDA(call)                                                                   \
-  do {                                                                                     \
-    if (cudaError_t e = (call); e != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e));                      \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define CHECK_CUDA(call)                                              \
+  do {                                                                \
+    if (cudaError_t e = (call); e != cudaSuccess) {                   \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e)); \
+      std::exit(1);                                                   \
+    }                                                                 \
   } while (0)
 
 uint16_t Bf16(float f) {
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     }
   }
   // One layer: wq, wk, wv, wo (4096 x 4096) and w1, w3, w2 (11008 x 4096).
-  const int64_t sizes[] = {4096 * 4096, 4096 * 4096, 4096 * 4096, 4096 * 4096,
+  const int64_t sizes[] = {4096 * 4096,  4096 * 4096,  4096 * 4096, 4096 * 4096,
                            11008 * 4096, 11008 * 4096, 11008 * 4096};
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0, 0.02f);
@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMallocHost(&pinned, raw));
   CHECK_CUDA(cudaMalloc(&device, raw));
   std::memset(pinned, 1, raw);
-  const double link_s = Time(repeats, [&] { CHECK_CUDA(cudaMemcpyAsync(device, pinned, raw, cudaMemcpyHostToDevice)); });
+  const double link_s =
+      Time(repeats, [&] { CHECK_CUDA(cudaMemcpyAsync(device, pinned, raw, cudaMemcpyHostToDevice)); });
   const double decode_s = Time(repeats, [&] {
     for (Weight& w : weights) {
       if (auto s = autouvm::runtime::cuda::LaunchWeightDecode(w.in, w.header, w.out, nullptr); !s.ok()) {
@@ -120,8 +121,9 @@ int main(int argc, char** argv) {
   }
   const double link = static_cast<double>(raw) / link_s / 1e9;
   const double decode = static_cast<double>(raw) / decode_s / 1e9;
-  std::printf("| layer bf16 GB | coded GB | bits/weight | link H2D GB/s | decode GB/s (bf16 out) | decode / link | "
-              "coded bytes over the link, s | decode, s |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "| layer bf16 GB | coded GB | bits/weight | link H2D GB/s | decode GB/s (bf16 out) | decode / link | "
+      "coded bytes over the link, s | decode, s |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::printf("| %.3f | %.3f | %.2f | %.1f | %.1f | %.1f | %.4f | %.4f |\n", raw / 1e9, coded / 1e9,
               16.0 * static_cast<double>(coded) / static_cast<double>(raw), link, decode, decode / link,
               static_cast<double>(coded) / (link * 1e9), decode_s);

@@ -62,8 +62,9 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
                      " is neither 0 (a share of what is left), a fraction of the GPU (0-1] nor bytes (>= 1 MiB)"));
   }
   if (s->sleep_floor > 1 && s->sleep_floor < 1 << 20) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ".sleep_floor: ", s->sleep_floor, " is neither a fraction of the device budget [0-1] nor bytes (>= 1 MiB)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".sleep_floor: ", s->sleep_floor,
+                     " is neither a fraction of the device budget [0-1] nor bytes (>= 1 MiB)"));
   }
   if (s->idle_sleep_ms > 0 && s->policy != "autouvm") {
     return absl::InvalidArgumentError(absl::StrCat(path, ".idle_sleep: needs policy autouvm (the policy is ", s->policy,

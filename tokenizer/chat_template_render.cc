@@ -253,8 +253,8 @@ absl::Status Renderer::ExecSet(const Node& node) {
     return LineError(node.line, absl::StrCat("cannot set an attribute of '", node.targets[0], "', a ", TypeName(target),
                                              " (only of a namespace())"));
   if (std::vector<const void*> seen; Holds(value, target.ns(), &seen)) {
-    return LineError(node.line, absl::StrCat("cannot set '", node.targets[0], ".", node.attr, "' to a value that holds '",
-                                             node.targets[0], "' itself"));
+    return LineError(node.line, absl::StrCat("cannot set '", node.targets[0], ".", node.attr,
+                                             "' to a value that holds '", node.targets[0], "' itself"));
   }
   if (Value* attr = target.ns()->Find(node.attr)) {
     *attr = std::move(value);

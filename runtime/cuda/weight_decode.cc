@@ -17,7 +17,8 @@ absl::Status LaunchWeightDecode(const void* encoded, const weight_codec::Header&
   if (h.mode == weight_codec::Mode::kPlain) {
     const cudaError_t e =
         cudaMemcpyAsync(out, base + weight_codec::kHeaderBytes, 2 * h.count, cudaMemcpyDeviceToDevice, s);
-    if (e != cudaSuccess) return absl::InternalError(absl::StrCat("weight decode: cudaMemcpyAsync: ", cudaGetErrorString(e)));
+    if (e != cudaSuccess)
+      return absl::InternalError(absl::StrCat("weight decode: cudaMemcpyAsync: ", cudaGetErrorString(e)));
     return absl::OkStatus();
   }
   DecodeSections sec;

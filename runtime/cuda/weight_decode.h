@@ -20,7 +20,6 @@ namespace autouvm::runtime::cuda {
 // header read from a copy on the host) into `out` (device memory, 16-byte aligned, header.count
 // values), on `stream` (a cudaStream_t; null: the default stream). INVALID_ARGUMENT for misaligned
 // pointers; INTERNAL if the launch fails. The kernel trusts the header: check it with ReadHeader.
-absl::Status LaunchWeightDecode(const void* encoded, const weight_codec::Header& header, uint16_t* out,
-                                void* stream);
+absl::Status LaunchWeightDecode(const void* encoded, const weight_codec::Header& header, uint16_t* out, void* stream);
 
 }  // namespace autouvm::runtime::cuda

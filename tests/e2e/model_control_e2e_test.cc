@@ -152,10 +152,10 @@ TEST(ModelControlE2E, UnloadLetsItsRequestsFinishAndLoadReadsTheRepositoryAgain)
 TEST(ModelControlE2E, TwoModelsUnderTheirBudgetsServeAtOnceNeitherWaitingForTheOthersRequest) {
   constexpr int64_t kSlowBudget = 48 << 20;  // of its ~100 MB of weights
   constexpr int64_t kTinyBudget = 8 << 20;   // of its ~11 MiB
-  DaemonProcess d({.config_yaml = "runtime: {executor: true}\nmodels: {slow: {device_budget: " +
-                                  std::to_string(kSlowBudget) + "}, tiny-llama: {device_budget: " +
-                                  std::to_string(kTinyBudget) + "}}\n",
-                   .generate_default_model = true});
+  DaemonProcess d(
+      {.config_yaml = "runtime: {executor: true}\nmodels: {slow: {device_budget: " + std::to_string(kSlowBudget) +
+                      "}, tiny-llama: {device_budget: " + std::to_string(kTinyBudget) + "}}\n",
+       .generate_default_model = true});
   ASSERT_EQ(WriteModelEntry(d.repository(), Slow("slow")), "");
   ASSERT_TRUE(d.Start()) << d.Log();
   ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
@@ -178,7 +178,8 @@ TEST(ModelControlE2E, TwoModelsUnderTheirBudgetsServeAtOnceNeitherWaitingForTheO
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(tokens, 40);
 
-  for (const auto& [model, budget] : {std::pair<std::string, int64_t>{"slow", kSlowBudget}, {"tiny-llama", kTinyBudget}}) {
+  for (const auto& [model, budget] :
+       {std::pair<std::string, int64_t>{"slow", kSlowBudget}, {"tiny-llama", kTinyBudget}}) {
     const autouvm::v1::ModelStatus st = Status(d, model);
     ASSERT_TRUE(st.has_execution()) << st.DebugString();
     EXPECT_GT(st.execution().followed_iterations(), 0u) << model << ": " << st.execution().DebugString();

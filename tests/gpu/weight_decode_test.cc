@@ -54,12 +54,12 @@ std::vector<uint16_t> DecodeOnGpu(const std::vector<uint16_t>& values, uint32_t 
 TEST(WeightDecodeTest, MisalignedPointersAreRefused) {
   wc::Header h;
   h.count = 1;
-  EXPECT_EQ(LaunchWeightDecode(reinterpret_cast<const void*>(0x1004), h, reinterpret_cast<uint16_t*>(0x2000), nullptr)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LaunchWeightDecode(reinterpret_cast<const void*>(0x1000), h, reinterpret_cast<uint16_t*>(0x2008), nullptr)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      LaunchWeightDecode(reinterpret_cast<const void*>(0x1004), h, reinterpret_cast<uint16_t*>(0x2000), nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      LaunchWeightDecode(reinterpret_cast<const void*>(0x1000), h, reinterpret_cast<uint16_t*>(0x2008), nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(WeightDecodeTest, GaussianAndSpecialValuesDecodeAsTheReferenceDoes) {

@@ -119,11 +119,11 @@ TEST(WeightCodecTest, TheDocumentedLayoutDecodes) {
   const uint8_t header[] = {0x41, 0x55, 0x57, 0x43, 1, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0,
                             64,   0,    0,    0,    0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0};
   std::memcpy(e.data(), header, sizeof(header));
-  e[32] = 0x7F;  // table[0]
-  e[33] = 0x80;  // table[1]
+  e[32] = 0x7F;                                               // table[0]
+  e[33] = 0x80;                                               // table[1]
   for (const uint8_t s : {0x00, 0x85, 0x7F}) e.push_back(s);  // signs: +0 mantissa, -5, +0x7F
-  e.resize(72, 0);                                             // indices at 72: 64 x 2 bits = 16 bytes
-  const uint64_t indices = 0b11'01'00;                         // 0, 1, escape
+  e.resize(72, 0);                                            // indices at 72: 64 x 2 bits = 16 bytes
+  const uint64_t indices = 0b11'01'00;                        // 0, 1, escape
   for (int i = 0; i < 8; ++i) e.push_back(static_cast<uint8_t>(indices >> (8 * i)));
   e.resize(88, 0);
   for (const uint32_t start : {0u, 1u}) {  // escape starts
