@@ -117,6 +117,22 @@ TEST(ServerConfigTest, DefaultMaxTokensAboveLimitIsNamed) {
   ExpectInvalid("models:\n  m1:\n    max_tokens_limit: 64\n", "models.m1.default_max_tokens");
 }
 
+// Note [A model asleep] (profiler/model_execution.cc): idle_sleep and sleep_floor.
+TEST(ServerConfigTest, SleepSettingsAreReadAndTheirMistakesNamed) {
+  auto c = ParseServerConfig("models:\n  m1:\n    idle_sleep: 30s\n    sleep_floor: 0.25\n", kOrigin);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->models.at("m1").idle_sleep_ms, 30000);
+  EXPECT_EQ(c->models.at("m1").SleepFloorBytes(1000), 250);
+  EXPECT_EQ(c->model_defaults.idle_sleep_ms, 0);  // never, by default
+  ModelSettings bytes;
+  bytes.sleep_floor = 3 << 20;
+  EXPECT_EQ(bytes.SleepFloorBytes(8 << 20), 3 << 20);
+  EXPECT_EQ(bytes.SleepFloorBytes(2 << 20), 2 << 20);  // never more than the budget
+  ExpectInvalid("models:\n  m1:\n    sleep_floor: 5\n", "models.m1.sleep_floor");
+  ExpectInvalid("models:\n  m1:\n    idle_sleep: 1s\n    policy: stock\n", "models.m1.idle_sleep");
+  ExpectInvalid("model_defaults:\n  idle_sleep: -1s\n", "model_defaults.idle_sleep");
+}
+
 TEST(ServerConfigTest, SectionThatIsNotAMappingIsNamed) { ExpectInvalid("server: 5\n", "server"); }
 
 TEST(ServerConfigTest, EmptyRepositoryPathIsNamed) { ExpectInvalid("repository:\n  path: ''\n", "repository.path"); }
