@@ -13,9 +13,15 @@
 // followed iterations (fault groups and host->device bytes; counted per window of 64 iterations, so a
 // delta covers whole windows; the counters are the device's, so one model's window also holds what the
 // others moved meanwhile: 0 fault groups for each means none on the device at all).
+//
+// With --idle-sleep MS (models.<name>.idle_sleep, Note [A model asleep]), each model is then left idle
+// until it sleeps and woken by one request: its TTFT, the pass that woke it, and the bytes it brought
+// back against them over the link's rate (issue 28: the first token after waking within 1.2 x that),
+// beside the model's cold load (daemon start to READY).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -41,6 +47,9 @@ struct PerModel {
   std::string name;
   std::vector<DaemonRun> runs;
   autouvm::v1::ExecutionStatus before, after;
+  double load_s = 0;                           // daemon start to READY
+  autouvm::v1::ExecutionStatus asleep, woken;  // --idle-sleep: asleep, and after its waking request
+  DaemonRun wake;
 };
 
 }  // namespace
@@ -50,7 +59,7 @@ int main(int argc, char** argv) {
   CLI::App app{"models_at_once: several models under budgets in one daemon at once (GPU host)"};
   std::string preset = "7b";
   double factor = 2.0;
-  int models = 2, tokens = 64, prompt_len = 16, repeats = 3;
+  int models = 2, tokens = 64, prompt_len = 16, repeats = 3, idle_sleep_ms = 0;
   std::string daemon_path = AUTOUVMD_PATH;
   app.add_option("--preset", preset, "7b, 13b or small");
   app.add_option("--models", models, "models served at once")->check(CLI::Range(1, 8));
@@ -59,6 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", prompt_len, "prompt tokens");
   app.add_option("--repeats", repeats, "timed requests per model");
   app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  app.add_option("--idle-sleep", idle_sleep_ms, "models.<name>.idle_sleep in ms: then time each model's wake (0: not)");
   CLI11_PARSE(app, argc, argv);
 
   const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/models-at-once-", getpid());
@@ -84,9 +94,14 @@ int main(int argc, char** argv) {
   const int64_t budget = static_cast<int64_t>(static_cast<double>(named) / factor);
   const std::string config_path = autouvm::bench::WriteCudaDaemonConfig(
       root, repo, spec.name,
-      absl::StrCat("model_defaults: {max_batch: 1, policy: autouvm, device_budget: ", budget, "}"));
+      absl::StrCat("model_defaults: {max_batch: 1, policy: autouvm, device_budget: ", budget,
+                   idle_sleep_ms > 0 ? absl::StrCat(", idle_sleep: ", idle_sleep_ms, "ms") : "", "}"));
+  const auto started = std::chrono::steady_clock::now();
   autouvm::bench::DaemonUnderTest daemon = autouvm::bench::StartDaemon(daemon_path, config_path, root);
-  for (const PerModel& m : per) autouvm::bench::WaitModelReady(daemon, m.name);
+  for (PerModel& m : per) {
+    autouvm::bench::WaitModelReady(daemon, m.name);
+    m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
   const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
 
   std::barrier timed(models);
@@ -106,6 +121,18 @@ int main(int argc, char** argv) {
     });
   }
   for (std::thread& t : clients) t.join();
+  // Each model idle until it sleeps, then woken by one request, one model at a time.
+  for (PerModel& m : per) {
+    if (idle_sleep_ms <= 0) break;
+    autouvm::v1::Admin::Stub* admin = daemon.admin.get();
+    for (int i = 0; i < 600 && !autouvm::bench::ModelStatusOf(admin, m.name).execution().asleep(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    m.asleep = autouvm::bench::ModelStatusOf(admin, m.name).execution();
+    if (!m.asleep.asleep()) Die(absl::StrCat(m.name, " did not sleep within a minute of idle_sleep"));
+    m.wake = autouvm::bench::GenerateThroughDaemon(daemon.generation.get(), m.name, prompt, tokens);
+    m.woken = autouvm::bench::ModelStatusOf(admin, m.name).execution();
+  }
   const int code = autouvm::bench::StopDaemon(&daemon);
 
   std::printf(
@@ -132,6 +159,21 @@ int main(int argc, char** argv) {
                 Median(ttft), (unsigned long long)followed, (unsigned long long)abandoned,
                 (unsigned long long)(m.after.plan_switches() - m.before.plan_switches()), (long long)faults, h2d,
                 h2d / (repeats * (tokens - 1)), m.after.last_error().c_str());
+  }
+  if (idle_sleep_ms > 0) {
+    std::printf(
+        "\nidle_sleep %d ms: each model asleep, then one request (link %.1f GB/s, the spec's)\n\n"
+        "| model | cold load s | asleep: resident GiB | woken: resident GiB | brought back / link s | wake pass s | "
+        "TTFT s | TTFT / (brought back / link) |\n|---|---|---|---|---|---|---|---|\n",
+        idle_sleep_ms, spec.link_bytes_per_s / 1e9);
+    for (const PerModel& m : per) {
+      const double back = static_cast<double>(m.woken.resident_bytes() - m.asleep.resident_bytes());
+      const double floor_s = back / spec.link_bytes_per_s;
+      std::printf("| %s | %.2f | %.2f | %.2f | %.3f | %.3f | %.3f | %.2f |\n", m.name.c_str(), m.load_s,
+                  m.asleep.resident_bytes() / double(1 << 30), m.woken.resident_bytes() / double(1 << 30), floor_s,
+                  m.woken.last_wake_seconds(), m.wake.ttft_ms / 1e3,
+                  floor_s > 0 ? m.wake.ttft_ms / 1e3 / floor_s : 0.0);
+    }
   }
   std::filesystem::remove_all(root);
   return all_followed && code == 0 ? 0 : 1;
