@@ -140,6 +140,51 @@ CLI::App* AddUnloadCommand(CLI::App* app, ModelControlFlags* flags) {
   return cmd;
 }
 
+CLI::App* AddSleepCommand(CLI::App* app, ModelControlFlags* flags) {
+  CLI::App* cmd = app->add_subcommand(
+      "sleep", "Put a model to sleep once it has nothing to run: its device memory back down to its sleep_floor");
+  cmd->add_option("model", flags->model, "Model name")->required();
+  cmd->add_flag("--json", flags->json, "Print the SleepModelResponse as one JSON line");
+  return cmd;
+}
+
+CLI::App* AddWakeCommand(CLI::App* app, ModelControlFlags* flags) {
+  CLI::App* cmd = app->add_subcommand("wake", "Wake a sleeping model now: its plan's weights back on the device");
+  cmd->add_option("model", flags->model, "Model name")->required();
+  cmd->add_flag("--json", flags->json, "Print the WakeModelResponse as one JSON line");
+  return cmd;
+}
+
+int RunSleep(const ModelControlFlags& flags, const ConnectionFlags& connection) {
+  autouvm::v1::SleepModelRequest request;
+  request.set_model(flags.model);
+  autouvm::v1::SleepModelResponse response;
+  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::SleepModel, request, &response);
+  if (exit_code != kExitOk) return exit_code;
+  if (flags.json) {
+    PrintJsonLine(response);
+  } else {
+    std::cout << "model " << flags.model << " asleep in " << absl::StrFormat("%.2f", response.sleep_seconds()) << " s, "
+              << response.model().execution().resident_bytes() << " bytes on the device\n";
+  }
+  return kExitOk;
+}
+
+int RunWake(const ModelControlFlags& flags, const ConnectionFlags& connection) {
+  autouvm::v1::WakeModelRequest request;
+  request.set_model(flags.model);
+  autouvm::v1::WakeModelResponse response;
+  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::WakeModel, request, &response);
+  if (exit_code != kExitOk) return exit_code;
+  if (flags.json) {
+    PrintJsonLine(response);
+  } else {
+    std::cout << "model " << flags.model << " awake in " << absl::StrFormat("%.2f", response.wake_seconds()) << " s, "
+              << response.model().execution().resident_bytes() << " bytes on the device\n";
+  }
+  return kExitOk;
+}
+
 int RunLoad(const ModelControlFlags& flags, const ConnectionFlags& connection) {
   autouvm::v1::LoadModelRequest request;
   request.set_model(flags.model);

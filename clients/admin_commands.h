@@ -1,5 +1,6 @@
 // `autouvm-cli models` and `autouvm-cli status MODEL`: what autouvm.v1.Admin reports; `autouvm-cli load
-// MODEL` and `unload MODEL`: Admin LoadModel and UnloadModel.
+// MODEL`, `unload MODEL`, `sleep MODEL` and `wake MODEL`: Admin LoadModel, UnloadModel, SleepModel and
+// WakeModel.
 //
 // Usage: AddModelsCommand / AddStatusCommand before parsing; RunModels / RunStatus if parsed. `models`
 // prints a table; `status` prints `key: value` lines, whose keys are the ModelStatus / ModelInfo field
@@ -37,6 +38,11 @@ CLI::App* AddLoadCommand(CLI::App* app, ModelControlFlags* flags);
 CLI::App* AddUnloadCommand(CLI::App* app, ModelControlFlags* flags);
 int RunLoad(const ModelControlFlags& flags, const ConnectionFlags& connection);
 int RunUnload(const ModelControlFlags& flags, const ConnectionFlags& connection);
+// `sleep MODEL` and `wake MODEL`: Admin SleepModel and WakeModel.
+CLI::App* AddSleepCommand(CLI::App* app, ModelControlFlags* flags);
+CLI::App* AddWakeCommand(CLI::App* app, ModelControlFlags* flags);
+int RunSleep(const ModelControlFlags& flags, const ConnectionFlags& connection);
+int RunWake(const ModelControlFlags& flags, const ConnectionFlags& connection);
 CLI::App* AddStatusCommand(CLI::App* app, StatusFlags* flags);
 
 int RunModels(const ModelsFlags& flags, const ConnectionFlags& connection);

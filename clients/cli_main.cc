@@ -2,7 +2,7 @@
 //
 //   autouvm-cli [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH]
 //       [--tls | --tls-ca PEM] [--tls-cert PEM --tls-key PEM] [--tls-server-name NAME]
-//       <generate|models|status|load|unload|server|profiles|reprofile|health|bench> [options]
+//       <generate|models|status|load|unload|sleep|wake|server|profiles|reprofile|health|bench> [options]
 //
 // Exit status: 0 success, 1 RPC error (or `health` not SERVING, or `profiles import` refused an entry),
 // 2 bad command line, 130 Ctrl-C.
@@ -57,12 +57,14 @@ int Main(int argc, char** argv) {
   ProfilesFlags profiles_flags;
   ReprofileFlags reprofile_flags;
   BenchFlags bench_flags;
-  ModelControlFlags load_flags, unload_flags;
+  ModelControlFlags load_flags, unload_flags, sleep_flags, wake_flags;
   const CLI::App* generate = AddGenerateCommand(&app, &generate_flags);
   const CLI::App* models = AddModelsCommand(&app, &models_flags);
   const CLI::App* status = AddStatusCommand(&app, &status_flags);
   const CLI::App* load = AddLoadCommand(&app, &load_flags);
   const CLI::App* unload = AddUnloadCommand(&app, &unload_flags);
+  const CLI::App* sleep = AddSleepCommand(&app, &sleep_flags);
+  const CLI::App* wake = AddWakeCommand(&app, &wake_flags);
   const CLI::App* health = AddHealthCommand(&app, &health_flags);
   const CLI::App* server = AddServerCommand(&app, &server_flags);
   const CLI::App* profiles = AddProfilesCommand(&app, &profiles_flags);
@@ -90,6 +92,8 @@ int Main(int argc, char** argv) {
   if (status->parsed()) return RunStatus(status_flags, connection);
   if (load->parsed()) return RunLoad(load_flags, connection);
   if (unload->parsed()) return RunUnload(unload_flags, connection);
+  if (sleep->parsed()) return RunSleep(sleep_flags, connection);
+  if (wake->parsed()) return RunWake(wake_flags, connection);
   if (health->parsed()) return RunHealth(health_flags, connection);
   if (server->parsed()) return RunServer(server_flags, connection);
   if (profiles->parsed()) return RunProfiles(*profiles, profiles_flags, connection);

@@ -125,11 +125,17 @@ absl::Status Scheduler::RunIdleIteration(IterationPhase phase, int batch, int64_
   return absl::OkStatus();
 }
 
+void Scheduler::RequestSleep() {
+  absl::MutexLock lock(&mu_);
+  sleep_requested_ = true;
+}
+
 Scheduler::Step Scheduler::TakeWork(std::vector<std::unique_ptr<Sequence>>* admitted) {
   // The policy is read here only while the loop waits (it is the loop's; the condition may be checked
   // on the thread that releases mu_).
   auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return stopping_ || (!queue_.empty() && policy_.free_slots() > 0) || !idle_.empty() || policy_.idle_fits();
+    return stopping_ || (!queue_.empty() && policy_.free_slots() > 0) || !idle_.empty() || policy_.idle_fits() ||
+           sleep_requested_;
   };
   absl::MutexLock lock(&mu_);
   if (policy_.running() == 0) {
@@ -150,6 +156,11 @@ Scheduler::Step Scheduler::TakeWork(std::vector<std::unique_ptr<Sequence>>* admi
       return stopping_ || static_cast<int>(queue_.size()) >= policy_.free_slots();
     };
     if (wait > absl::ZeroDuration() && !queue_.empty()) mu_.AwaitWithTimeout(absl::Condition(&company), wait);
+  }
+  if (sleep_requested_ && !stopping_ && policy_.running() == 0 && queue_.empty() && idle_.empty() &&
+      !policy_.idle_fits()) {
+    sleep_requested_ = false;
+    return Step::kSleep;
   }
   while (!idle_.empty()) {
     policy_.QueueIdle(idle_.front());
@@ -188,7 +199,7 @@ void Scheduler::Loop() {
     const Step step = TakeWork(&admitted);
     if (step == Step::kStop) break;
     if (step == Step::kSleep) {
-      options_.hooks->Sleep();
+      if (options_.hooks != nullptr) options_.hooks->Sleep();
       asleep_ = true;
       continue;
     }

@@ -86,6 +86,9 @@ class Scheduler {
   // enough slots are free: what Reprofile's `now` uses to profile without waiting for traffic.
   // INVALID_ARGUMENT if the shape cannot run here (batch above the slots, prompt beyond max_seq).
   absl::Status RunIdleIteration(IterationPhase phase, int batch, int64_t prompt_len);
+  // Calls hooks->Sleep() on the scheduler's thread as soon as nothing runs (at once when idle), as
+  // idle_sleep would later (Note [A model asleep], profiler/model_execution.cc).
+  void RequestSleep();
   // Stops accepting work, lets running and queued requests finish for up to `grace`, then finishes the
   // rest with UNAVAILABLE and joins the thread.
   void Shutdown(absl::Duration grace);
@@ -109,6 +112,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<IdleIteration> idle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool sleep_requested_ ABSL_GUARDED_BY(mu_) = false;  // RequestSleep()
   absl::Time force_stop_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int active_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t requests_total_ ABSL_GUARDED_BY(mu_) = 0;  // the rest of the stats are the policy's counters

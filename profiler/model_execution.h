@@ -159,6 +159,7 @@ class ModelExecution {
   // it (the pass that does tells Woke()). Nothing without a budget to keep.
   absl::Status Sleep();
   bool asleep() const;
+  bool can_sleep() const { return options_.budget_bytes > 0; }  // it has a budget to give back
   // The pass that woke the model took `seconds` (its plan's preparation, which brings its pinned weights
   // back at the link's rate, and its compute).
   void Woke(double seconds);

@@ -90,6 +90,33 @@ grpc::ServerUnaryReactor* AdminService::UnloadModel(grpc::CallbackServerContext*
   });
 }
 
+// Note [A model asleep] (profiler/model_execution.cc), on demand.
+grpc::ServerUnaryReactor* AdminService::SleepModel(grpc::CallbackServerContext* context,
+                                                   const autouvm::v1::SleepModelRequest* request,
+                                                   autouvm::v1::SleepModelResponse* response) {
+  return ServeAsync(context, *request, [this, request, response] {
+    const absl::Time start = absl::Now();
+    absl::Status s = models_->SleepModel(request->model(), absl::Milliseconds(config_->drain_timeout_ms));
+    if (!s.ok()) return ToGrpc(s);
+    response->set_sleep_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+    if (const auto view = models_->Lookup(request->model()); view.ok()) Fill(*view, response->mutable_model());
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* AdminService::WakeModel(grpc::CallbackServerContext* context,
+                                                  const autouvm::v1::WakeModelRequest* request,
+                                                  autouvm::v1::WakeModelResponse* response) {
+  return ServeAsync(context, *request, [this, request, response] {
+    const absl::Time start = absl::Now();
+    absl::Status s = models_->WakeModel(request->model(), absl::Milliseconds(config_->drain_timeout_ms));
+    if (!s.ok()) return ToGrpc(s);
+    response->set_wake_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+    if (const auto view = models_->Lookup(request->model()); view.ok()) Fill(*view, response->mutable_model());
+    return grpc::Status::OK;
+  });
+}
+
 template <typename Handler>
 grpc::ServerUnaryReactor* AdminService::Serve(grpc::CallbackServerContext* context,
                                               const google::protobuf::Message& request, Handler handler) {

@@ -67,6 +67,12 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* UnloadModel(grpc::CallbackServerContext* context,
                                         const autouvm::v1::UnloadModelRequest* request,
                                         autouvm::v1::UnloadModelResponse* response) override;
+  grpc::ServerUnaryReactor* SleepModel(grpc::CallbackServerContext* context,
+                                       const autouvm::v1::SleepModelRequest* request,
+                                       autouvm::v1::SleepModelResponse* response) override;
+  grpc::ServerUnaryReactor* WakeModel(grpc::CallbackServerContext* context,
+                                      const autouvm::v1::WakeModelRequest* request,
+                                      autouvm::v1::WakeModelResponse* response) override;
 
  private:
   void Fill(const ModelView& view, autouvm::v1::ModelStatus* out) const;

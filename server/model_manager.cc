@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -199,6 +200,47 @@ absl::Status ModelManager::UnloadModel(const std::string& name, absl::Duration g
   entries_.erase(name);
   budgets_.Give(name);
   // The model's memory goes with the last request or status call that still holds it.
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Polls `done` every 5 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() >= until) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status ModelManager::SleepModel(const std::string& name, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const ServedModel> m, Ready(name, absl::StatusCode::kUnavailable));
+  if (m->execution == nullptr || !m->execution->can_sleep()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", name, "' keeps no device budget to give back (policy ", m->settings.policy,
+                     "; sleep needs policy autouvm with the profiler and runtime.executor on)"));
+  }
+  if (m->execution->asleep()) return absl::OkStatus();
+  m->scheduler->RequestSleep();
+  if (!WaitFor([&] { return m->execution->asleep(); }, timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("model '", name, "' still ran requests after ",
+                                                    absl::FormatDuration(timeout), " (server.drain_timeout)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::WakeModel(const std::string& name, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const ServedModel> m, Ready(name, absl::StatusCode::kUnavailable));
+  if (m->execution == nullptr || !m->execution->asleep()) return absl::OkStatus();
+  RETURN_IF_ERROR(m->scheduler->RunIdleIteration(profiler::IterationPhase::kDecode, 1, 0));
+  if (!WaitFor([&] { return !m->execution->asleep(); }, timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("model '", name, "' did not wake within ", absl::FormatDuration(timeout)));
+  }
   return absl::OkStatus();
 }
 

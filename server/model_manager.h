@@ -90,6 +90,12 @@ class ModelManager final : public engine::ModelDirectory {
   // `grace` (the rest end UNAVAILABLE); then it is no longer served and its budget is free. NOT_FOUND if
   // it is not served, FAILED_PRECONDITION while it loads.
   absl::Status UnloadModel(const std::string& name, absl::Duration grace);
+  // Admin SleepModel (Note [A model asleep], profiler/model_execution.cc): asks the model's scheduler to
+  // put it to sleep once nothing runs and waits for it, up to `timeout` (DEADLINE_EXCEEDED past it);
+  // FAILED_PRECONDITION for a model that keeps no device budget, UNAVAILABLE while it loads.
+  absl::Status SleepModel(const std::string& name, absl::Duration timeout);
+  // Admin WakeModel: one idle decode pass (batch 1) wakes a sleeping model; waits for it, up to `timeout`.
+  absl::Status WakeModel(const std::string& name, absl::Duration timeout);
   bool loaded() const;
   // The model by name; model == nullptr when no such model is served.
   ModelView Find(const std::string& name) const;

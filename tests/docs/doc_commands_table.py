@@ -101,6 +101,9 @@ TABLE = {
     # The model goes and comes back before the commands after these need it.
     'autouvm-cli unload tiny-llama': run(token=True),
     'autouvm-cli load tiny-llama': run(token=True),
+    # Asleep, then woken: it serves the commands after these either way.
+    'autouvm-cli sleep tiny-llama': run(token=True),
+    'autouvm-cli wake tiny-llama': run(token=True),
     'autouvm-cli server': run(token=True, adapt_shown=SERVER_STATUS_HERE),
     'autouvm-cli profiles show MODEL (--key KEY | --phase prefill|decode --batch N [--prompt-len N]) '
     '[--full] [--json]':

@@ -191,6 +191,65 @@ TEST(ExecutorE2E, AnIdleModelSleepsDownToItsFloorAndItsNextRequestWakesIt) {
   ASSERT_TRUE(Eventually([&] { return Status(d).execution().sleeps() > asleep.sleeps(); })) << d.Log();
 }
 
+grpc::Status SleepModel(DaemonProcess& d, const std::string& model, autouvm::v1::SleepModelResponse* resp) {
+  autouvm::v1::SleepModelRequest req;
+  req.set_model(model);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return d.admin()->SleepModel(&ctx, req, resp);
+}
+
+grpc::Status WakeModel(DaemonProcess& d, const std::string& model, autouvm::v1::WakeModelResponse* resp) {
+  autouvm::v1::WakeModelRequest req;
+  req.set_model(model);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return d.admin()->WakeModel(&ctx, req, resp);
+}
+
+// Admin SleepModel and WakeModel (Note [A model asleep]): on demand, with no idle_sleep. A sleep asked
+// for while a stream runs waits for it to end, whole; the model asleep keeps nothing on the device (its
+// floor is 0); WakeModel's idle pass follows the decode plan, which pins again; the tokens do not change.
+TEST(ExecutorE2E, SleepModelAndWakeModelOnDemand) {
+  constexpr uint32_t kTokens = 8;
+  DaemonProcess d({.config_yaml = Config("autouvm", true)});
+  const std::string first = ProfileBoth(d, kTokens);
+  EXPECT_EQ(Complete(d, kTokens), first);
+
+  grpc::ClientContext stream_ctx;
+  auto stream = d.generation()->GenerateStream(&stream_ctx, GreedyRequest(kModel, kPrompt, 40));
+  autouvm::v1::GenerateStreamResponse msg;
+  ASSERT_TRUE(stream->Read(&msg));
+  autouvm::v1::SleepModelResponse slept;
+  const grpc::Status s = SleepModel(d, kModel, &slept);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  uint32_t completion = 0;
+  do {
+    if (msg.has_final()) completion = msg.final().usage().completion_tokens();
+  } while (stream->Read(&msg));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(completion, 40u);
+  const autouvm::v1::ExecutionStatus& asleep = slept.model().execution();
+  EXPECT_TRUE(asleep.asleep()) << asleep.DebugString();
+  EXPECT_EQ(asleep.sleeps(), 1u) << asleep.DebugString();
+  EXPECT_EQ(asleep.resident_bytes(), 0) << asleep.DebugString();
+  EXPECT_TRUE(SleepModel(d, kModel, &slept).ok());  // asleep already
+  EXPECT_EQ(slept.model().execution().sleeps(), 1u);
+
+  autouvm::v1::WakeModelResponse woke;
+  const grpc::Status w = WakeModel(d, kModel, &woke);
+  ASSERT_TRUE(w.ok()) << w.error_message();
+  const autouvm::v1::ExecutionStatus& awake = woke.model().execution();
+  EXPECT_FALSE(awake.asleep()) << awake.DebugString();
+  EXPECT_EQ(awake.wakes(), 1u) << awake.DebugString();
+  EXPECT_GT(awake.resident_bytes(), kBudget / 2) << awake.DebugString();  // the decode plan pins
+  EXPECT_LE(awake.peak_resident_bytes(), kBudget) << awake.DebugString();
+  EXPECT_TRUE(WakeModel(d, kModel, &woke).ok());  // awake already
+  EXPECT_EQ(woke.model().execution().wakes(), 1u);
+  EXPECT_EQ(Complete(d, kTokens), first);
+  EXPECT_EQ(SleepModel(d, "nope", &slept).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 TEST(ExecutorE2E, StockFollowsNothingAndGeneratesWhatAutouvmGenerates) {
   constexpr uint32_t kTokens = 6;
   DaemonProcess autouvm({.config_yaml = Config("autouvm", true)});
@@ -205,6 +264,11 @@ TEST(ExecutorE2E, StockFollowsNothingAndGeneratesWhatAutouvmGenerates) {
   const autouvm::v1::ModelStatus s = Status(stock);
   EXPECT_EQ(s.execution().followed_iterations(), 0u) << s.DebugString();
   EXPECT_EQ(s.execution().plan_switches(), 0u) << s.DebugString();
+  // `stock` keeps no budget: nothing to give back.
+  autouvm::v1::SleepModelResponse slept;
+  const grpc::Status refused = SleepModel(stock, kModel, &slept);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("policy stock"), std::string::npos) << refused.error_message();
 }
 
 TEST(ExecutorE2E, TurnedOffTheDaemonReportsNoExecution) {

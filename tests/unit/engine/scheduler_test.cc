@@ -61,8 +61,9 @@ class SleepCounter : public IterationHooks {
 };
 
 // Note [A model asleep] (profiler/model_execution.cc): the hooks' Sleep comes once the model has had
-// nothing to run for idle_sleep — once per idle spell, the next only after the model ran again.
-TEST_F(SchedulerTest, AnIdleModelIsPutToSleepOncePerIdleSpell) {
+// nothing to run for idle_sleep — once per idle spell, the next only after the model ran again — and
+// when RequestSleep asks for it (Admin SleepModel), as soon as nothing runs.
+TEST_F(SchedulerTest, AnIdleModelIsPutToSleepOncePerIdleSpellAndWhenAsked) {
   FakeStepRunner runner(2);
   SleepCounter hooks;
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 2, .hooks = &hooks, .idle_sleep = absl::Milliseconds(30)},
@@ -76,11 +77,26 @@ TEST_F(SchedulerTest, AnIdleModelIsPutToSleepOncePerIdleSpell) {
   EXPECT_THAT(sink.Tokens(), ElementsAre(11, 12, 13));
   EXPECT_EQ(hooks.passes.load(), 3);
   ASSERT_TRUE(autouvm::testing::Eventually([&] { return hooks.sleeps.load() == 2; }));
-  // Without idle_sleep it never sleeps.
+  // Asked for (Admin SleepModel): at once, though asleep already, and only once.
+  sched.RequestSleep();
+  ASSERT_TRUE(autouvm::testing::Eventually([&] { return hooks.sleeps.load() == 3; }));
+  // Without idle_sleep it never sleeps by itself; asked while a request runs, it sleeps after it ends.
   SleepCounter awake;
-  Scheduler never(&runner, &tokenizer_, {.max_batch = 2, .hooks = &awake}, &clock_);
+  FakeStepRunner held(2);
+  Scheduler never(&held, &tokenizer_, {.max_batch = 2, .hooks = &awake}, &clock_);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(awake.sleeps.load(), 0);
+  held.Hold();
+  RecordingSink running;
+  ASSERT_TRUE(never.Submit(Params(20, 3), &running).ok());
+  held.AwaitPasses(1);
+  never.RequestSleep();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(awake.sleeps.load(), 0) << "asleep while a request ran";
+  held.Unhold();
+  running.done.WaitForNotification();
+  EXPECT_THAT(running.Tokens(), ElementsAre(21, 22, 23));
+  ASSERT_TRUE(autouvm::testing::Eventually([&] { return awake.sleeps.load() == 1; }));
 }
 
 TEST_F(SchedulerTest, AFullQueueIsRefusedWhileTheModelIsBusy) {
