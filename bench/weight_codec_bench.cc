@@ -33,22 +33,15 @@ struct Tensor {
   enum Kind { kMatrix, kEmbedding, kNorm } kind;
 };
 
-uint16_t Bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 std::vector<uint16_t> Draw(const Tensor& t, bool mkmodel, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0, 1);
   const float scale = !mkmodel ? 0.02f : t.kind == Tensor::kEmbedding ? 1.0f : 1.0f / std::sqrt(float(t.cols));
   std::vector<uint16_t> v(static_cast<size_t>(t.rows * t.cols));
   for (auto& x : v) {
     if (t.kind == Tensor::kNorm) {
-      x = Bf16(mkmodel ? 1.0f + 0.1f * normal(rng) : 1.0f);
+      x = wc::RoundToBf16(mkmodel ? 1.0f + 0.1f * normal(rng) : 1.0f);
     } else {
-      x = Bf16(scale * normal(rng));
+      x = wc::RoundToBf16(scale * normal(rng));
     }
   }
   return v;

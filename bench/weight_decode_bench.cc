@@ -30,13 +30,6 @@ namespace wc = autouvm::runtime::weight_codec;
     }                                                                 \
   } while (0)
 
-uint16_t Bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // The median of `repeats` timings of `work` on the default stream, in seconds.
 template <typename F>
 double Time(int repeats, F work) {
@@ -86,7 +79,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < weights.size(); ++i) {
     Weight& w = weights[i];
     w.values.resize(static_cast<size_t>(sizes[i]));
-    for (auto& x : w.values) x = Bf16(normal(rng));
+    for (auto& x : w.values) x = wc::RoundToBf16(normal(rng));
     w.packed = wc::Encode(w.values);
     w.header = *wc::ReadHeader(w.packed);
     CHECK_CUDA(cudaMalloc(&w.in, w.packed.size()));

@@ -124,95 +124,93 @@ CLI::App* AddStatusCommand(CLI::App* app, StatusFlags* flags) {
   return cmd;
 }
 
-CLI::App* AddLoadCommand(CLI::App* app, ModelControlFlags* flags) {
-  CLI::App* cmd = app->add_subcommand(
-      "load", "Load a model from the repository (its entry read again); returns once it serves, or its error");
-  cmd->add_option("model", flags->model, "Model name (its directory in the repository)")->required();
-  cmd->add_flag("--json", flags->json, "Print the LoadModelResponse as one JSON line");
+namespace {
+
+// load, unload, sleep and wake: one model named, and --json for the response.
+CLI::App* AddModelControlCommand(CLI::App* app, ModelControlFlags* flags, const std::string& name,
+                                 const std::string& description, const std::string& model_help,
+                                 const std::string& response) {
+  CLI::App* cmd = app->add_subcommand(name, description);
+  cmd->add_option("model", flags->model, model_help)->required();
+  cmd->add_flag("--json", flags->json, "Print the " + response + " as one JSON line");
   return cmd;
+}
+
+// Calls `method` for flags.model and prints its response: as JSON, or `model MODEL <text(response)>`.
+template <typename Request, typename Response, typename Method, typename Text>
+int RunModelControl(const ModelControlFlags& flags, const ConnectionFlags& connection, Method method, Text text) {
+  Request request;
+  request.set_model(flags.model);
+  Response response;
+  const int exit_code = CallAdmin(connection, method, request, &response);
+  if (exit_code != kExitOk) return exit_code;
+  if (flags.json) {
+    PrintJsonLine(response);
+  } else {
+    std::cout << "model " << flags.model << " " << text(response) << "\n";
+  }
+  return kExitOk;
+}
+
+std::string Seconds(double s) { return absl::StrFormat("%.2f s", s); }
+
+}  // namespace
+
+CLI::App* AddLoadCommand(CLI::App* app, ModelControlFlags* flags) {
+  return AddModelControlCommand(
+      app, flags, "load",
+      "Load a model from the repository (its entry read again); returns once it serves, or its error",
+      "Model name (its directory in the repository)", "LoadModelResponse");
 }
 
 CLI::App* AddUnloadCommand(CLI::App* app, ModelControlFlags* flags) {
-  CLI::App* cmd = app->add_subcommand(
-      "unload", "Stop serving a model once its requests finish (server.drain_timeout), freeing its device budget");
-  cmd->add_option("model", flags->model, "Model name")->required();
-  cmd->add_flag("--json", flags->json, "Print the UnloadModelResponse as one JSON line");
-  return cmd;
+  return AddModelControlCommand(
+      app, flags, "unload",
+      "Stop serving a model once its requests finish (server.drain_timeout), freeing its device budget", "Model name",
+      "UnloadModelResponse");
 }
 
 CLI::App* AddSleepCommand(CLI::App* app, ModelControlFlags* flags) {
-  CLI::App* cmd = app->add_subcommand(
-      "sleep", "Put a model to sleep once it has nothing to run: its device memory back down to its sleep_floor");
-  cmd->add_option("model", flags->model, "Model name")->required();
-  cmd->add_flag("--json", flags->json, "Print the SleepModelResponse as one JSON line");
-  return cmd;
+  return AddModelControlCommand(
+      app, flags, "sleep",
+      "Put a model to sleep once it has nothing to run: its device memory back down to its sleep_floor", "Model name",
+      "SleepModelResponse");
 }
 
 CLI::App* AddWakeCommand(CLI::App* app, ModelControlFlags* flags) {
-  CLI::App* cmd = app->add_subcommand("wake", "Wake a sleeping model now: its plan's weights back on the device");
-  cmd->add_option("model", flags->model, "Model name")->required();
-  cmd->add_flag("--json", flags->json, "Print the WakeModelResponse as one JSON line");
-  return cmd;
-}
-
-int RunSleep(const ModelControlFlags& flags, const ConnectionFlags& connection) {
-  autouvm::v1::SleepModelRequest request;
-  request.set_model(flags.model);
-  autouvm::v1::SleepModelResponse response;
-  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::SleepModel, request, &response);
-  if (exit_code != kExitOk) return exit_code;
-  if (flags.json) {
-    PrintJsonLine(response);
-  } else {
-    std::cout << "model " << flags.model << " asleep in " << absl::StrFormat("%.2f", response.sleep_seconds()) << " s, "
-              << response.model().execution().resident_bytes() << " bytes on the device\n";
-  }
-  return kExitOk;
-}
-
-int RunWake(const ModelControlFlags& flags, const ConnectionFlags& connection) {
-  autouvm::v1::WakeModelRequest request;
-  request.set_model(flags.model);
-  autouvm::v1::WakeModelResponse response;
-  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::WakeModel, request, &response);
-  if (exit_code != kExitOk) return exit_code;
-  if (flags.json) {
-    PrintJsonLine(response);
-  } else {
-    std::cout << "model " << flags.model << " awake in " << absl::StrFormat("%.2f", response.wake_seconds()) << " s, "
-              << response.model().execution().resident_bytes() << " bytes on the device\n";
-  }
-  return kExitOk;
+  return AddModelControlCommand(app, flags, "wake", "Wake a sleeping model now: its plan's weights back on the device",
+                                "Model name", "WakeModelResponse");
 }
 
 int RunLoad(const ModelControlFlags& flags, const ConnectionFlags& connection) {
-  autouvm::v1::LoadModelRequest request;
-  request.set_model(flags.model);
-  autouvm::v1::LoadModelResponse response;
-  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::LoadModel, request, &response);
-  if (exit_code != kExitOk) return exit_code;
-  if (flags.json) {
-    PrintJsonLine(response);
-  } else {
-    std::cout << "model " << flags.model << " loaded in " << absl::StrFormat("%.2f", response.load_seconds())
-              << " s, device budget " << response.model().device_budget_bytes() << " bytes\n";
-  }
-  return kExitOk;
+  return RunModelControl<autouvm::v1::LoadModelRequest, autouvm::v1::LoadModelResponse>(
+      flags, connection, &autouvm::v1::Admin::Stub::LoadModel, [](const autouvm::v1::LoadModelResponse& r) {
+        return absl::StrCat("loaded in ", Seconds(r.load_seconds()), ", device budget ",
+                            r.model().device_budget_bytes(), " bytes");
+      });
 }
 
 int RunUnload(const ModelControlFlags& flags, const ConnectionFlags& connection) {
-  autouvm::v1::UnloadModelRequest request;
-  request.set_model(flags.model);
-  autouvm::v1::UnloadModelResponse response;
-  const int exit_code = CallAdmin(connection, &autouvm::v1::Admin::Stub::UnloadModel, request, &response);
-  if (exit_code != kExitOk) return exit_code;
-  if (flags.json) {
-    PrintJsonLine(response);
-  } else {
-    std::cout << "model " << flags.model << " unloaded in " << absl::StrFormat("%.2f", response.unload_seconds())
-              << " s\n";
-  }
-  return kExitOk;
+  return RunModelControl<autouvm::v1::UnloadModelRequest, autouvm::v1::UnloadModelResponse>(
+      flags, connection, &autouvm::v1::Admin::Stub::UnloadModel, [](const autouvm::v1::UnloadModelResponse& r) {
+        return absl::StrCat("unloaded in ", Seconds(r.unload_seconds()));
+      });
+}
+
+int RunSleep(const ModelControlFlags& flags, const ConnectionFlags& connection) {
+  return RunModelControl<autouvm::v1::SleepModelRequest, autouvm::v1::SleepModelResponse>(
+      flags, connection, &autouvm::v1::Admin::Stub::SleepModel, [](const autouvm::v1::SleepModelResponse& r) {
+        return absl::StrCat("asleep in ", Seconds(r.sleep_seconds()), ", ", r.model().execution().resident_bytes(),
+                            " bytes on the device");
+      });
+}
+
+int RunWake(const ModelControlFlags& flags, const ConnectionFlags& connection) {
+  return RunModelControl<autouvm::v1::WakeModelRequest, autouvm::v1::WakeModelResponse>(
+      flags, connection, &autouvm::v1::Admin::Stub::WakeModel, [](const autouvm::v1::WakeModelResponse& r) {
+        return absl::StrCat("awake in ", Seconds(r.wake_seconds()), ", ", r.model().execution().resident_bytes(),
+                            " bytes on the device");
+      });
 }
 
 int RunModels(const ModelsFlags& flags, const ConnectionFlags& connection) {

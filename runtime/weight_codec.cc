@@ -112,8 +112,9 @@ std::vector<uint8_t> Encode(absl::Span<const uint16_t> bf16, uint32_t block) {
     h.table[i] = static_cast<uint8_t>(order[i]);
     index_of[order[i]] = static_cast<uint8_t>(i);
   }
-  for (int i = 0; i < entries; ++i) h.escapes += counts[order[i]];
-  h.escapes = h.count - h.escapes;
+  int64_t covered = 0;
+  for (int i = 0; i < entries; ++i) covered += counts[order[i]];
+  h.escapes = h.count - covered;
   std::vector<uint8_t> out(static_cast<size_t>(Layout(&h)), 0);
   WriteHeader(h, out);
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,14 @@ absl::StatusOr<Header> ReadHeader(absl::Span<const uint8_t> encoded);
 // Decodes into `out`, which must hold exactly the header's count; INVALID_ARGUMENT for an encoding
 // ReadHeader refuses or whose escapes do not match its indices.
 absl::Status Decode(absl::Span<const uint8_t> encoded, absl::Span<uint16_t> out);
+
+// `f` rounded to bf16 (to nearest, ties to even, as libtorch converts), as raw bits.
+inline uint16_t RoundToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
 
 // The size an exponent-coded encoding of values with these exponent counts would take with index width
 // `bits` (what Encode compares), for the planner's and the benchmarks' use.

@@ -64,17 +64,24 @@ grpc::ServerUnaryReactor* AdminService::ServeAsync(grpc::CallbackServerContext* 
   return reactor;
 }
 
+template <typename Request, typename Response, typename Call>
+grpc::ServerUnaryReactor* AdminService::ServeModelControl(grpc::CallbackServerContext* context, const Request* request,
+                                                          Response* response, void (Response::*set_seconds)(double),
+                                                          Call call) {
+  return ServeAsync(context, *request, [this, request, response, set_seconds, call] {
+    const absl::Time start = absl::Now();
+    if (absl::Status s = call(request->model()); !s.ok()) return ToGrpc(s);
+    (response->*set_seconds)(absl::ToDoubleSeconds(absl::Now() - start));
+    if (const auto view = models_->Lookup(request->model()); view.ok()) Fill(*view, response->mutable_model());
+    return grpc::Status::OK;
+  });
+}
+
 grpc::ServerUnaryReactor* AdminService::LoadModel(grpc::CallbackServerContext* context,
                                                   const autouvm::v1::LoadModelRequest* request,
                                                   autouvm::v1::LoadModelResponse* response) {
-  return ServeAsync(context, *request, [this, request, response] {
-    const absl::Time start = absl::Now();
-    if (absl::Status s = models_->LoadModel(request->model()); !s.ok()) return ToGrpc(s);
-    response->set_load_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-    const auto view = models_->Lookup(request->model());
-    if (view.ok()) Fill(*view, response->mutable_model());
-    return grpc::Status::OK;
-  });
+  return ServeModelControl(context, request, response, &autouvm::v1::LoadModelResponse::set_load_seconds,
+                           [this](const std::string& model) { return models_->LoadModel(model); });
 }
 
 grpc::ServerUnaryReactor* AdminService::UnloadModel(grpc::CallbackServerContext* context,
@@ -94,27 +101,19 @@ grpc::ServerUnaryReactor* AdminService::UnloadModel(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminService::SleepModel(grpc::CallbackServerContext* context,
                                                    const autouvm::v1::SleepModelRequest* request,
                                                    autouvm::v1::SleepModelResponse* response) {
-  return ServeAsync(context, *request, [this, request, response] {
-    const absl::Time start = absl::Now();
-    absl::Status s = models_->SleepModel(request->model(), absl::Milliseconds(config_->drain_timeout_ms));
-    if (!s.ok()) return ToGrpc(s);
-    response->set_sleep_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-    if (const auto view = models_->Lookup(request->model()); view.ok()) Fill(*view, response->mutable_model());
-    return grpc::Status::OK;
-  });
+  return ServeModelControl(context, request, response, &autouvm::v1::SleepModelResponse::set_sleep_seconds,
+                           [this](const std::string& model) {
+                             return models_->SleepModel(model, absl::Milliseconds(config_->drain_timeout_ms));
+                           });
 }
 
 grpc::ServerUnaryReactor* AdminService::WakeModel(grpc::CallbackServerContext* context,
                                                   const autouvm::v1::WakeModelRequest* request,
                                                   autouvm::v1::WakeModelResponse* response) {
-  return ServeAsync(context, *request, [this, request, response] {
-    const absl::Time start = absl::Now();
-    absl::Status s = models_->WakeModel(request->model(), absl::Milliseconds(config_->drain_timeout_ms));
-    if (!s.ok()) return ToGrpc(s);
-    response->set_wake_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-    if (const auto view = models_->Lookup(request->model()); view.ok()) Fill(*view, response->mutable_model());
-    return grpc::Status::OK;
-  });
+  return ServeModelControl(context, request, response, &autouvm::v1::WakeModelResponse::set_wake_seconds,
+                           [this](const std::string& model) {
+                             return models_->WakeModel(model, absl::Milliseconds(config_->drain_timeout_ms));
+                           });
 }
 
 template <typename Handler>

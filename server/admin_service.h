@@ -88,6 +88,11 @@ class AdminService final : public autouvm::v1::Admin::CallbackService {
   template <typename Handler>
   grpc::ServerUnaryReactor* ServeAsync(grpc::CallbackServerContext* context, const google::protobuf::Message& request,
                                        Handler handler);
+  // LoadModel, SleepModel and WakeModel: ServeAsync of `call` on the model the request names; on success the
+  // response gets how long it took (`set_seconds`) and the model's status after it.
+  template <typename Request, typename Response, typename Call>
+  grpc::ServerUnaryReactor* ServeModelControl(grpc::CallbackServerContext* context, const Request* request,
+                                              Response* response, void (Response::*set_seconds)(double), Call call);
 
   ModelManager* models_;
   const ServerConfig* config_;

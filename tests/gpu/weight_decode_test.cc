@@ -22,13 +22,6 @@ bool HaveDevice() {
   return ok;
 }
 
-uint16_t Bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // Decodes `values`' encoding on the GPU; the values it gives back.
 std::vector<uint16_t> DecodeOnGpu(const std::vector<uint16_t>& values, uint32_t block) {
   const std::vector<uint8_t> packed = wc::Encode(values, block);
@@ -70,7 +63,7 @@ TEST(WeightDecodeTest, GaussianAndSpecialValuesDecodeAsTheReferenceDoes) {
   for (const int64_t n : {int64_t{1}, int64_t{63}, int64_t{4097}, int64_t{1} << 22}) {
     for (const uint32_t block : {64u, 192u, 4096u, 8192u}) {
       std::vector<uint16_t> v(static_cast<size_t>(n));
-      for (auto& x : v) x = Bf16(normal(rng));
+      for (auto& x : v) x = wc::RoundToBf16(normal(rng));
       for (size_t i = 0; i < v.size(); i += 101) v[i] = specials[i % std::size(specials)];
       EXPECT_EQ(DecodeOnGpu(v, block), v) << n << " values in blocks of " << block;
     }

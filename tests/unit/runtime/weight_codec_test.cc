@@ -14,18 +14,11 @@
 namespace autouvm::runtime::weight_codec {
 namespace {
 
-uint16_t Bf16(float f) {  // round to nearest even, as libtorch converts
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 std::vector<uint16_t> Gaussian(int64_t n, float stddev, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0, stddev);
   std::vector<uint16_t> v(static_cast<size_t>(n));
-  for (auto& x : v) x = Bf16(normal(rng));
+  for (auto& x : v) x = RoundToBf16(normal(rng));
   return v;
 }
 
