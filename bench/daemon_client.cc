@@ -120,9 +120,10 @@ std::string WriteCpuDaemonConfig(const std::string& dir, const std::string& defa
 }
 
 std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& repo, const std::string& gpu,
-                                  const std::string& models_yaml) {
-  return WriteDaemonConfig(dir, absl::StrCat("{path: ", repo, ", generate_default_model: \"\"}"),
-                           absl::StrCat("{backend: cuda, gpu: ", gpu, "}"), models_yaml);
+                                  const std::string& models_yaml, const std::string& runtime_extra) {
+  return WriteDaemonConfig(
+      dir, absl::StrCat("{path: ", repo, ", generate_default_model: \"\"}"),
+      absl::StrCat("{backend: cuda, gpu: ", gpu, runtime_extra.empty() ? "" : ", ", runtime_extra, "}"), models_yaml);
 }
 
 std::vector<int32_t> BenchPrompt(int len, int64_t vocab) {

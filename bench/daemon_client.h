@@ -58,9 +58,10 @@ bool WaitDecodeReady(autouvm::v1::Admin::Stub* admin, const std::string& model, 
 // the repository dir/models).
 std::string WriteCpuDaemonConfig(const std::string& dir, const std::string& default_model,
                                  const std::string& models_yaml);
-// On CUDA with `gpu`'s spec, serving `repo` (no default model).
+// On CUDA with `gpu`'s spec, serving `repo` (no default model); `runtime_extra` adds keys to the
+// runtime mapping ("compress_streamed: true").
 std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& repo, const std::string& gpu,
-                                  const std::string& models_yaml);
+                                  const std::string& models_yaml, const std::string& runtime_extra = "");
 // The benches' prompt: `len` token ids spread over a vocabulary of `vocab` (at least 2), no bos.
 std::vector<int32_t> BenchPrompt(int len, int64_t vocab = 32000);
 autouvm::v1::ModelStatus ModelStatusOf(autouvm::v1::Admin::Stub* admin, const std::string& model);

@@ -48,6 +48,8 @@ struct ComputeDeviceOptions {
   // May the process's managed memory exceed the card's free memory (AUTOUVM_MAX_MANAGED_BYTES caps it
   // either way)?
   bool allow_oversubscription = false;
+  // Staged weights cross the link exponent-coded (runtime.compress_streamed; CUDA only).
+  bool compress_streamed = false;
 };
 
 // The CPU (runtime/compute_device.cc): no backend, no managed memory, no stream.

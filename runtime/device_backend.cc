@@ -81,6 +81,9 @@ void ForEachField(UvmCounters& out, const UvmCounters& in, F f) {
   f(out.thrashing, in.thrashing);
   f(out.throttling, in.throttling);
   f(out.remote_bytes, in.remote_bytes);
+  f(out.coded_bytes, in.coded_bytes);
+  f(out.decoded_bytes, in.decoded_bytes);
+  f(out.decode_ns, in.decode_ns);
 }
 }  // namespace
 

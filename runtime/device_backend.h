@@ -58,6 +58,11 @@ struct UvmCounters {
   int64_t thrashing = 0;      // thrashing events (sim: pages faulted back in after an eviction)
   int64_t throttling = 0;     // throttling events (CUDA only)
   int64_t remote_bytes = 0;   // bytes the device reached in place over the link (sim: read; CUDA: mapped)
+  // Note [Coded host copies]: staged copies that crossed the link exponent-coded (their coded bytes are
+  // in h2d_bytes[kStaged]), the bf16 bytes they decoded into, and the decoder's time.
+  int64_t coded_bytes = 0;
+  int64_t decoded_bytes = 0;
+  int64_t decode_ns = 0;
 
   int64_t h2d(MigrationCause c) const { return h2d_bytes[static_cast<int>(c)]; }
   int64_t d2h(MigrationCause c) const { return d2h_bytes[static_cast<int>(c)]; }

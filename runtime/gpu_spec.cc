@@ -140,7 +140,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   base::YamlFields f(node, path);
   double memory_gib = spec->memory_bytes / kGiB, hbm = spec->hbm_bytes_per_s / 1e9, tflops = spec->peak_flops / 1e12,
          link = spec->link_bytes_per_s / 1e9, launch_us = spec->kernel_launch_s / kUs,
-         framework_us = spec->framework_op_s / kUs;
+         framework_us = spec->framework_op_s / kUs, decode = spec->decode_bytes_per_s / 1e9;
   std::string ignored;
   f.String("name", &ignored);
   f.String("base", &ignored);
@@ -151,6 +151,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   f.Double("link_gb_per_s", &link, 1e-3, 1e5);
   f.Double("kernel_launch_us", &launch_us, 0, 1e6);
   f.Double("framework_op_us", &framework_us, 0, 1e6);
+  f.Double("decode_gb_per_s", &decode, 0, 1e6);
   UvmCosts& u = spec->uvm;
   struct Micro {
     const char* key;
@@ -189,6 +190,7 @@ absl::Status ReadSpec(const YAML::Node& node, const std::string& path, GpuSpec* 
   spec->link_bytes_per_s = link * 1e9;
   spec->kernel_launch_s = launch_us * kUs;
   spec->framework_op_s = framework_us * kUs;
+  spec->decode_bytes_per_s = decode * 1e9;
   u.remote_bytes_per_s = remote * 1e9;
   u.remote_matrix_bytes_per_s = remote_matrix * 1e9;
   u.staged_copy_bytes_per_s = staged * 1e9;

@@ -60,6 +60,9 @@ struct GpuSpec {
   // Host time the framework (TorchScript's interpreter, the Observer installed) spends issuing one op;
   // kernels run asynchronously, so a step is bound by this when its kernels are shorter.
   double framework_op_s = 0;
+  // The GPU decoder of exponent-coded weights (runtime/cuda/weight_decode.h): bf16 bytes out per second,
+  // beside the copies (runtime.compress_streamed); 0: not measured for this GPU.
+  double decode_bytes_per_s = 0;
   UvmCosts uvm;
 };
 

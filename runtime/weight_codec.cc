@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace autouvm::runtime::weight_codec {
 // Note [Exponent-coded weights]: under a budget every step moves the streamed weights over the link,
@@ -198,6 +199,50 @@ absl::StatusOr<Header> ReadHeader(absl::Span<const uint8_t> in) {
   return h;
 }
 
+namespace {
+
+// Block b of an exponent-coded encoding: its values from `signs` (the block's first), its index
+// stream `words` and its `escapes` escape exponents `escaped`, into `out` (the block's first value).
+absl::Status DecodeBlock(const Header& h, int64_t b, const uint8_t* signs, const uint8_t* words, const uint8_t* escaped,
+                         int64_t escapes, uint16_t* out) {
+  const int bits = h.index_bits;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  const uint64_t escape = mask;
+  const int64_t values = std::min<int64_t>(h.block, h.count - b * h.block);
+  int64_t next_escape = 0;
+  for (int64_t j = 0; j < values; ++j) {
+    const int64_t bit = j * bits;
+    uint64_t lo;
+    std::memcpy(&lo, words + 8 * (bit / 64), 8);
+    uint64_t index = lo >> (bit % 64);
+    if (bit % 64 + bits > 64) {
+      uint64_t hi;
+      std::memcpy(&hi, words + 8 * (bit / 64 + 1), 8);
+      index |= hi << (64 - bit % 64);
+    }
+    index &= mask;
+    uint8_t exponent;
+    if (index == escape) {
+      if (next_escape >= escapes) return Invalid(absl::StrCat("block ", b, " has more escapes than its offsets"));
+      exponent = escaped[next_escape++];
+    } else {
+      exponent = h.table[index];
+    }
+    const uint8_t s = signs[j];
+    out[j] = static_cast<uint16_t>(((s & 0x80) << 8) | (exponent << 7) | (s & 0x7F));
+  }
+  if (next_escape != escapes) return Invalid(absl::StrCat("block ", b, " has fewer escapes than its offsets"));
+  return absl::OkStatus();
+}
+
+uint32_t EscapeStart(const uint8_t* starts, int64_t i) {
+  uint32_t v;
+  std::memcpy(&v, starts + 4 * i, 4);
+  return v;
+}
+
+}  // namespace
+
 absl::Status Decode(absl::Span<const uint8_t> in, absl::Span<uint16_t> out) {
   absl::StatusOr<Header> read = ReadHeader(in);
   if (!read.ok()) return read.status();
@@ -209,39 +254,91 @@ absl::Status Decode(absl::Span<const uint8_t> in, absl::Span<uint16_t> out) {
     if (h.count > 0) std::memcpy(out.data(), in.data() + kHeaderBytes, 2 * out.size());
     return absl::OkStatus();
   }
-  const int bits = h.index_bits;
-  const uint64_t mask = (uint64_t{1} << bits) - 1;
-  const uint64_t escape = mask;
-  const uint8_t* signs = in.data() + h.signs_offset;
-  const uint8_t* escaped = in.data() + h.escape_exponents_offset;
+  const uint8_t* starts = in.data() + h.escape_starts_offset;
   for (int64_t b = 0; b < h.blocks(); ++b) {
-    int64_t next_escape = Get<uint32_t>(in, h.escape_starts_offset + 4 * b);
-    const int64_t end_escape = Get<uint32_t>(in, h.escape_starts_offset + 4 * (b + 1));
-    const uint8_t* words = in.data() + h.indices_offset + b * h.index_bytes_per_block();
-    const int64_t begin = b * h.block;
-    const int64_t end = std::min<int64_t>(begin + h.block, h.count);
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t bit = (i - begin) * bits;
-      uint64_t lo;
-      std::memcpy(&lo, words + 8 * (bit / 64), 8);
-      uint64_t index = lo >> (bit % 64);
-      if (bit % 64 + bits > 64) {
-        uint64_t hi;
-        std::memcpy(&hi, words + 8 * (bit / 64 + 1), 8);
-        index |= hi << (64 - bit % 64);
-      }
-      index &= mask;
-      uint8_t exponent;
-      if (index == escape) {
-        if (next_escape >= end_escape) return Invalid(absl::StrCat("block ", b, " has more escapes than its offsets"));
-        exponent = escaped[next_escape++];
-      } else {
-        exponent = h.table[index];
-      }
-      const uint8_t s = signs[i];
-      out[static_cast<size_t>(i)] = static_cast<uint16_t>(((s & 0x80) << 8) | (exponent << 7) | (s & 0x7F));
+    const uint32_t first = EscapeStart(starts, b);
+    RETURN_IF_ERROR(DecodeBlock(
+        h, b, in.data() + h.signs_offset + b * h.block, in.data() + h.indices_offset + b * h.index_bytes_per_block(),
+        in.data() + h.escape_exponents_offset + first, EscapeStart(starts, b + 1) - first, out.data() + b * h.block));
+  }
+  return absl::OkStatus();
+}
+
+// A block's signs and indices, all of its values escaped, two escape starts and the alignment slack:
+// n blocks never need more than n times this.
+int64_t LandingBytesOfOneBlock(const Header& h) { return 2 * int64_t{h.block} + h.index_bytes_per_block() + 32; }
+
+absl::StatusOr<std::vector<Chunk>> SplitIntoChunks(absl::Span<const uint8_t> encoded, const Header& h,
+                                                   int64_t max_landing_bytes) {
+  if (h.mode != Mode::kExponentCoded) return Invalid("a plain encoding has no chunks");
+  if (static_cast<int64_t>(encoded.size()) != h.encoded_bytes) {
+    return Invalid(absl::StrCat(encoded.size(), " bytes where its header says ", h.encoded_bytes));
+  }
+  if (max_landing_bytes < LandingBytesOfOneBlock(h)) {
+    return Invalid(absl::StrCat("a landing buffer of ", max_landing_bytes, " bytes is smaller than one block's ",
+                                LandingBytesOfOneBlock(h)));
+  }
+  const uint8_t* starts = encoded.data() + h.escape_starts_offset;
+  auto make = [&](int64_t first, int64_t blocks) {
+    Chunk c;
+    c.first_block = first;
+    c.blocks = blocks;
+    c.escape_base = EscapeStart(starts, first);
+    const int64_t first_value = first * h.block;
+    c.signs = {h.signs_offset + first_value, std::min<int64_t>(blocks * h.block, h.count - first_value), 0};
+    c.indices = {h.indices_offset + first * h.index_bytes_per_block(), blocks * h.index_bytes_per_block(),
+                 Align8(c.signs.bytes)};
+    c.escape_starts = {h.escape_starts_offset + 4 * first, 4 * (blocks + 1), c.indices.landing + c.indices.bytes};
+    c.escape_exponents = {h.escape_exponents_offset + c.escape_base,
+                          EscapeStart(starts, first + blocks) - c.escape_base,
+                          Align8(c.escape_starts.landing + c.escape_starts.bytes)};
+    c.landing_bytes = Align8(c.escape_exponents.landing + c.escape_exponents.bytes);
+    return c;
+  };
+  std::vector<Chunk> chunks;
+  for (int64_t first = 0; first < h.blocks();) {
+    // As many blocks as fit with every value escaped, then more while the escapes leave room.
+    int64_t blocks = std::max<int64_t>(1, std::min(h.blocks() - first, max_landing_bytes / LandingBytesOfOneBlock(h)));
+    Chunk c = make(first, blocks);
+    for (int64_t more = h.blocks() - first - blocks; more > 0;) {  // fill what the escapes left free
+      const int64_t step =
+          std::min(more, std::max<int64_t>(1, (max_landing_bytes - c.landing_bytes) / LandingBytesOfOneBlock(h)));
+      Chunk bigger = make(first, c.blocks + step);
+      if (bigger.landing_bytes > max_landing_bytes) break;
+      c = bigger;
+      more -= step;
     }
-    if (next_escape != end_escape) return Invalid(absl::StrCat("block ", b, " has fewer escapes than its offsets"));
+    chunks.push_back(c);
+    first += c.blocks;
+  }
+  return chunks;
+}
+
+void GatherChunk(absl::Span<const uint8_t> encoded, const Chunk& c, absl::Span<uint8_t> landing) {
+  for (const Chunk::Piece* p : {&c.signs, &c.indices, &c.escape_starts, &c.escape_exponents}) {
+    if (p->bytes > 0)
+      std::memcpy(landing.data() + p->landing, encoded.data() + p->offset, static_cast<size_t>(p->bytes));
+  }
+}
+
+absl::Status DecodeChunk(const Header& h, const Chunk& c, absl::Span<const uint8_t> landing, absl::Span<uint16_t> out) {
+  if (static_cast<int64_t>(out.size()) != h.count) {
+    return Invalid(absl::StrCat(h.count, " values, decoded into room for ", out.size()));
+  }
+  if (static_cast<int64_t>(landing.size()) < c.landing_bytes) {
+    return Invalid(absl::StrCat("a chunk of ", c.landing_bytes, " bytes in a landing buffer of ", landing.size()));
+  }
+  const uint8_t* starts = landing.data() + c.escape_starts.landing;
+  for (int64_t k = 0; k < c.blocks; ++k) {
+    const uint32_t first = EscapeStart(starts, k), last = EscapeStart(starts, k + 1);
+    if (first < c.escape_base || last < first || last - c.escape_base > c.escape_exponents.bytes) {
+      return Invalid(absl::StrCat("block ", c.first_block + k, "'s escapes lie outside its chunk"));
+    }
+    const int64_t b = c.first_block + k;
+    RETURN_IF_ERROR(DecodeBlock(h, b, landing.data() + c.signs.landing + k * h.block,
+                                landing.data() + c.indices.landing + k * h.index_bytes_per_block(),
+                                landing.data() + c.escape_exponents.landing + (first - c.escape_base), last - first,
+                                out.data() + b * h.block));
   }
   return absl::OkStatus();
 }

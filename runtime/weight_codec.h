@@ -66,4 +66,36 @@ inline uint16_t RoundToBf16(float f) {
 // `bits` (what Encode compares), for the planner's and the benchmarks' use.
 int64_t CodedBytes(const int64_t (&exponent_counts)[256], int64_t count, int bits, uint32_t block = kDefaultBlock);
 
+// Note [Coded staging in chunks]: a run of whole blocks of an exponent-coded encoding that can be
+// copied and decoded on its own — the unit in which a coded host copy crosses the link into a small
+// landing buffer on the device and is decoded from there into the tensor's place (runtime/cuda/).
+// Its four pieces (the blocks' signs, indices, escape starts and escape exponents) lie apart in the
+// encoding; in the landing buffer they lie one after another, each at a multiple of 8 bytes.
+struct Chunk {
+  struct Piece {
+    int64_t offset = 0;  // in the encoding
+    int64_t bytes = 0;
+    int64_t landing = 0;  // in the landing buffer
+  };
+  int64_t first_block = 0, blocks = 0;
+  uint32_t escape_base = 0;  // the escapes before the chunk: where its escape exponents begin
+  Piece signs, indices, escape_starts, escape_exponents;
+  int64_t landing_bytes = 0;  // the landing buffer it needs
+  int64_t link_bytes() const { return signs.bytes + indices.bytes + escape_starts.bytes + escape_exponents.bytes; }
+};
+// The chunks of an exponent-coded encoding (its header read by ReadHeader) that each need at most
+// `max_landing_bytes` of landing buffer, in order, covering every block once; at least one block per
+// chunk, so INVALID_ARGUMENT if one block does not fit (or for a plain encoding).
+absl::StatusOr<std::vector<Chunk>> SplitIntoChunks(absl::Span<const uint8_t> encoded, const Header& header,
+                                                   int64_t max_landing_bytes);
+// The landing buffer bytes the largest block of this encoding needs: the least max_landing_bytes.
+int64_t LandingBytesOfOneBlock(const Header& header);
+// Copies a chunk's pieces from the encoding into `landing` (landing_bytes long), as the link would.
+void GatherChunk(absl::Span<const uint8_t> encoded, const Chunk& chunk, absl::Span<uint8_t> landing);
+// The reference decode of one chunk from its landing buffer into its values' places in `out` (all of
+// the header's count): what the GPU decoder does with a chunk. INVALID_ARGUMENT where the escapes do
+// not add up.
+absl::Status DecodeChunk(const Header& header, const Chunk& chunk, absl::Span<const uint8_t> landing,
+                         absl::Span<uint16_t> out);
+
 }  // namespace autouvm::runtime::weight_codec

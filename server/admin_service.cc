@@ -204,6 +204,9 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_last_error(e.last_error);
     x->set_gpu_fault_groups(e.counters.gpu_fault_groups);
     x->set_h2d_bytes(e.counters.h2d_total());
+    x->set_coded_bytes(e.counters.coded_bytes);
+    x->set_decoded_bytes(e.counters.decoded_bytes);
+    x->set_decode_seconds(static_cast<double>(e.counters.decode_ns) / 1e9);
     x->set_d2h_bytes(e.counters.d2h_total());
     x->set_evictions(e.counters.evictions);
     x->set_sampled_iterations(static_cast<uint64_t>(e.sampled_iterations));

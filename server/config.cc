@@ -152,6 +152,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   ft.String("gpu", &c.gpu);
   ft.Bool("executor", &c.executor);
   ft.Int("monitor_every", &c.monitor_every, 0, 1000000);
+  ft.Bool("compress_streamed", &c.compress_streamed);
   ft.Double("device_reserve", &c.device_reserve, 0, 1e15);
   if (auto s = ft.Finish(); !s.ok()) return wrap(s);
   if (c.device_reserve >= 1 && c.device_reserve < 1 << 20) {

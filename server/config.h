@@ -98,6 +98,9 @@ struct ServerConfig {
   // Device memory no model's budget counts (the CUDA context, the libraries' workspaces, each pass's
   // activations): a fraction of the GPU's memory when <= 1, bytes when larger (runtime.device_reserve).
   double device_reserve = 0.05;
+  // Stream weights over the link exponent-coded and decode them on the GPU (runtime.compress_streamed;
+  // Note [Coded host copies], runtime/cuda/cuda_backend.cc): lossless, fewer bytes per step. CUDA only.
+  bool compress_streamed = false;
   int64_t monitor_every = 64;  // time one followed iteration in this many (runtime.monitor_every; 0: never)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).
   std::string admin_token_file;

@@ -140,7 +140,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
 
   // Where the models compute: a CUDA device that cannot be opened is the daemon's error, not a model's.
   ASSIGN_OR_RETURN(const runtime::GpuSpec gpu, runtime::FindGpuSpec(config.gpu));
-  ASSIGN_OR_RETURN(d->device_, runtime::OpenComputeDevice({.backend = config.backend, .spec = gpu}));
+  ASSIGN_OR_RETURN(d->device_,
+                   runtime::OpenComputeDevice(
+                       {.backend = config.backend, .spec = gpu, .compress_streamed = config.compress_streamed}));
   AUTOUVM_LOG(INFO) << "compute backend: " << d->device_->kind();
   d->models_ = std::make_unique<ModelManager>(d->config_, &d->clock_, profiling, d->device_.get());
   d->gate_ = std::make_unique<engine::ServingGate>();

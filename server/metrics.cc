@@ -166,6 +166,12 @@ std::string Metrics::Scrape() const {
   auto* thrashing = s.Family("autouvm_thrashing_events_total", "Thrashing events", T::Counter);
   auto* throttling = s.Family("autouvm_throttling_events_total", "Throttling events (CUDA)", T::Counter);
   auto* remote = s.Family("autouvm_remote_bytes_total", "Bytes the device reached in place over the link", T::Counter);
+  auto* coded =
+      s.Family("autouvm_coded_bytes_total",
+               "Staged weights' bytes that crossed the link exponent-coded (runtime.compress_streamed)", T::Counter);
+  auto* decoded =
+      s.Family("autouvm_decoded_bytes_total", "The bf16 bytes the coded staged weights decoded into", T::Counter);
+  auto* decode_seconds = s.Family("autouvm_decode_seconds_total", "GPU time decoding coded weights", T::Counter);
   auto* sampled =
       s.Family("autouvm_monitor_samples_total", "Iterations the runtime monitor timed op by op", T::Counter);
   auto* reclassified =
@@ -238,6 +244,9 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(thrashing, uvm, e.counters.thrashing);
     Snapshot::Add(throttling, uvm, e.counters.throttling);
     Snapshot::Add(remote, uvm, e.counters.remote_bytes);
+    Snapshot::Add(coded, uvm, e.counters.coded_bytes);
+    Snapshot::Add(decoded, uvm, e.counters.decoded_bytes);
+    Snapshot::Add(decode_seconds, uvm, static_cast<double>(e.counters.decode_ns) / 1e9);
     Snapshot::Add(sampled, uvm, e.sampled_iterations);
     Snapshot::Add(reclassified, uvm, e.reclassified_ops);
     Snapshot::Add(repinned, uvm, e.repinned_bytes);

@@ -95,6 +95,8 @@ struct ReplayArgs {
   int top_ops = 0;
   int show_plan = 0;
   bool emulated_eviction = false;
+  double coded_ratio = 0;
+  double decode_gb_per_s = 0;
 };
 
 // The `n` ops that took longest in the steady iteration, with their share of it.
@@ -192,7 +194,9 @@ absl::Status Replay(const ReplayArgs& a) {
       autouvm::runtime::sim::ReplayOptions options{.policy = a.policy,
                                                    .oversubscription = factor,
                                                    .device_bytes = static_cast<int64_t>(a.device_gib * (1 << 30)),
-                                                   .iterations = a.iterations};
+                                                   .iterations = a.iterations,
+                                                   .coded_ratio = a.coded_ratio};
+      if (a.decode_gb_per_s > 0) spec.decode_bytes_per_s = a.decode_gb_per_s * 1e9;
       if (a.emulated_eviction && factor > 1.0) {
         // As bench/offload_bench on the GPU: the named tensors' bytes / factor, the driver emulated.
         int64_t named = 0;
@@ -262,6 +266,13 @@ int main(int argc, char** argv) {
   replay->add_flag("--emulated-eviction", rep.emulated_eviction,
                    "stock and paper: emulate the driver's eviction at op boundaries under the named bytes / "
                    "oversubscription, as bench/offload_bench does on the GPU");
+  replay
+      ->add_option("--coded-ratio", rep.coded_ratio,
+                   "staged weights cross the link as this fraction of their bytes, decoded on the GPU after "
+                   "(runtime.compress_streamed; 0: plain)")
+      ->check(CLI::Range(0.0, 1.0));
+  replay->add_option("--decode-gb-per-s", rep.decode_gb_per_s,
+                     "the GPU decoder's rate (bf16 GB/s out) for --coded-ratio, where the spec has none");
   replay
       ->add_option("--show-plan", rep.show_plan,
                    "paper, autouvm: also print each plan's partition and the N tensors it fetches most often")

@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> OpenComputeDevice(const ComputeDe
                    cuda::CudaBackend::Create({.spec = options.spec,
                                               .cap_bytes = cap,
                                               .allow_oversubscription = options.allow_oversubscription,
-                                              .compute_stream = stream.stream()}));
+                                              .compute_stream = stream.stream(),
+                                              .code_host_copies = options.compress_streamed}));
   device->backend_ = std::make_unique<SerializedBackend>(std::move(backend));
   return device;
 }

@@ -12,6 +12,16 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/cuda/cupti_counters.h"
+#include "runtime/cuda/host_copy_coder.h"
+#include "runtime/cuda/pinned_host.h"
+#if AUTOUVM_CUDA_KERNELS
+#include "runtime/cuda/coded_stager.h"
+#else
+namespace autouvm::runtime::cuda {
+struct CodedCopy {};
+class CodedStager {};
+}  // namespace autouvm::runtime::cuda
+#endif
 
 namespace autouvm::runtime::cuda {
 namespace {
@@ -28,83 +38,6 @@ absl::Status CudaError(cudaError_t e, const std::string& what) {
       return CudaError(autouvm_e_, (what)); \
     }                                       \
   } while (0)
-
-// Note [Host copies' memory]: a plan's first preparation makes a pinned host copy of every weight it
-// stages (10.9 GiB for the 13B at factor 1.75), and that took 3-11 s. bench/offload_bench's host-alloc
-// and host-copy probes on the H200 host (1 GiB, 2026-11-30): cudaHostAlloc 392 ms (+104 ms to free);
-// anonymous memory with transparent huge pages (madvise), touched and cudaHostRegister'ed, 194 ms
-// (22 ms to free; 4 KiB pages: 679 / 75 ms); copies into and out of either at 55 GB/s. Filling the copy
-// from managed memory on the host: cudaMemcpy 4.3 GB/s, one CPU thread's memcpy 9.2 GB/s, eight 31 GB/s.
-// So host copies are huge-page mappings registered with CUDA, and a copy whose managed range is on the
-// host (where it was last prefetched) and is dropped right after (StageOut) is filled by CPU threads;
-// any other (a range on the device, or one KeepHostCopy leaves where it is, which a CPU read would
-// migrate) by cudaMemcpy, which reads it where it is. Most of the 194 ms is the kernel zeroing fresh
-// pages as they are first touched (186 ms of it in one thread, 44 ms in eight; the host-alloc probe,
-// bench/results/2026-11-30-stock-faults-h200.md), so eight threads
-// touch the mapping before cudaHostRegister pins it.
-constexpr size_t kHugePage = size_t{2} << 20;
-
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-// Runs work(offset, length) over [0, bytes) in up to eight threads of at least 16 MiB each (the caller's
-// thread alone below 32 MiB); the parts start on 2 MiB boundaries.
-template <typename Work>
-void InParallel(size_t bytes, Work work) {
-  const size_t threads = std::clamp<size_t>(bytes / (size_t{16} << 20), 1, 8);
-  if (threads == 1) {
-    work(size_t{0}, bytes);
-    return;
-  }
-  const size_t part = RoundUp(bytes / threads, kHugePage);
-  std::vector<std::thread> workers;
-  for (size_t k = 0; k * part < bytes; ++k) {
-    workers.emplace_back(work, k * part, std::min(part, bytes - k * part));
-  }
-  for (std::thread& w : workers) w.join();
-}
-
-struct PinnedHost {
-  void* ptr = nullptr;
-  size_t mapped = 0;
-};
-
-absl::StatusOr<PinnedHost> AllocatePinnedHost(int64_t bytes) {
-  const size_t body = RoundUp(static_cast<size_t>(bytes), kHugePage);
-  const size_t len = body + kHugePage;  // room to start on a huge page boundary
-  void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("mmap of ", len, " bytes (a staged tensor's host copy): ", std::strerror(errno)));
-  }
-  const uintptr_t b = reinterpret_cast<uintptr_t>(base);
-  const uintptr_t start = RoundUp(b, kHugePage);
-  if (start > b) munmap(base, start - b);
-  if (const size_t tail = len - (start - b) - body; tail > 0) munmap(reinterpret_cast<void*>(start + body), tail);
-  void* ptr = reinterpret_cast<void*>(start);
-  madvise(ptr, body, MADV_HUGEPAGE);  // best effort: without it the pages are 4 KiB, slower to pin
-  // The kernel zeroes each page on first touch; cudaHostRegister would fault them in one thread.
-  InParallel(body, [ptr](size_t at, size_t n) {
-    for (size_t off = 0; off < n; off += 4096) static_cast<volatile char*>(ptr)[at + off] = 0;
-  });
-  if (cudaError_t e = cudaHostRegister(ptr, body, cudaHostRegisterDefault); e != cudaSuccess) {
-    cudaGetLastError();
-    munmap(ptr, body);
-    return CudaError(e, absl::StrCat("cudaHostRegister of ", body, " bytes (a staged tensor's host copy)"));
-  }
-  return PinnedHost{ptr, body};
-}
-
-void FreePinnedHost(void* ptr, size_t mapped) {
-  // Errors ignored: the mapping goes either way.
-  cudaHostUnregister(ptr);
-  munmap(ptr, mapped);
-}
-
-void ParallelCopy(void* to, const void* from, size_t bytes) {
-  InParallel(bytes, [=](size_t at, size_t n) {
-    std::memcpy(static_cast<char*>(to) + at, static_cast<const char*>(from) + at, n);
-  });
-}
 
 #if CUDART_VERSION >= 13000
 cudaMemLocation LocationOf(Location where, int device) {
@@ -169,6 +102,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaBackendOpti
   for (cudaEvent_t& ev : s.events) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
   }
+#if AUTOUVM_CUDA_KERNELS
+  if (backend->options_.code_host_copies && backend->can_stage_into()) {
+    ASSIGN_OR_RETURN(backend->stager_,
+                     CodedStager::Create(s.copy, backend->options_.coded_slot_bytes, backend->options_.coded_slots));
+    backend->coder_ = std::make_unique<HostCopyCoder>(backend->options_.coder_threads);
+  }
+#endif
   if (backend->options_.counters) {
     auto counters = CuptiUvmCounters::Start(backend->options_.device);
     if (counters.ok()) {
@@ -188,8 +128,10 @@ CudaBackend::CudaBackend(CudaBackendOptions options, int64_t cap, int64_t free_a
 CudaBackend::~CudaBackend() {
   counters_.reset();
   // Destruction errors are deliberately ignored: nothing can be done about them here.
+  stager_.reset();  // waits for its decodes
+  coder_.reset();   // stops its threads, which may be reading host copies
   for (auto& [addr, bytes] : allocations_) cudaFree(reinterpret_cast<void*>(addr));
-  for (auto& [addr, copy] : staged_) FreePinnedHost(copy.host, copy.mapped);
+  for (auto& [addr, copy] : staged_) FreeHostCopy(addr, copy);
   for (auto& [addr, bytes] : device_buffers_) cudaFree(reinterpret_cast<void*>(addr));
   for (cudaEvent_t ev : streams_->timed) {
     if (ev != nullptr) cudaEventDestroy(ev);
@@ -229,7 +171,7 @@ absl::Status CudaBackend::FreeManaged(uint64_t addr) {
   }
   // Whatever was staged from it goes with it (its copies describe memory that no longer exists).
   const auto first = staged_.lower_bound(addr), last = staged_.lower_bound(addr + static_cast<uint64_t>(it->second));
-  for (auto s = first; s != last; ++s) FreePinnedHost(s->second.host, s->second.mapped);
+  for (auto s = first; s != last; ++s) FreeHostCopy(s->first, s->second);
   staged_.erase(first, last);
   CUDA_RETURN_IF_ERROR(cudaFree(reinterpret_cast<void*>(addr)), "cudaFree");
   allocated_ -= it->second;
@@ -311,7 +253,8 @@ EventId CudaBackend::RecordEvent(Stream stream) {
   const EventId id = next_event_++;
   // Checked by its absence of consequence: an event that fails to record completes at once, so a
   // stream waiting on it does not wait — the same as the sim backend's unknown events.
-  cudaEventRecord(streams_->events[static_cast<size_t>(id % kEventRing)], streams_->Of(stream));
+  cudaEventRecord(streams_->events[static_cast<size_t>(id % kEventRing)],
+                  stream == Stream::kCopy ? static_cast<cudaStream_t>(CopyTail()) : streams_->Of(stream));
   return id;
 }
 
@@ -326,7 +269,7 @@ EventId CudaBackend::RecordTimedEvent(Stream stream) {
   cudaEvent_t& ev = streams_->timed[static_cast<size_t>(id % kTimedEventRing)];
   // A failure here surfaces in ElapsedSeconds (an event never recorded has no time).
   if (ev == nullptr) cudaEventCreate(&ev);
-  cudaEventRecord(ev, streams_->Of(stream));
+  cudaEventRecord(ev, stream == Stream::kCopy ? static_cast<cudaStream_t>(CopyTail()) : streams_->Of(stream));
   return id;
 }
 
@@ -347,6 +290,9 @@ absl::StatusOr<double> CudaBackend::ElapsedSeconds(EventId from, EventId to) {
 
 absl::Status CudaBackend::Synchronize() {
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_->copy), "synchronizing the copy stream");
+#if AUTOUVM_CUDA_KERNELS
+  if (stager_ != nullptr) RETURN_IF_ERROR(stager_->Synchronize());
+#endif
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_->compute), "synchronizing the compute stream");
   return absl::OkStatus();
 }
@@ -355,6 +301,11 @@ absl::StatusOr<UvmCounters> CudaBackend::ReadCounters() {
   if (counters_ == nullptr) return absl::UnavailableError(counters_error_);
   UvmCounters c = counters_->Read();
   c.h2d_bytes[static_cast<int>(MigrationCause::kStaged)] += staged_in_bytes_;
+  c.coded_bytes = coded_bytes_;
+  c.decoded_bytes = decoded_bytes_;
+#if AUTOUVM_CUDA_KERNELS
+  if (stager_ != nullptr) c.decode_ns = stager_->decode_ns();
+#endif
   return c;
 }
 
@@ -387,7 +338,7 @@ absl::Status CudaBackend::CopyToHost(uint64_t addr, int64_t bytes, Staging stagi
     return absl::FailedPreconditionError(absl::StrCat("0x", absl::Hex(addr), " is staged already"));
   }
   if (it != staged_.end() && it->second.bytes != bytes) {  // a copy of another range that began here
-    FreePinnedHost(it->second.host, it->second.mapped);
+    FreeHostCopy(it->first, it->second);
     staged_.erase(it);
     it = staged_.end();
   }
@@ -424,7 +375,16 @@ absl::Status CudaBackend::CopyToHost(uint64_t addr, int64_t bytes, Staging stagi
       return fail(absl::InternalError(absl::StrCat("discarding a staged range: ", cudaGetErrorString(e))));
     }
   }
-  staged_[addr] = {host.ptr, host.mapped, bytes, staging};
+  if (fresh) {
+    StagedCopy& copy = staged_[addr];
+    copy = {host.ptr, host.mapped, bytes, staging};
+    if (coder_ != nullptr && bytes >= options_.coded_min_bytes && bytes % 2 == 0) {
+      coder_->Add(addr, host.ptr, bytes);
+      copy.coding = StagedCopy::Coding::kPending;
+    }
+  } else {
+    it->second.staging = staging;
+  }
   return absl::OkStatus();
 }
 
@@ -485,7 +445,7 @@ absl::Status CudaBackend::ForgetHostCopies(uint64_t addr, int64_t bytes, WhenSta
           absl::StrCat("the range at 0x", absl::Hex(it->first), " is still staged: its host copy is its contents"));
     }
   }
-  for (auto it = first; it != last; ++it) FreePinnedHost(it->second.host, it->second.mapped);
+  for (auto it = first; it != last; ++it) FreeHostCopy(it->first, it->second);
   staged_.erase(first, last);
   return absl::OkStatus();
 }
@@ -521,16 +481,88 @@ absl::Status CudaBackend::FreeDevice(uint64_t addr) {
 }
 
 absl::Status CudaBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device_addr, Stream stream) {
-  ASSIGN_OR_RETURN(const StagedCopy* copy, FindStaged(addr, bytes));
+  ASSIGN_OR_RETURN(StagedCopy * copy, FindStaged(addr, bytes));
   if (!WithinOne(device_buffers_, device_addr, bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat(bytes, " bytes at 0x", absl::Hex(device_addr), " do not lie in one device buffer"));
   }
+  AdoptCoded(addr, *copy);
+#if AUTOUVM_CUDA_KERNELS
+  if (copy->coding == StagedCopy::Coding::kCoded && stream == Stream::kCopy &&
+      reinterpret_cast<uintptr_t>(device_addr) % 16 == 0) {
+    RETURN_IF_ERROR(stager_->Stage(*copy->coded, reinterpret_cast<uint16_t*>(device_addr)));
+    staged_in_bytes_ += copy->coded->link_bytes;
+    coded_bytes_ += copy->coded->link_bytes;
+    decoded_bytes_ += bytes;
+    return absl::OkStatus();
+  }
+#endif
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<void*>(device_addr), copy->host, static_cast<size_t>(bytes),
                                        cudaMemcpyHostToDevice, streams_->Of(stream)),
                        "cudaMemcpyAsync (a staged tensor into a device buffer)");
   staged_in_bytes_ += bytes;
   return absl::OkStatus();
+}
+
+// Note [Coded host copies]: issue 30. Under a budget each step moves the streamed weights over the link,
+// so fewer bytes is the only way past the link's floor. A host copy StageOut or KeepHostCopy makes is
+// queued to the HostCopyCoder, whose threads encode it (runtime/weight_codec.h: lossless, about 0.70 of
+// the bf16 bytes for Gaussian weights) off the serving path; until its coded form is ready it is staged
+// plain, then StageInto sends the coded bytes chunk by chunk through landing slots on the device and
+// decodes each into the device buffer (CodedStager; Note [Coded staging in chunks]), so the compute
+// stream sees the same bits. The coding is blind to what the bytes hold: any range decodes to itself,
+// and one that does not shrink stays plain. The copy side is then two streams, so an event recorded
+// for Stream::kCopy is recorded after both (CopyTail). Both copies are kept: StageIn and Unstage use
+// the plain one (the managed range's own path).
+void CudaBackend::AdoptCoded(uint64_t addr, StagedCopy& copy) {
+  if (copy.coding != StagedCopy::Coding::kPending) return;
+  std::optional<HostCopyCoder::Coded> done = coder_->Take(addr);
+  if (!done.has_value()) return;
+  copy.coding = StagedCopy::Coding::kNone;
+#if AUTOUVM_CUDA_KERNELS
+  if (done->memory.ptr == nullptr) return;  // it would not shrink, or its copy could not be allocated
+  absl::StatusOr<CodedCopy> coded =
+      CodedCopy::Of(static_cast<const uint8_t*>(done->memory.ptr), done->bytes, stager_->slot_bytes());
+  if (!coded.ok()) {
+    FreePinnedHost(done->memory.ptr, done->memory.mapped);
+    return;
+  }
+  copy.coded_host = done->memory.ptr;
+  copy.coded_mapped = done->memory.mapped;
+  copy.coded = std::make_shared<CodedCopy>(*std::move(coded));
+  copy.coding = StagedCopy::Coding::kCoded;
+#else
+  if (done->memory.ptr != nullptr) FreePinnedHost(done->memory.ptr, done->memory.mapped);
+#endif
+}
+
+void CudaBackend::FreeHostCopy(uint64_t addr, StagedCopy& copy) {
+  if (copy.coding == StagedCopy::Coding::kPending && coder_ != nullptr) coder_->Forget(addr);
+  if (copy.coded_host != nullptr) FreePinnedHost(copy.coded_host, copy.coded_mapped);
+  copy.coded_host = nullptr;
+  copy.coded.reset();
+  copy.coding = StagedCopy::Coding::kNone;
+  FreePinnedHost(copy.host, copy.mapped);
+}
+
+void* CudaBackend::CopyTail() {
+#if AUTOUVM_CUDA_KERNELS
+  if (stager_ != nullptr) return stager_->Tail();
+#endif
+  return streams_->copy;
+}
+
+int64_t CudaBackend::device_bytes() const {
+#if AUTOUVM_CUDA_KERNELS
+  if (stager_ != nullptr) return stager_->device_bytes();
+#endif
+  return 0;
+}
+
+void CudaBackend::WaitForCodedCopies() {
+  if (coder_ == nullptr) return;
+  coder_->WaitIdle();
+  for (auto& [addr, copy] : staged_) AdoptCoded(addr, copy);
 }
 
 absl::Status CudaBackend::EndStageInto(uint64_t addr, int64_t bytes) {

@@ -24,6 +24,9 @@
 namespace autouvm::runtime::cuda {
 
 class CuptiUvmCounters;
+class CodedStager;
+class HostCopyCoder;
+struct CodedCopy;
 
 // AUTOUVM_MAX_MANAGED_BYTES as the default cap: see CudaBackendOptions::cap_bytes.
 inline constexpr int64_t kCapFromEnvironment = -1;
@@ -36,6 +39,15 @@ struct CudaBackendOptions {
   void* compute_stream = nullptr;  // a cudaStream_t to compute on (e.g. PyTorch's); null: one of our own
   bool counters = true;            // collect CUPTI unified-memory counters
   int64_t device_free_bytes = 0;   // 0: the device's free memory now (cudaMemGetInfo); tests give less
+  // Note [Coded host copies]: host copies of at least coded_min_bytes are exponent-coded by
+  // coder_threads threads, and StageInto sends their coded bytes over the link and decodes them on the
+  // device, through coded_slots landing slots of coded_slot_bytes (device memory, device_bytes()).
+  // Ignored where the build has no CUDA kernels (coding() says whether it is on).
+  bool code_host_copies = false;
+  int64_t coded_min_bytes = int64_t{4} << 20;
+  int64_t coded_slot_bytes = int64_t{16} << 20;
+  int coded_slots = 2;
+  int coder_threads = 4;
 };
 
 class CudaBackend final : public DeviceBackend {
@@ -78,6 +90,14 @@ class CudaBackend final : public DeviceBackend {
   absl::Status KeepHostCopy(uint64_t addr, int64_t bytes) override;
   Staging StagingOf(uint64_t addr) const override;
 
+  // Whether staged copies cross the link coded (Note [Coded host copies]).
+  bool coding() const { return stager_ != nullptr; }
+  // Device memory the backend holds for itself: the coded copies' landing slots.
+  int64_t device_bytes() const;
+  // Blocks until every host copy made so far has its coded form (or is known not to shrink): benchmarks
+  // and tests, which want coded staging from the first step.
+  void WaitForCodedCopies();
+
   static constexpr int kEventRing = 4096;
   static constexpr int kTimedEventRing = 8192;  // an iteration's op boundaries
   int64_t allocated_bytes() const { return allocated_; }
@@ -103,13 +123,28 @@ class CudaBackend final : public DeviceBackend {
     // kDiscarded: StageOut's; kKept: KeepHostCopy's (the managed range left as it was); kNone: unstaged,
     // kept for reuse (Note [Host copies outlive staging]).
     Staging staging = Staging::kNone;
+    // Note [Coded host copies]: kPending while a coder thread encodes it; kCoded once the coded copy
+    // is adopted (StageInto sends it); kNone: staged plain.
+    enum class Coding { kNone, kPending, kCoded } coding = Coding::kNone;
+    void* coded_host = nullptr;  // pinned
+    size_t coded_mapped = 0;
+    std::shared_ptr<CodedCopy> coded;
   };
+  // Frees a host copy and its coded form (a coder thread's job included).
+  void FreeHostCopy(uint64_t addr, StagedCopy& copy);
+  // Adopts the coder's result for a kPending copy, if it is done.
+  void AdoptCoded(uint64_t addr, StagedCopy& copy);
+  // The stream on which an event covers all the copy side's work (copies and decodes).
+  void* CopyTail();
   absl::Status CopyToHost(uint64_t addr, int64_t bytes, Staging staging);
   // The host copy of the range StageOut or KeepHostCopy was given; FAILED_PRECONDITION for any other.
   absl::StatusOr<StagedCopy*> FindStaged(uint64_t addr, int64_t bytes);
   std::map<uint64_t, StagedCopy> staged_;       // by managed address: staged or kept for reuse
   std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
-  int64_t staged_in_bytes_ = 0;
+  int64_t staged_in_bytes_ = 0;                 // over the link (coded bytes where coded)
+  int64_t coded_bytes_ = 0, decoded_bytes_ = 0;
+  std::unique_ptr<HostCopyCoder> coder_;
+  std::unique_ptr<CodedStager> stager_;
   std::unique_ptr<CuptiUvmCounters> counters_;
   std::string counters_error_;  // why there are no counters, when there are none
 };

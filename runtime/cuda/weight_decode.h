@@ -5,6 +5,8 @@
 //
 //   ASSIGN_OR_RETURN(weight_codec::Header h, weight_codec::ReadHeader(host_bytes));   // on the host
 //   RETURN_IF_ERROR(LaunchWeightDecode(device_bytes, h, device_out, stream));
+//   // or chunk by chunk, each copied into a landing buffer first (Note [Coded staging in chunks]):
+//   RETURN_IF_ERROR(LaunchWeightDecodeChunk(landing, h, chunk, device_out, stream));
 //
 // Thread-safety: any thread; the launch is ordered on `stream` like any kernel.
 #pragma once
@@ -16,10 +18,16 @@
 
 namespace autouvm::runtime::cuda {
 
-// Decodes the encoding at `encoded` (device memory, 8-byte aligned, `header.encoded_bytes` long; the
+// Decodes the encoding at `encoded` (device memory, 16-byte aligned, `header.encoded_bytes` long; the
 // header read from a copy on the host) into `out` (device memory, 16-byte aligned, header.count
 // values), on `stream` (a cudaStream_t; null: the default stream). INVALID_ARGUMENT for misaligned
 // pointers; INTERNAL if the launch fails. The kernel trusts the header: check it with ReadHeader.
 absl::Status LaunchWeightDecode(const void* encoded, const weight_codec::Header& header, uint16_t* out, void* stream);
+
+// Decodes one chunk of an exponent-coded encoding (weight_codec::SplitIntoChunks), gathered into
+// `landing` (device memory, 16-byte aligned, as weight_codec::GatherChunk lays it out), into its
+// values' places in `out` (the whole tensor: header.count values, 16-byte aligned), on `stream`.
+absl::Status LaunchWeightDecodeChunk(const void* landing, const weight_codec::Header& header,
+                                     const weight_codec::Chunk& chunk, uint16_t* out, void* stream);
 
 }  // namespace autouvm::runtime::cuda

@@ -24,6 +24,14 @@ absl::StatusOr<std::unique_ptr<SimBackend>> SimBackend::Create(SimOptions option
     return absl::InvalidArgumentError(absl::StrCat("GPU spec \"", s.name, "\" lacks a memory size or a bandwidth"));
   }
   if (options.device_budget_bytes < 0) return absl::InvalidArgumentError("device budget must not be negative");
+  if (options.coded_ratio < 0 || options.coded_ratio > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a coded ratio of ", options.coded_ratio, " (0: plain; else (0, 1])"));
+  }
+  if (options.coded_ratio > 0 && s.decode_bytes_per_s <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU spec \"", s.name, "\" has no decoder rate (decode_gb_per_s) to decode coded copies at"));
+  }
   return std::unique_ptr<SimBackend>(new SimBackend(std::move(options)));
 }
 
@@ -249,6 +257,9 @@ absl::Status SimBackend::Discard(uint64_t addr, int64_t bytes, Stream stream) {
 absl::StatusOr<UvmCounters> SimBackend::ReadCounters() {
   UvmCounters c = model_.counters();
   c.h2d_bytes[static_cast<int>(MigrationCause::kStaged)] += staged_in_bytes_;
+  c.coded_bytes = coded_bytes_;
+  c.decoded_bytes = decoded_bytes_;
+  c.decode_ns = static_cast<int64_t>(decode_s_ * 1e9);
   return c;
 }
 
@@ -379,10 +390,21 @@ absl::Status SimBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device
         absl::StrCat(bytes, " bytes at ", device_addr, " do not lie in one device buffer"));
   }
   double& clock = clock_[Index(stream)];
-  clock = std::max(clock, host_clock_) + static_cast<double>(bytes) / options_.spec.link_bytes_per_s;
+  const bool coded = options_.coded_ratio > 0 && bytes >= options_.coded_min_bytes && stream == Stream::kCopy;
+  const int64_t link_bytes = coded ? static_cast<int64_t>(options_.coded_ratio * static_cast<double>(bytes)) : bytes;
+  clock = std::max(clock, host_clock_) + static_cast<double>(link_bytes) / options_.spec.link_bytes_per_s;
+  double ready = clock;
+  if (coded) {  // decoded once it has crossed (whole: the chunks' overlap with the copy is not modelled)
+    const double decode = static_cast<double>(bytes) / options_.spec.decode_bytes_per_s;
+    decode_clock_ = std::max(decode_clock_, clock) + decode;
+    ready = decode_clock_;
+    coded_bytes_ += link_bytes;
+    decoded_bytes_ += bytes;
+    decode_s_ += decode;
+  }
   model_.Populate(addr, bytes);
-  staged_in_bytes_ += bytes;
-  for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = clock;
+  staged_in_bytes_ += link_bytes;
+  for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = ready;
   return absl::OkStatus();
 }
 
@@ -399,7 +421,9 @@ absl::StatusOr<int64_t> SimBackend::ResidentBytes(uint64_t addr, int64_t bytes) 
 }
 
 EventId SimBackend::RecordEvent(Stream stream) {
-  events_[static_cast<size_t>(next_event_ % kEventRing)] = clock_[Index(stream)];
+  // The copy side's events follow its decodes too (CudaBackend records them after both).
+  events_[static_cast<size_t>(next_event_ % kEventRing)] =
+      stream == Stream::kCopy ? std::max(clock_[1], decode_clock_) : clock_[Index(stream)];
   return next_event_++;
 }
 
@@ -422,10 +446,11 @@ absl::StatusOr<double> SimBackend::ElapsedSeconds(EventId from, EventId to) {
 absl::Status SimBackend::Synchronize() {
   const double t = Elapsed();
   clock_ = {t, t};
+  decode_clock_ = t;
   host_clock_ = t;
   return absl::OkStatus();
 }
 
-double SimBackend::Elapsed() const { return std::max({clock_[0], clock_[1], host_clock_}); }
+double SimBackend::Elapsed() const { return std::max({clock_[0], clock_[1], host_clock_, decode_clock_}); }
 
 }  // namespace autouvm::runtime::sim

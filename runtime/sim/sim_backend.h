@@ -44,6 +44,12 @@ struct SimOptions {
   GpuSpec spec;
   int64_t device_budget_bytes = 0;      // managed memory the device holds; 0: the spec's memory
   bool allow_oversubscription = false;  // may allocations exceed the budget?
+  // Note [Coded host copies] (runtime/cuda/cuda_backend.cc), as the simulator models it: 0, staged
+  // copies cross plain; else host copies of at least coded_min_bytes cross StageInto's link as this
+  // fraction of their bytes, and are then decoded at spec.decode_bytes_per_s (which must be set) on a
+  // decode lane of their own beside the copies; a kernel reading one waits for its decode.
+  double coded_ratio = 0;
+  int64_t coded_min_bytes = int64_t{4} << 20;
 };
 
 struct SimKernel {
@@ -164,7 +170,10 @@ class SimBackend final : public DeviceBackend {
   std::map<uint64_t, int64_t> reusable_;  // addr → bytes of each host copy kept after Unstage
   int64_t host_copies_filled_bytes_ = 0;
   int64_t put_back_bytes_ = 0;
-  int64_t staged_in_bytes_ = 0;                 // bytes StageIn copied (MigrationCause::kStaged)
+  int64_t staged_in_bytes_ = 0;                  // bytes StageIn copied (MigrationCause::kStaged)
+  int64_t coded_bytes_ = 0, decoded_bytes_ = 0;  // Note [Coded host copies]
+  double decode_s_ = 0;
+  double decode_clock_ = 0;                     // the decode lane
   std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes
   uint64_t next_device_addr_ = uint64_t{1} << 62;
 };

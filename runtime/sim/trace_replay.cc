@@ -279,7 +279,8 @@ absl::StatusOr<ReplayReport> ReplayTrace(const AccessTrace& trace, const GpuSpec
   ASSIGN_OR_RETURN(
       auto sim, SimBackend::Create({.spec = spec,
                                     .device_budget_bytes = emulated ? 2 * report.footprint_bytes : report.device_bytes,
-                                    .allow_oversubscription = true}));
+                                    .allow_oversubscription = true,
+                                    .coded_ratio = options.coded_ratio}));
   Plan follow;
   if (options.policy != "stock") follow = options.make_plan(report.device_bytes);
   RETURN_IF_ERROR(Run(trace, lives, sim.get(), options.iterations, &report.iterations, &report.op_seconds,

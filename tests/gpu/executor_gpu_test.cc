@@ -117,5 +117,79 @@ TEST(ExecutorGpuTest, TokensMatchAndResidencyStaysWithinTheBudgetUnderEveryPolic
   EXPECT_LE((*pool)->peak_bytes(), (*pool)->free_bytes_at_start());
 }
 
+// Note [Coded host copies]: with the backend's coding on (runtime.compress_streamed), the streamed weights
+// cross the link exponent-coded and are decoded on the GPU, and the model computes the same logits, bit
+// for bit, as with every weight resident; nothing faults.
+TEST(ExecutorGpuTest, CodedStagingGivesTheResidentLogitsBitForBit) {
+  const auto cap = runtime::cuda::ManagedMemoryPool::CapFromEnvironment();
+  ASSERT_TRUE(cap.ok()) << cap.status();
+  ASSERT_GT(*cap, 0) << "set AUTOUVM_MAX_MANAGED_BYTES (source .gpu/env.sh)";
+  auto pool = runtime::cuda::ManagedMemoryPool::Create(0, {.cap_bytes = *cap});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  c10::cuda::CUDAStream compute = c10::cuda::getStreamFromPool(/*isHighPriority=*/true);
+  c10::cuda::CUDAStreamGuard stream_guard(compute);
+  auto backend = runtime::cuda::CudaBackend::Create({.spec = *runtime::FindGpuSpec("h200-pcie5"),
+                                                     .compute_stream = compute.stream(),
+                                                     .code_host_copies = true,
+                                                     .coded_min_bytes = 1 << 20,
+                                                     .coded_slot_bytes = 4 << 20});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  if (!(*backend)->coding()) GTEST_SKIP() << "this build has no CUDA kernels: nothing is coded";
+  runtime::cuda::CudaBackend* gpu = backend->get();
+  auto observer = runtime::Observer::Create();
+  ASSERT_TRUE(observer.ok()) << observer.status();
+  runtime::Observer::MakeExecutionRepeatable();
+  torch::NoGradGuard no_grad;
+  runtime::cuda::ManagedMemoryPool::Scope scope(pool->get());
+
+  auto config = LlamaConfig("small", /*seed=*/6, kPromptLen + kSteps + 4);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto loaded = LoadDecodeModel(*config, kBatch, observer->get());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  DecodeModel& m = *loaded;
+  const std::vector<int64_t> first = Prefill(m, kBatch, kPromptLen);
+  (*observer)->BeginIteration();
+  DecodeStep(m, first, kPromptLen);
+  const runtime::AccessTrace trace = (*observer)->EndIteration();
+  // The tokens of each step are the resident run's, so every step's input is the same in both runs.
+  std::vector<std::vector<int64_t>> inputs{first};
+  std::vector<torch::Tensor> reference;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    reference.push_back(DecodeLogits(m, inputs.back(), kPromptLen + s).cpu());
+    inputs.push_back(Greedy(reference.back(), 0));
+  }
+
+  ASSERT_TRUE(MoveAllToHost(gpu, m).ok());
+  const auto budget = static_cast<int64_t>(static_cast<double>(m.named_bytes) * 0.5);
+  auto run = BudgetPolicy::Create("autouvm", gpu, trace, m, budget, kBatch);
+  ASSERT_TRUE(run.ok()) << run.status();
+  if ((*run)->subscriber() != nullptr) (*observer)->AddSubscriber((*run)->subscriber());
+  runtime::UvmCounters before;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    if (s == 1) {
+      gpu->WaitForCodedCopies();  // the host copies the cold step made, coded from here on
+      auto c = gpu->ReadCounters();
+      ASSERT_TRUE(c.ok()) << c.status();
+      before = *c;
+    }
+    (*observer)->BeginIteration(runtime::IterationMode::kObserve);
+    const torch::Tensor logits = DecodeLogits(m, inputs[static_cast<size_t>(s)], kPromptLen + s).cpu();
+    (*observer)->EndIteration();
+    EXPECT_TRUE((*run)->EndIteration().ok()) << "step " << s;
+    EXPECT_TRUE(torch::equal(logits, reference[static_cast<size_t>(s)])) << "step " << s << " differs from resident";
+  }
+  ASSERT_TRUE(gpu->Synchronize().ok());
+  if ((*run)->subscriber() != nullptr) (*observer)->RemoveSubscriber((*run)->subscriber());
+  auto after = gpu->ReadCounters();
+  ASSERT_TRUE(after.ok()) << after.status();
+  const runtime::UvmCounters moved = *after - before;
+  EXPECT_GT(moved.coded_bytes, 0) << "nothing crossed coded";
+  EXPECT_GT(moved.decoded_bytes, moved.coded_bytes) << "the coded bytes should be fewer than the bf16 they decode to";
+  EXPECT_LT(static_cast<double>(moved.coded_bytes), 0.8 * static_cast<double>(moved.decoded_bytes));
+  EXPECT_GT(moved.decode_ns, 0);
+  EXPECT_EQ(moved.gpu_fault_groups, 0);
+  EXPECT_LE((*run)->peak_resident_bytes(), budget);
+}
+
 }  // namespace
 }  // namespace autouvm::bench

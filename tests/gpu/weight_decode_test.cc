@@ -48,11 +48,73 @@ TEST(WeightDecodeTest, MisalignedPointersAreRefused) {
   wc::Header h;
   h.count = 1;
   EXPECT_EQ(
-      LaunchWeightDecode(reinterpret_cast<const void*>(0x1004), h, reinterpret_cast<uint16_t*>(0x2000), nullptr).code(),
+      LaunchWeightDecode(reinterpret_cast<const void*>(0x1008), h, reinterpret_cast<uint16_t*>(0x2000), nullptr).code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
       LaunchWeightDecode(reinterpret_cast<const void*>(0x1000), h, reinterpret_cast<uint16_t*>(0x2008), nullptr).code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WeightDecodeTest, AChunkOutsideItsEncodingIsRefused) {
+  const std::vector<uint16_t> v(10000, 0x3C00);
+  const std::vector<uint8_t> packed = wc::Encode(v, 1024);
+  const absl::StatusOr<wc::Header> h = wc::ReadHeader(packed);
+  ASSERT_TRUE(h.ok());
+  wc::Chunk c;
+  c.first_block = h->blocks() - 1;
+  c.blocks = 2;
+  EXPECT_EQ(LaunchWeightDecodeChunk(reinterpret_cast<const void*>(0x1000), *h, c, reinterpret_cast<uint16_t*>(0x2000),
+                                    nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  c.blocks = 1;
+  EXPECT_EQ(LaunchWeightDecodeChunk(reinterpret_cast<const void*>(0x1008), *h, c, reinterpret_cast<uint16_t*>(0x2000),
+                                    nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Note [Coded staging in chunks]: every chunk copied into one landing buffer in turn and decoded from
+// there, as CudaBackend::StageInto does, gives the tensor back bit for bit.
+TEST(WeightDecodeTest, ChunksThroughALandingBufferDecodeAsTheReferenceDoes) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0, 0.02f);
+  std::vector<uint16_t> v((1 << 21) + 77);
+  for (auto& x : v) x = wc::RoundToBf16(normal(rng));
+  for (size_t i = 0; i < 50000; ++i) v[1000000 + i] = static_cast<uint16_t>(rng());  // a run of escapes
+  const std::vector<uint8_t> packed = wc::Encode(v);
+  const absl::StatusOr<wc::Header> h = wc::ReadHeader(packed);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->mode, wc::Mode::kExponentCoded);
+  void* host = nullptr;
+  ASSERT_EQ(cudaMallocHost(&host, packed.size()), cudaSuccess);
+  std::memcpy(host, packed.data(), packed.size());
+  for (const int64_t landing_bytes : {wc::LandingBytesOfOneBlock(*h), int64_t{300000}, int64_t{4} << 20}) {
+    const absl::StatusOr<std::vector<wc::Chunk>> chunks = wc::SplitIntoChunks(packed, *h, landing_bytes);
+    ASSERT_TRUE(chunks.ok()) << chunks.status();
+    void* landing = nullptr;
+    void* out = nullptr;
+    ASSERT_EQ(cudaMalloc(&landing, static_cast<size_t>(landing_bytes)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out, 2 * v.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemset(out, 0xAB, 2 * v.size()), cudaSuccess);
+    for (const wc::Chunk& c : *chunks) {
+      for (const wc::Chunk::Piece* p : {&c.signs, &c.indices, &c.escape_starts, &c.escape_exponents}) {
+        if (p->bytes == 0) continue;
+        ASSERT_EQ(cudaMemcpyAsync(static_cast<uint8_t*>(landing) + p->landing, static_cast<uint8_t*>(host) + p->offset,
+                                  static_cast<size_t>(p->bytes), cudaMemcpyHostToDevice, nullptr),
+                  cudaSuccess);
+      }
+      const absl::Status s = LaunchWeightDecodeChunk(landing, *h, c, static_cast<uint16_t*>(out), nullptr);
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    std::vector<uint16_t> back(v.size());
+    ASSERT_EQ(cudaMemcpy(back.data(), out, 2 * back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(back, v) << chunks->size() << " chunks in a landing buffer of " << landing_bytes << " bytes";
+    cudaFree(landing);
+    cudaFree(out);
+  }
+  cudaFreeHost(host);
 }
 
 TEST(WeightDecodeTest, GaussianAndSpecialValuesDecodeAsTheReferenceDoes) {

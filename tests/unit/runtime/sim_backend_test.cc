@@ -273,5 +273,48 @@ TEST(SimBackendTest, MatrixProductsReadRemoteMemoryMoreSlowlyThanAStreamingRead)
   EXPECT_EQ(sim->ReadCounters()->gpu_faults, 0);
 }
 
+// Note [Coded host copies], as simulated: a staged range of at least coded_min_bytes crosses StageInto
+// as coded_ratio of its bytes at the link's rate and is decoded at the spec's decoder rate after; a
+// kernel reading it waits for the decode, the copy side's events follow it, and the counters say what
+// crossed coded. Below coded_min_bytes, or without a ratio, it crosses plain.
+TEST(SimBackendTest, CodedCopiesCrossAsTheirRatioAndAreReadyAfterTheirDecode) {
+  GpuSpec spec = *FindGpuSpec("h200-pcie5");
+  EXPECT_EQ(SimBackend::Create({.spec = spec, .coded_ratio = 0.7}).status().code(), absl::StatusCode::kInvalidArgument)
+      << "no decoder rate to decode at";
+  spec.decode_bytes_per_s = 554e9;  // 10x the link
+  EXPECT_EQ(SimBackend::Create({.spec = spec, .coded_ratio = 1.5}).status().code(), absl::StatusCode::kInvalidArgument);
+  for (const double ratio : {0.0, 0.7}) {
+    SCOPED_TRACE(ratio);
+    auto made = SimBackend::Create({.spec = spec, .device_budget_bytes = 1024 * kMiB, .coded_ratio = ratio});
+    ASSERT_TRUE(made.ok()) << made.status();
+    SimBackend& sim = **made;
+    const int64_t bytes = 64 * kMiB;
+    const uint64_t w = *sim.AllocateManaged(bytes);
+    const uint64_t small = *sim.AllocateManaged(2 * kMiB);
+    ASSERT_TRUE(sim.StageOut(w, bytes).ok());
+    ASSERT_TRUE(sim.StageOut(small, 2 * kMiB).ok());
+    const uint64_t buffer = *sim.AllocateDevice(bytes + 2 * kMiB);
+    const double start = sim.Now(Stream::kCopy);
+    ASSERT_TRUE(sim.StageInto(w, bytes, buffer, Stream::kCopy).ok());
+    const double link = static_cast<double>(bytes) / spec.link_bytes_per_s;
+    const double copy_done = sim.Now(Stream::kCopy) - start;
+    EXPECT_NEAR(copy_done, (ratio > 0 ? ratio : 1.0) * link, 1e-9);
+    const EventId e = sim.RecordEvent(Stream::kCopy);
+    const double decode = ratio > 0 ? static_cast<double>(bytes) / spec.decode_bytes_per_s : 0;
+    KernelTime t = sim.Launch({.name = "k", .ranges = {{w, bytes, false, 1.0}}});
+    EXPECT_NEAR(t.wait_s, start + copy_done + decode - t.start_s, 1e-9);
+    sim.WaitEvent(Stream::kCompute, e);
+    EXPECT_GE(sim.Now(Stream::kCompute), start + copy_done + decode - 1e-12);
+    ASSERT_TRUE(sim.StageInto(small, 2 * kMiB, buffer + static_cast<uint64_t>(bytes), Stream::kCopy).ok());
+    const UvmCounters c = *sim.ReadCounters();
+    const int64_t coded = ratio > 0 ? static_cast<int64_t>(ratio * static_cast<double>(bytes)) : 0;
+    EXPECT_EQ(c.coded_bytes, coded);
+    EXPECT_EQ(c.decoded_bytes, ratio > 0 ? bytes : 0);
+    EXPECT_EQ(c.h2d(MigrationCause::kStaged), (ratio > 0 ? coded : bytes) + 2 * kMiB)
+        << "the small range crosses plain";
+    EXPECT_NEAR(static_cast<double>(c.decode_ns) / 1e9, decode, 1e-6);
+  }
+}
+
 }  // namespace
 }  // namespace autouvm::runtime::sim

@@ -168,5 +168,72 @@ TEST(WeightCodecTest, ADamagedEncodingIsRefusedNamingWhatIsWrong) {
   EXPECT_EQ(Decode(good, absl::MakeSpan(small)).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Note [Coded staging in chunks]: an encoding split into chunks for a landing buffer of any size from
+// one block up, each gathered and decoded on its own, decodes to the same bits; chunks cover every
+// block once, in order, and none needs more landing buffer than it was given.
+TEST(WeightCodecTest, ChunksDecodeOnTheirOwnBitForBit) {
+  std::vector<uint16_t> v = Gaussian(100000, 0.02f, 11);
+  for (size_t i = 0; i < v.size(); i += 997) v[i] = static_cast<uint16_t>(i * 40503u);  // escapes, unevenly
+  for (int i = 0; i < 3000; ++i) v[50000 + static_cast<size_t>(i)] = 0x7F80;            // one exponent run
+  for (const uint32_t block : {64u, 1024u, kDefaultBlock}) {
+    const std::vector<uint8_t> packed = Encode(v, block);
+    absl::StatusOr<Header> h = ReadHeader(packed);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_EQ(h->mode, Mode::kExponentCoded);
+    for (const int64_t landing :
+         {LandingBytesOfOneBlock(*h), 3 * LandingBytesOfOneBlock(*h) + 5, int64_t{40000}, int64_t{1} << 20}) {
+      absl::StatusOr<std::vector<Chunk>> chunks = SplitIntoChunks(packed, *h, landing);
+      ASSERT_TRUE(chunks.ok()) << chunks.status();
+      std::vector<uint16_t> out(v.size(), 0xDEAD);
+      int64_t next = 0, link = 0;
+      for (const Chunk& c : *chunks) {
+        EXPECT_EQ(c.first_block, next);
+        EXPECT_GE(c.blocks, 1);
+        EXPECT_LE(c.landing_bytes, landing);
+        next += c.blocks;
+        link += c.link_bytes();
+        std::vector<uint8_t> buffer(static_cast<size_t>(landing), 0xEE);
+        GatherChunk(packed, c, absl::MakeSpan(buffer));
+        const absl::Status s = DecodeChunk(*h, c, buffer, absl::MakeSpan(out));
+        ASSERT_TRUE(s.ok()) << s;
+      }
+      EXPECT_EQ(next, h->blocks());
+      EXPECT_EQ(out, v) << "block " << block << ", landing " << landing;
+      // What crosses the link: the encoding less its header, plus one escape start per chunk boundary.
+      EXPECT_EQ(link, h->encoded_bytes - kHeaderBytes -
+                          (h->escape_exponents_offset - h->escape_starts_offset - 4 * (h->blocks() + 1)) -
+                          (h->indices_offset - h->signs_offset - h->count) +
+                          4 * (static_cast<int64_t>(chunks->size()) - 1));
+      if (landing >= (int64_t{1} << 20)) EXPECT_EQ(chunks->size(), 1u);
+    }
+  }
+}
+
+TEST(WeightCodecTest, ChunksRefuseWhatTheyCannotHold) {
+  const std::vector<uint16_t> v = Gaussian(10000, 0.02f, 12);
+  const std::vector<uint8_t> packed = Encode(v, 1024);
+  absl::StatusOr<Header> h = ReadHeader(packed);
+  ASSERT_TRUE(h.ok());
+  absl::StatusOr<std::vector<Chunk>> small = SplitIntoChunks(packed, *h, LandingBytesOfOneBlock(*h) - 1);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("smaller than one block"), std::string::npos) << small.status();
+  std::vector<uint16_t> all(1 << 16);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  const std::vector<uint8_t> plain = Encode(all);
+  absl::StatusOr<Header> ph = ReadHeader(plain);
+  ASSERT_TRUE(ph.ok());
+  EXPECT_EQ(SplitIntoChunks(plain, *ph, 1 << 20).status().code(), absl::StatusCode::kInvalidArgument);
+  // A chunk whose landed escape starts were damaged in flight is refused, not decoded out of bounds.
+  absl::StatusOr<std::vector<Chunk>> chunks = SplitIntoChunks(packed, *h, 1 << 20);
+  ASSERT_TRUE(chunks.ok());
+  const Chunk& c = chunks->front();
+  std::vector<uint8_t> buffer(static_cast<size_t>(c.landing_bytes));
+  GatherChunk(packed, c, absl::MakeSpan(buffer));
+  const uint32_t far = 1u << 30;
+  std::memcpy(buffer.data() + c.escape_starts.landing + 4, &far, 4);
+  std::vector<uint16_t> out(v.size());
+  EXPECT_EQ(DecodeChunk(*h, c, buffer, absl::MakeSpan(out)).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace autouvm::runtime::weight_codec

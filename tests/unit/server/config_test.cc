@@ -254,6 +254,12 @@ TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
   ExpectInvalid("runtime: {gpu: h900}\n", "runtime.gpu");
   ExpectInvalid("profiler: {enabled: maybe}\n", "profiler.enabled");
   ExpectInvalid("admin: {token: x}\n", "admin.token");
+  // runtime.compress_streamed (docs/weight-compression.md): off unless asked for, a boolean.
+  EXPECT_FALSE(c->compress_streamed);
+  auto coded = ParseServerConfig("runtime: {compress_streamed: true}\n", kOrigin);
+  ASSERT_TRUE(coded.ok()) << coded.status();
+  EXPECT_TRUE(coded->compress_streamed);
+  ExpectInvalid("runtime: {compress_streamed: lots}\n", "runtime.compress_streamed");
 }
 
 TEST(ServerConfigTest, TlsIsOffByDefaultAndItsFilesGoTogether) {

@@ -1,0 +1,152 @@
+// coded_streaming (GPU host): issue 30's decode through the daemon with streamed weights exponent-coded
+// (runtime.compress_streamed, Note [Coded host copies]) against the same daemon streaming them plain,
+// side by side in one run, and the greedy tokens of both against the model resident.
+//
+//   build-gpu/bench/coded_streaming --preset 7b --factors 1.5,2.0
+//
+// One Llama entry (weights generated on the GPU at load, as autouvm-mkmodel's are); for the resident run
+// and each factor (named bytes / device budget), plain then coded, a daemon of its own: one request
+// profiles, one warms; a coded daemon is then sent short requests until nearly all it stages crosses
+// coded (its host copies are encoded in the background); then --repeats timed requests. Per run: decode
+// tokens/s and the step, what crossed the link per step (h2d), how much of it coded, the ratio of bf16
+// bytes decoded to coded bytes, the decoder's GPU time per step, and the step against the plain run's
+// bf16 link floor (its h2d bytes per step over the spec's link rate; issue 30's target: <= 0.8).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "bench/daemon_client.h"
+#include "bench/decode_harness.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
+#include "runtime/compute_device.h"
+#include "runtime/gpu_spec.h"
+
+namespace {
+
+using autouvm::bench::Check;
+using autouvm::bench::DaemonRun;
+using autouvm::bench::Die;
+using autouvm::bench::Median;
+
+struct Run {
+  std::string what;
+  double factor = 0;  // 0: resident
+  bool coded = false;
+  int64_t budget = 0;
+  std::vector<DaemonRun> runs;
+  autouvm::v1::ExecutionStatus before, after;
+  int warm_requests = 0;  // short requests until the coded copies were in use
+  int exit_code = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  autouvm::bench::BenchName() = "coded_streaming";
+  CLI::App app{"coded_streaming: streamed weights coded against plain, through the daemon (GPU host)"};
+  std::string preset = "7b", factors_flag = "1.5,2.0";
+  int tokens = 64, prompt_len = 16, repeats = 2;
+  std::string daemon_path = AUTOUVMD_PATH;
+  app.add_option("--preset", preset, "7b, 13b or small");
+  app.add_option("--factors", factors_flag, "oversubscription factors: named bytes / device budget");
+  app.add_option("--tokens", tokens, "tokens generated per request");
+  app.add_option("--prompt", prompt_len, "prompt tokens");
+  app.add_option("--repeats", repeats, "timed requests per run");
+  app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/coded-streaming-", getpid());
+  const std::string repo = root + "/models";
+  const auto spec = Check(autouvm::runtime::FindGpuSpec("h200-pcie5"), "spec");
+  autouvm::engine::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
+  c.name = absl::StrCat("bench-", preset);
+  Check(autouvm::engine::WriteLlamaModel(c, 7, repo), "writing the model entry");
+  int64_t named = 0;
+  {
+    auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
+    auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, 1, device.get()), "sizing");
+    for (const auto& t : runner->NamedTensors()) named += t.bytes;
+  }
+  std::vector<Run> runs;
+  runs.push_back({.what = "resident", .budget = named + (int64_t{4} << 30)});
+  for (const std::string& f : std::vector<std::string>(absl::StrSplit(factors_flag, ','))) {
+    const double factor = std::stod(f);
+    const auto budget = static_cast<int64_t>(static_cast<double>(named) / factor);
+    runs.push_back({.what = absl::StrCat("factor ", f, ", plain"), .factor = factor, .budget = budget});
+    runs.push_back({.what = absl::StrCat("factor ", f, ", coded"), .factor = factor, .coded = true, .budget = budget});
+  }
+  const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
+  for (Run& r : runs) {
+    const std::string dir = absl::StrCat(root, "/run-", &r - runs.data());
+    std::filesystem::create_directories(dir);
+    const std::string config = autouvm::bench::WriteCudaDaemonConfig(
+        dir, repo, spec.name,
+        absl::StrCat("models: {", c.name, ": {max_batch: 1, policy: autouvm, device_budget: ", r.budget, "}}"),
+        r.coded ? "compress_streamed: true" : "");
+    autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config, dir);
+    autouvm::bench::WaitModelReady(d, c.name);
+    autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // profiles
+    autouvm::bench::WaitDecodeReady(d.admin.get(), c.name, absl::Seconds(120));
+    autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // warms
+    if (r.coded) {
+      for (; r.warm_requests < 60; ++r.warm_requests) {
+        const auto a = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
+        autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, 8);
+        const auto b = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
+        const double h2d = static_cast<double>(b.h2d_bytes() - a.h2d_bytes());
+        if (h2d > 0 && static_cast<double>(b.coded_bytes() - a.coded_bytes()) > 0.9 * h2d) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+    }
+    r.before = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
+    for (int i = 0; i < repeats; ++i) {
+      r.runs.push_back(autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens));
+    }
+    r.after = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
+    r.exit_code = autouvm::bench::StopDaemon(&d);
+  }
+
+  std::printf("%s on CUDA (%s): %.2f GiB named; %d prompt tokens, %d generated, %d timed requests per run\n\n",
+              c.name.c_str(), spec.name.c_str(), static_cast<double>(named) / (1 << 30), prompt_len, tokens, repeats);
+  std::printf(
+      "| run | budget GiB | decode tok/s | step ms | H2D GB / step | of it coded | decoded / coded | decode ms / step "
+      "| "
+      "step / bf16 floor | tokens = resident | warm requests | exit |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const std::vector<int32_t>& reference = runs.front().runs.front().tokens;
+  double plain_floor_s = 0;
+  for (const Run& r : runs) {
+    std::vector<double> rates;
+    bool same = true;
+    for (const DaemonRun& x : r.runs) {
+      rates.push_back(x.decode_tokens_per_s);
+      same = same && x.tokens == reference;
+    }
+    const double rate = Median(rates);
+    const double steps = static_cast<double>(repeats) * tokens;
+    const double h2d = static_cast<double>(r.after.h2d_bytes() - r.before.h2d_bytes()) / steps;
+    const double coded = static_cast<double>(r.after.coded_bytes() - r.before.coded_bytes()) / steps;
+    const double decoded = static_cast<double>(r.after.decoded_bytes() - r.before.decoded_bytes()) / steps;
+    const double decode_s = (r.after.decode_seconds() - r.before.decode_seconds()) / steps;
+    if (r.factor > 0 && !r.coded) plain_floor_s = h2d / spec.link_bytes_per_s;
+    const double step_s = rate > 0 ? 1 / rate : 0;
+    std::printf("| %s | %.2f | %.2f | %.1f | %.3f | %.0f%% | %s | %s | %s | %s | %d | %d |\n", r.what.c_str(),
+                static_cast<double>(r.budget) / (1 << 30), rate, 1e3 * step_s, h2d / 1e9,
+                h2d > 0 ? 100 * coded / h2d : 0.0, coded > 0 ? absl::StrFormat("%.3f", decoded / coded).c_str() : "-",
+                coded > 0 ? absl::StrFormat("%.2f", 1e3 * decode_s).c_str() : "-",
+                r.factor > 0 && plain_floor_s > 0 ? absl::StrFormat("%.3f", step_s / plain_floor_s).c_str() : "-",
+                same ? "yes" : "NO", r.warm_requests, r.exit_code);
+  }
+  std::printf("\nbf16 floor: the plain run's H2D bytes per step over the spec's link rate (%.1f GB/s).\n",
+              spec.link_bytes_per_s / 1e9);
+  std::filesystem::remove_all(root);
+  return 0;
+}
