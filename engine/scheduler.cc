@@ -87,6 +87,7 @@ SchedulerStats Scheduler::Stats() const {
   s.kv_blocks_total = runner_->kv_blocks();
   s.pass_floor_seconds = c.pass_floor_s.load(std::memory_order_relaxed);
   s.pass_token_seconds = c.pass_token_s.load(std::memory_order_relaxed);
+  s.turn_wait_seconds_total = absl::ToDoubleSeconds(stats_turn_wait_);
   for (const auto& q : queue_) s.prompt_tokens_waiting += static_cast<int64_t>(q->params.prompt.size());
   return s;
 }
@@ -221,6 +222,12 @@ void Scheduler::Run(const StepPlan& plan) {
   result.logits = &logits_;
   // A pass writes its rows' cache positions (and makes its shares) and nothing else: running it again is
   // safe.
+  if (options_.turns != nullptr) {
+    const absl::Time asked = clock_->Now();
+    options_.turns->turns()->Begin(options_.turns->id());
+    absl::MutexLock lock(&mu_);
+    stats_turn_wait_ += clock_->Now() - asked;
+  }
   const absl::Time started = clock_->Now();
   for (int attempt = 0;; ++attempt) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
@@ -228,6 +235,7 @@ void Scheduler::Run(const StepPlan& plan) {
     if (!options_.hooks || !options_.hooks->AfterIteration(result.status) || attempt > 0) break;
   }
   result.took = clock_->Now() - started;
+  if (options_.turns != nullptr) options_.turns->turns()->End(options_.turns->id(), result.took);
   {
     absl::MutexLock lock(&mu_);
     last_pass_ = result.took;

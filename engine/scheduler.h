@@ -27,6 +27,7 @@
 #include "engine/generation_types.h"
 #include "engine/step_policy.h"
 #include "engine/step_runner.h"
+#include "engine/step_turns.h"
 #include "tokenizer/tokenizer.h"
 
 namespace autouvm::engine {
@@ -39,6 +40,9 @@ struct SchedulerOptions {
   // pass; the wait is also at most kQueueDelayShare of the last pass's time.
   absl::Duration max_queue_delay = absl::Milliseconds(10);
   IterationHooks* hooks = nullptr;  // must outlive the scheduler
+  // Note [Passes by shares] (engine/step_turns.cc): the turn each pass takes among the models of the
+  // device; null: passes take none. Must outlive the scheduler.
+  const StepTurns::Seat* turns = nullptr;
   // Note [Steps sized by their cost] (engine/step_cost.cc); PolicyOptions' fields of the same names.
   bool size_steps = false;
   double step_growth = 2.0;
@@ -72,6 +76,8 @@ struct SchedulerStats {
   // that outgrows it (0: none has yet), in seconds, as learned from the passes run.
   double pass_floor_seconds = 0;
   double pass_token_seconds = 0;
+  // Note [Passes by shares]: time the passes waited for their turn while other models' passes ran.
+  double turn_wait_seconds_total = 0;
 };
 
 class Scheduler {
@@ -117,6 +123,7 @@ class Scheduler {
   int active_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t requests_total_ ABSL_GUARDED_BY(mu_) = 0;  // the rest of the stats are the policy's counters
   absl::Duration last_pass_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();  // the last pass's time
+  absl::Duration stats_turn_wait_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
 
   // Owned by the scheduler thread; read in TakeWork's wait condition only while that thread waits.
   StepPolicy policy_;

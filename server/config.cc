@@ -47,6 +47,7 @@ absl::Status ReadModelSettings(const YAML::Node& node, const std::string& path, 
   f.Bool("plan_at_load", &s->plan_at_load);
   f.DurationMs("idle_sleep", &s->idle_sleep_ms, 0, int64_t{7} * 24 * 3600 * 1000);
   f.Double("sleep_floor", &s->sleep_floor, 0, 1e15);
+  f.Double("share", &s->share, 1e-3, 1e6);
   f.Int("default_max_tokens", &s->default_max_tokens, 1, kMaxInt);
   f.Int("max_tokens_limit", &s->max_tokens_limit, 1, kMaxInt);
   f.String("policy", &s->policy);

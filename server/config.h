@@ -39,6 +39,9 @@ struct ModelSettings {
   // and wakes at its next request; 0: never sleeps. Needs policy autouvm (the executor keeps the budget).
   int64_t idle_sleep_ms = 0;
   double sleep_floor = 0;
+  // Note [Passes by shares] (engine/step_turns.cc): the model's weight when the models of the device
+  // take turns at forward passes; while several have work, each gets passes' time in proportion to it.
+  double share = 1;
   int64_t default_max_tokens = 128;  // when a request leaves max_tokens unset
   int64_t max_tokens_limit = 4096;   // largest max_tokens a request may ask for
   std::string policy = "autouvm";    // stock, paper or autouvm (ARCHITECTURE.md "Memory model and policies")

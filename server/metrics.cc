@@ -137,6 +137,12 @@ std::string Metrics::Scrape() const {
   auto* kv_blocks =
       s.Family("autouvm_kv_cache_blocks",
                "KV-cache blocks: in the pool (total) and held by the running requests (reserved)", T::Gauge);
+  auto* share =
+      s.Family("autouvm_model_share",
+               "The model's weight when the device's models take turns at passes (models.<name>.share)", T::Gauge);
+  auto* turn_wait =
+      s.Family("autouvm_model_turn_wait_seconds_total",
+               "Time the model's passes waited for their turn while other models' passes ran", T::Counter);
   auto* budget = s.Family("autouvm_device_budget_bytes",
                           "The model's device budget (model_defaults / models.<name>.device_budget)", T::Gauge);
   auto* followed = s.Family("autouvm_plan_iterations_total",
@@ -207,6 +213,8 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(pass_floor, model, st.pass_floor_seconds);
     Snapshot::Add(pass_token, model, st.pass_token_seconds);
     Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "total"}}, st.kv_blocks_total);
+    Snapshot::Add(share, model, m.settings.share);
+    Snapshot::Add(turn_wait, model, st.turn_wait_seconds_total);
     Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "reserved"}}, st.kv_blocks_reserved);
     if (m.session != nullptr) {
       Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);

@@ -283,6 +283,8 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
   options.max_step = absl::Milliseconds(m->settings.max_step_ms);
   options.min_prefill_tokens = m->settings.min_prefill_tokens;
   options.idle_sleep = absl::Milliseconds(m->settings.idle_sleep_ms);
+  m->turns = std::make_unique<engine::StepTurns::Seat>(turns_, m->settings.share);
+  options.turns = m->turns.get();
   if (profiling_.jobs != nullptr) {
     const std::vector<runtime::NamedTensor> named = m->runner->NamedTensors();
     std::unique_ptr<profiler::ModelExecution> execution;

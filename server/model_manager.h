@@ -55,6 +55,9 @@ struct ServedModel {
   // The model's AutoUVM loop: null when profiling is off; outlives the scheduler.
   std::unique_ptr<profiler::ModelSession> session;
   profiler::ModelExecution* execution = nullptr;  // the session's, when plans are followed
+  // Its turn at the device's forward passes (Note [Passes by shares], engine/step_turns.cc): left after
+  // the scheduler, which is destroyed first, has stopped.
+  std::unique_ptr<engine::StepTurns::Seat> turns;
   std::unique_ptr<engine::Scheduler> scheduler;
 };
 
@@ -133,6 +136,8 @@ class ModelManager final : public engine::ModelDirectory {
   runtime::ComputeDevice* const device_;
   const bool budgeted_;  // models have device budgets (profiling on, a GPU spec known)
   const int64_t reserve_bytes_;
+  // The turns the models' passes take on the device (Note [Passes by shares]); each model's seat holds it.
+  const std::shared_ptr<engine::StepTurns> turns_ = std::make_shared<engine::StepTurns>();
   mutable absl::Mutex mu_;
   DeviceBudgets budgets_ ABSL_GUARDED_BY(mu_);
   // A model's share of what the explicit budgets left at start (Note [Budgets that hold together]).

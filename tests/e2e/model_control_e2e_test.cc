@@ -2,6 +2,7 @@
 // must fit the GPU together (Note [Budgets that hold together], server/device_budgets.cc).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -187,6 +188,38 @@ TEST(ModelControlE2E, TwoModelsUnderTheirBudgetsServeAtOnceNeitherWaitingForTheO
     EXPECT_LE(st.execution().peak_resident_bytes(), budget) << model << ": " << st.execution().DebugString();
     EXPECT_GT(st.execution().resident_bytes(), 0) << model;
   }
+}
+
+// Note [Passes by shares] (engine/step_turns.cc): two models of the same size, shares 3 and 1, each
+// streaming a long request at once: while both have work, the first gets about three passes to the
+// second's one, so when its 90 tokens are done the other has about 30 (at equal shares, about 90).
+TEST(ModelControlE2E, ModelsTakePassesByTheirShares) {
+  DaemonProcess d({.config_yaml = "models: {a: {share: 3}, b: {share: 1}}\n", .generate_default_model = false});
+  ASSERT_EQ(WriteModelEntry(d.repository(), Slow("a")), "");
+  ASSERT_EQ(WriteModelEntry(d.repository(), Slow("b")), "");
+  ASSERT_TRUE(d.Start()) << d.Log();
+  ASSERT_TRUE(d.WaitForHealth(HealthCheckResponse::SERVING)) << d.Log();
+  constexpr int kTokens = 90;
+  std::atomic<int> a_tokens{0}, b_tokens{0}, b_when_a_done{-1};
+  auto stream = [&](const std::string& model, std::atomic<int>* count, bool first) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(3));
+    auto reader = d.generation()->GenerateStream(&ctx, GreedyRequest(model, "hello", kTokens));
+    autouvm::v1::GenerateStreamResponse msg;
+    while (reader->Read(&msg)) {
+      if (msg.has_chunk()) *count += msg.chunk().token_ids_size();
+    }
+    if (first) b_when_a_done = b_tokens.load();
+    EXPECT_TRUE(reader->Finish().ok()) << model;
+  };
+  std::thread a([&] { stream("a", &a_tokens, true); });
+  std::thread b([&] { stream("b", &b_tokens, false); });
+  a.join();
+  b.join();
+  EXPECT_EQ(a_tokens.load(), kTokens);
+  EXPECT_EQ(b_tokens.load(), kTokens);
+  EXPECT_GE(b_when_a_done.load(), 12) << "b starved";
+  EXPECT_LE(b_when_a_done.load(), 50) << "b kept pace with a: the shares did not hold";
 }
 
 }  // namespace
