@@ -25,12 +25,12 @@ namespace {
 
 torch::Tensor OnGpu(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(torch::kCUDA); }
 
-}  // namespace
-
 std::vector<int64_t> Greedy(const torch::Tensor& logits, int64_t position) {
   auto next = logits.select(1, position).argmax(-1).to(torch::kCPU);
   return std::vector<int64_t>(next.data_ptr<int64_t>(), next.data_ptr<int64_t>() + next.size(0));
 }
+
+}  // namespace
 
 absl::StatusOr<engine::ModelConfig> LlamaConfig(const std::string& preset, int64_t seed, int64_t max_seq) {
   engine::ModelConfig c = engine::DefaultTinyModelConfig("decode-bench");
@@ -97,16 +97,13 @@ std::vector<int64_t> Prefill(DecodeModel& m, int64_t batch, int64_t prompt_len) 
   return Greedy(logits, prompt_len - 1);
 }
 
-torch::Tensor DecodeLogits(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos) {
+std::vector<int64_t> DecodeStep(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos) {
   const int64_t b = static_cast<int64_t>(tokens.size());
   std::vector<int64_t> slots(b), positions(b, pos);
   for (int64_t i = 0; i < b; ++i) slots[i] = i;
-  return m.module.forward({OnGpu(tokens).view({b, 1}), OnGpu(slots), OnGpu(positions), m.k_cache, m.v_cache})
-      .toTensor();
-}
-
-std::vector<int64_t> DecodeStep(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos) {
-  return Greedy(DecodeLogits(m, tokens, pos), 0);
+  auto logits =
+      m.module.forward({OnGpu(tokens).view({b, 1}), OnGpu(slots), OnGpu(positions), m.k_cache, m.v_cache}).toTensor();
+  return Greedy(logits, 0);
 }
 
 std::vector<c10::Storage> ModelStorages(const DecodeModel& m) {

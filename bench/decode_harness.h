@@ -61,10 +61,6 @@ absl::StatusOr<DecodeModel> LoadDecodeModel(const engine::ModelConfig& config, i
 std::vector<int64_t> Prefill(DecodeModel& m, int64_t batch, int64_t prompt_len);
 // One decode step for slots 0..tokens.size()-1 at position `pos`; returns the greedy tokens (synchronizes).
 std::vector<int64_t> DecodeStep(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos);
-// Each slot's greedy token at `position` of logits [slots, positions, vocab].
-std::vector<int64_t> Greedy(const torch::Tensor& logits, int64_t position);
-// The same step's logits [slots, 1, vocab], on the GPU (not synchronized).
-torch::Tensor DecodeLogits(DecodeModel& m, const std::vector<int64_t>& tokens, int64_t pos);
 
 // The storages of the model's parameters, buffers and caches (what an executor may bind).
 std::vector<c10::Storage> ModelStorages(const DecodeModel& m);

@@ -1,0 +1,100 @@
+// Coded staging on the GPU (Note [Coded host copies], runtime/cuda/cuda_backend.cc): with
+// code_host_copies on, a weight's host copy is coded in the background and StageInto then sends it
+// coded and decodes it on the device, so the device buffer holds the same bytes, bit for bit, as a
+// plain copy would have put there; the copy side's events cover the decodes, what does not shrink
+// crosses plain, and the counters say what crossed coded. Skips without a device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/weight_codec.h"
+
+namespace autouvm::runtime::cuda {
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+
+bool HaveDevice() {
+  int count = 0;
+  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto made = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
+                                   .code_host_copies = true,
+                                   .coded_min_bytes = kMiB,
+                                   .coded_slot_bytes = 4 * kMiB});
+  ASSERT_TRUE(made.ok()) << made.status();
+  CudaBackend& gpu = **made;
+  ASSERT_TRUE(gpu.coding()) << "the CUDA kernels are built where this test is";
+  EXPECT_EQ(gpu.device_bytes(), 2 * 4 * kMiB);
+  // A 40 MiB Gaussian weight (coded, many chunks), a 3 MiB one whose size is no multiple of a block, one
+  // of random bits (does not shrink: plain), and a small one under coded_min_bytes (plain).
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0, 0.02f);
+  struct Weight {
+    int64_t bytes;
+    bool gaussian;
+    uint64_t addr = 0;
+    std::vector<uint16_t> values;
+  };
+  std::vector<Weight> weights = {{40 * kMiB, true}, {3 * kMiB + 130, true}, {6 * kMiB, false}, {kMiB / 2, true}};
+  int64_t total = 0;
+  for (Weight& w : weights) {
+    w.values.resize(static_cast<size_t>(w.bytes / 2));
+    for (auto& v : w.values) v = w.gaussian ? weight_codec::RoundToBf16(normal(rng)) : static_cast<uint16_t>(rng());
+    auto addr = gpu.AllocateManaged(w.bytes);
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    w.addr = *addr;
+    std::memcpy(reinterpret_cast<void*>(w.addr), w.values.data(), static_cast<size_t>(w.bytes));
+    ASSERT_TRUE(gpu.KeepHostCopy(w.addr, w.bytes).ok());
+    total += (w.bytes + 255) / 256 * 256;
+  }
+  gpu.WaitForCodedCopies();
+  auto buffer = gpu.AllocateDevice(total);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const UvmCounters before = *gpu.ReadCounters();
+  for (int round = 0; round < 2; ++round) {  // the landing slots reused across rounds
+    ASSERT_EQ(cudaMemset(reinterpret_cast<void*>(*buffer), 0xAB, static_cast<size_t>(total)), cudaSuccess);
+    uint64_t at = *buffer;
+    for (const Weight& w : weights) {
+      ASSERT_TRUE(gpu.StageInto(w.addr, w.bytes, at, Stream::kCopy).ok());
+      at += static_cast<uint64_t>((w.bytes + 255) / 256 * 256);
+    }
+    // What the compute stream sees after waiting on the copy side's event.
+    gpu.WaitEvent(Stream::kCompute, gpu.RecordEvent(Stream::kCopy));
+    ASSERT_TRUE(gpu.Synchronize().ok());
+    at = *buffer;
+    for (const Weight& w : weights) {
+      std::vector<uint16_t> back(w.values.size());
+      ASSERT_EQ(cudaMemcpy(back.data(), reinterpret_cast<void*>(at), static_cast<size_t>(w.bytes), cudaMemcpyDefault),
+                cudaSuccess);
+      EXPECT_EQ(back, w.values) << w.bytes << " bytes, round " << round;
+      at += static_cast<uint64_t>((w.bytes + 255) / 256 * 256);
+    }
+  }
+  const UvmCounters moved = *gpu.ReadCounters() - before;
+  const int64_t coded_raw = 2 * (weights[0].bytes + weights[1].bytes);
+  EXPECT_EQ(moved.decoded_bytes, coded_raw) << "the Gaussian weights of 1 MiB or more cross coded";
+  EXPECT_GT(moved.coded_bytes, 0);
+  EXPECT_LT(static_cast<double>(moved.coded_bytes), 0.75 * static_cast<double>(coded_raw));
+  EXPECT_EQ(moved.h2d(MigrationCause::kStaged), moved.coded_bytes + 2 * (weights[2].bytes + weights[3].bytes))
+      << "the others cross plain";
+  EXPECT_GT(moved.decode_ns, 0);
+  // Forgotten and freed with coded copies held.
+  for (const Weight& w : weights) {
+    EXPECT_TRUE(gpu.ForgetHostCopies(w.addr, w.bytes, DeviceBackend::WhenStaged::kRefuse).ok());
+    EXPECT_TRUE(gpu.FreeManaged(w.addr).ok());
+  }
+  EXPECT_TRUE(gpu.FreeDevice(*buffer).ok());
+}
+
+}  // namespace
+}  // namespace autouvm::runtime::cuda
