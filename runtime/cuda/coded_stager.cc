@@ -40,8 +40,15 @@ absl::StatusOr<std::unique_ptr<CodedStager>> CodedStager::Create(void* copy_stre
   std::unique_ptr<CodedStager> s(new CodedStager());
   s->copy_ = copy_stream;
   s->slot_bytes_ = slot_bytes;
+  // Note [Decodes at the compute stream's priority]: the daemon computes on a high-priority stream
+  // (runtime/cuda/compute_device.cc), whose blocks the GPU schedules before a normal stream's; a decode
+  // left behind them keeps its landing slot, and the copy engine waits for the slot. So the decodes get
+  // the highest priority too.
+  int least = 0, greatest = 0;
+  RETURN_IF_ERROR(Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange"));
   cudaStream_t decode = nullptr;
-  RETURN_IF_ERROR(Check(cudaStreamCreateWithFlags(&decode, cudaStreamNonBlocking), "creating the decode stream"));
+  RETURN_IF_ERROR(Check(cudaStreamCreateWithPriority(&decode, cudaStreamNonBlocking, greatest),
+                        "creating the decode stream"));
   s->decode_ = decode;
   cudaEvent_t joined = nullptr;
   RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming), "cudaEventCreate"));

@@ -46,7 +46,7 @@ struct CudaBackendOptions {
   bool code_host_copies = false;
   int64_t coded_min_bytes = int64_t{4} << 20;
   int64_t coded_slot_bytes = int64_t{16} << 20;
-  int coded_slots = 2;
+  int coded_slots = 4;
   int coder_threads = 4;
 };
 

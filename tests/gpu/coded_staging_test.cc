@@ -30,7 +30,8 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
   auto made = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
                                    .code_host_copies = true,
                                    .coded_min_bytes = kMiB,
-                                   .coded_slot_bytes = 4 * kMiB});
+                                   .coded_slot_bytes = 4 * kMiB,
+                                   .coded_slots = 2});
   ASSERT_TRUE(made.ok()) << made.status();
   CudaBackend& gpu = **made;
   ASSERT_TRUE(gpu.coding()) << "the CUDA kernels are built where this test is";
