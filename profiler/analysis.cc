@@ -8,7 +8,7 @@
 namespace autouvm::profiler {
 
 Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec,
-                 absl::Time now) {
+                 absl::Time now, double coded_ratio) {
   Analysis a;
   autouvm::v1::Profile& p = a.profile;
   *p.mutable_key() = key;
@@ -19,7 +19,7 @@ Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace&
     Classify(trace, spec, PinnedResidency(runtime::Plan()), &stock);
     a.plan = MakePaperPlan(key, trace, reuse, stock);
   } else {
-    a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes(), {.spec = &spec});
+    a.plan = MakePlan(key, trace, reuse, key.device_budget_bytes(), {.spec = &spec, .coded_ratio = coded_ratio});
   }
   Classify(trace, spec, PinnedResidency(a.plan), &p);
   for (autouvm::v1::TensorReuse& r : reuse) *p.add_tensors() = std::move(r);

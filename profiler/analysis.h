@@ -23,7 +23,8 @@ struct Analysis {
 };
 
 // The key's device_budget_bytes is the budget planned for.
+// `coded_ratio`: PlanOptions::coded_ratio (runtime.compress_streamed).
 Analysis Analyze(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec,
-                 absl::Time now);
+                 absl::Time now, double coded_ratio = 0);
 
 }  // namespace autouvm::profiler

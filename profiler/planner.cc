@@ -69,6 +69,7 @@ runtime::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Access
                        const std::vector<autouvm::v1::TensorReuse>& reuse, int64_t budget_bytes,
                        const PlanOptions& options) {
   const bool stage = options.spec != nullptr && options.spec->uvm.staged_copy_bytes_per_s > 0;
+  const double coded = stage && options.spec->decode_bytes_per_s > 0 ? options.coded_ratio : 0;
   runtime::Plan in_place = PartitionPlan(key, trace, reuse, budget_bytes, stage, /*read_weights_in_place=*/true);
   if (!stage) return in_place;
   // Where no weight could be read in place, the plan that may is the staged one already.
@@ -104,20 +105,22 @@ runtime::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::Access
     runtime::sim::ReplayOptions o{.policy = "autouvm",
                                   .make_plan = [&plan](int64_t) { return plan; },
                                   .device_bytes = budget_bytes,
-                                  .iterations = 2};
+                                  .iterations = 2,
+                                  .coded_ratio = coded};
     auto replay = runtime::sim::ReplayTrace(trace, *options.spec, o);
     return replay.ok() ? replay->iterations.back().seconds : -1.0;
   };
   std::vector<double> seconds;
   for (const runtime::Plan& plan : plans) seconds.push_back(simulated(plan));
   if (*std::min_element(seconds.begin(), seconds.end()) <= 0) {
-    for (size_t k = 0; k < plans.size(); ++k) seconds[k] = EstimateStepSeconds(plans[k], trace, *options.spec);
+    for (size_t k = 0; k < plans.size(); ++k) seconds[k] = EstimateStepSeconds(plans[k], trace, *options.spec, coded);
   }
   const size_t best = static_cast<size_t>(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
   return std::move(plans[best]);
 }
 
-double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec) {
+double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec,
+                           double coded_ratio) {
   const std::unordered_set<std::string> remote(plan.remote.begin(), plan.remote.end());
   double ops = 0, remote_s = 0;
   const double remote_rate =
@@ -136,10 +139,14 @@ double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace
     ops += std::max({spec.framework_op_s, op.flops / spec.peak_flops, local / spec.hbm_bytes_per_s});
   }
   constexpr double kBlock = 2 << 20;
-  double copies = 0, discards = 0;
+  double copies = 0, discards = 0, last_decode = 0;
+  const bool coded = coded_ratio > 0 && spec.decode_bytes_per_s > 0;
   for (const runtime::Prefetch& f : plan.prefetches) {
     const double blocks = std::ceil(static_cast<double>(f.bytes) / kBlock);
-    if (plan.staged && plan.device_buffer) {
+    if (plan.staged && plan.device_buffer && coded) {
+      copies += coded_ratio * static_cast<double>(f.bytes) / spec.link_bytes_per_s;
+      last_decode = static_cast<double>(f.bytes) / spec.decode_bytes_per_s;
+    } else if (plan.staged && plan.device_buffer) {
       copies += static_cast<double>(f.bytes) / spec.link_bytes_per_s;
     } else if (plan.staged) {
       copies += static_cast<double>(f.bytes) / spec.uvm.staged_copy_bytes_per_s + blocks * spec.uvm.populate_block_s;
@@ -148,6 +155,7 @@ double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace
       copies += static_cast<double>(f.bytes) / spec.link_bytes_per_s;
     }
   }
+  copies += last_decode;  // the decodes run beside the copies, but for the last one
   return std::max(ops + remote_s + discards, copies + discards);  // copies in flight lose the discards' time
 }
 

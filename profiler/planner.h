@@ -31,6 +31,11 @@ struct PlanOptions {
   // instead of reading some in place, keeping whichever the simulator's replay of the step on this spec
   // finds faster (Note [Staged or in place], planner.cc). Null: no staging.
   const runtime::GpuSpec* spec = nullptr;
+  // Note [Coded host copies] (runtime/cuda/cuda_backend.cc): staged weights cross the link as this
+  // fraction of their bytes and are decoded on the GPU at spec->decode_bytes_per_s (runtime.compress_streamed);
+  // 0, or a spec with no decoder rate: plain. The simulator's replay, which chooses between plans,
+  // charges it (runtime/sim/sim_backend.h).
+  double coded_ratio = 0;
 };
 
 runtime::Plan MakePlan(const autouvm::v1::ProfileKey& key, const runtime::AccessTrace& trace,
@@ -44,7 +49,10 @@ int64_t PeakActivationBytes(const runtime::AccessTrace& trace, const std::vector
 // A steady iteration's time under `plan` on `spec`, as the planner weighs plans: the ops' own time (each
 // the most of its host launch, FLOPs and HBM bytes) plus remote reads at the remote rate, which hold
 // their op; staged copies run on the copy stream beside that, populated and discarded per block.
-double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec);
+// With `coded_ratio` (PlanOptions), a staged plan's copies through its device buffer cross as that
+// fraction of their bytes, the last one's decode after them.
+double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec,
+                           double coded_ratio = 0);
 
 // AutoUVM as published, and the steps of its ablation.
 struct PaperOptions {

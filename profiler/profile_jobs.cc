@@ -40,8 +40,11 @@ namespace {
 constexpr size_t kHistory = 32;
 }  // namespace
 
-ProfileJobs::ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const base::Clock* clock)
-    : repository_(repository), spec_(std::move(spec)), clock_(clock), worker_([this] { Work(); }) {}
+ProfileJobs::ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const base::Clock* clock,
+                         double coded_ratio)
+    : repository_(repository), spec_(std::move(spec)), coded_ratio_(coded_ratio), clock_(clock), worker_([this] {
+        Work();
+      }) {}
 
 ProfileJobs::~ProfileJobs() {
   {
@@ -303,7 +306,7 @@ void ProfileJobs::Work() {
 
 void ProfileJobs::RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job) {
   const auto t0 = std::chrono::steady_clock::now();
-  Analysis a = Analyze(key, job.trace, spec_, clock_->Now());
+  Analysis a = Analyze(key, job.trace, spec_, clock_->Now(), coded_ratio_);
   a.profile.set_profiling_seconds(job.recording_seconds +
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   absl::Status written = repository_->Put(a.profile, runtime::ToProto(a.plan, key).SerializeAsString());

@@ -72,7 +72,8 @@ struct PlanToFollow {
 
 class ProfileJobs {
  public:
-  ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const base::Clock* clock);
+  // `coded_ratio`: what staged weights cross the link as, for the plans (PlanOptions::coded_ratio).
+  ProfileJobs(ProfileRepository* repository, runtime::GpuSpec spec, const base::Clock* clock, double coded_ratio = 0);
   ~ProfileJobs();  // finishes the work already submitted, then stops the worker
 
   // True exactly once for a key that needs a profile: the caller records the iteration it is about to
@@ -141,6 +142,7 @@ class ProfileJobs {
 
   ProfileRepository* const repository_;
   const runtime::GpuSpec spec_;
+  const double coded_ratio_;
   const base::Clock* const clock_;
   std::atomic<int64_t> identity_mismatches_{0};
   std::atomic<int64_t> mismatched_ops_{0};

@@ -120,6 +120,9 @@ std::vector<GpuSpec> MakeBuiltins() {
   h200.link_bytes_per_s = 55.4e9;                   // measured pinned copies (NOTES.md)
   h200.kernel_launch_s = 7.0 * kUs;                 // Note [H200 calibration]
   h200.framework_op_s = kTorchScriptOpS;
+  // runtime/cuda/weight_decode.h on one 7B layer of N(0, 0.02^2) weights, bf16 out
+  // (bench/results/2026-12-03-weight-decode-h200.md).
+  h200.decode_bytes_per_s = 507e9;
   h200.uvm = H200HostUvmCosts();
   specs.push_back(h200);
   // H100 PCIe 80 GB: 2.0 TB/s HBM2e, 756 TFLOP/s dense bf16; Gen5 x16 link as measured on the H200 host.

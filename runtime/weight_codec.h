@@ -26,6 +26,9 @@ inline constexpr uint16_t kVersion = 1;
 inline constexpr uint32_t kDefaultBlock = 4096;  // values per block
 inline constexpr int kMaxIndexBits = 5;
 inline constexpr int64_t kHeaderBytes = 64;  // the fixed header and the exponent table
+// What the planner takes streamed weights to code to before any is coded: the ratio of Gaussian bf16
+// weights (0.70 of their bytes; bench/results/2026-12-03-weight-codec-cpu.md).
+inline constexpr double kPlannedCodedRatio = 0.70;
 
 enum class Mode : uint8_t { kPlain = 0, kExponentCoded = 1 };
 

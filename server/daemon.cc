@@ -24,6 +24,7 @@
 #include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
+#include "runtime/weight_codec.h"
 #include "server/admin_service.h"
 #include "server/generation_service.h"
 #include "server/metrics.h"
@@ -129,7 +130,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
     // Every iteration of a shape must run the same ops for its profile to describe the next ones. Each
     // model's session observes its own iterations (profiler/model_session.h).
     runtime::Observer::MakeExecutionRepeatable();
-    d->jobs_ = std::make_unique<profiler::ProfileJobs>(d->repository_.get(), profiling.gpu, &d->clock_);
+    // Note [Coded host copies]: plans for weights that cross coded, at the ratio Gaussian weights code to
+    // (docs/weight-compression.md), where the backend codes them.
+    const double coded_ratio =
+        config.compress_streamed && config.backend == "cuda" ? runtime::weight_codec::kPlannedCodedRatio : 0;
+    d->jobs_ = std::make_unique<profiler::ProfileJobs>(d->repository_.get(), profiling.gpu, &d->clock_, coded_ratio);
     profiling.jobs = d->jobs_.get();
     profiling.executor = config.executor;
     profiling.execution.monitor_every = config.monitor_every;

@@ -47,8 +47,8 @@ absl::StatusOr<std::unique_ptr<CodedStager>> CodedStager::Create(void* copy_stre
   int least = 0, greatest = 0;
   RETURN_IF_ERROR(Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange"));
   cudaStream_t decode = nullptr;
-  RETURN_IF_ERROR(Check(cudaStreamCreateWithPriority(&decode, cudaStreamNonBlocking, greatest),
-                        "creating the decode stream"));
+  RETURN_IF_ERROR(
+      Check(cudaStreamCreateWithPriority(&decode, cudaStreamNonBlocking, greatest), "creating the decode stream"));
   s->decode_ = decode;
   cudaEvent_t joined = nullptr;
   RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming), "cudaEventCreate"));

@@ -152,6 +152,30 @@ TEST(PlannerTest, AStagedPlanStreamsThroughADeviceBufferAndSpreadsWhatItPinsOver
   EXPECT_EQ(p.pinned_bytes + p.streamed_bytes, 33 * 10 * kMiB);  // each unpinned weight once
 }
 
+// Note [Coded host copies]: planned for weights that cross coded (runtime.compress_streamed), a staged
+// plan is still a valid partition of the budget, and the estimate of its step charges the coded bytes
+// (and the last decode) where the spec has a decoder rate; without one, coding is ignored.
+TEST(PlannerTest, PlansForCodedStreamingChargeTheCodedBytes) {
+  runtime::AccessTrace t;
+  for (int i = 0; i < 32; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i), "param:kv_cache.k"}, 10));
+  const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 200 * kMiB, "autouvm");
+  runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
+  ASSERT_GT(spec.decode_bytes_per_s, 0) << "the H200's decoder rate is measured";
+  const auto plain = MakePlan(key, t, ReuseDistances(t), 200 * kMiB, {.spec = &spec});
+  const auto coded = MakePlan(key, t, ReuseDistances(t), 200 * kMiB, {.spec = &spec, .coded_ratio = 0.7});
+  ASSERT_TRUE(coded.staged);
+  EXPECT_LE(coded.pinned_bytes + coded.window_bytes, 200 * kMiB);
+  EXPECT_EQ(coded.pinned_bytes + coded.streamed_bytes, 33 * 10 * kMiB);
+  const double plain_s = EstimateStepSeconds(plain, t, spec);
+  const double coded_s = EstimateStepSeconds(plain, t, spec, 0.7);
+  const double link_s = static_cast<double>(plain.streamed_bytes) / spec.link_bytes_per_s;
+  EXPECT_LT(coded_s, plain_s);
+  // Link-bound here (prefill intensity, but 10 MiB ops): the copies set the step.
+  EXPECT_NEAR(coded_s, 0.7 * link_s + 10.0 * kMiB / spec.decode_bytes_per_s, 0.05 * link_s);
+  spec.decode_bytes_per_s = 0;  // no decoder rate: planned plain
+  EXPECT_DOUBLE_EQ(EstimateStepSeconds(plain, t, spec, 0.7), plain_s);
+}
+
 // Note [Nested spread]: plans of one model's weights under more room pin a superset of what plans under
 // less room pin, so a switch between shapes moves only the difference; every room's pins stay spread.
 TEST(PlannerTest, PlansWithMoreRoomPinASupersetOfWhatPlansWithLessPin) {
