@@ -69,7 +69,7 @@ TABLE = {
         synopsis('autouvm-sim record --help'),
     'autouvm-sim replay --trace FILE [--gpu NAME[,NAME...]] [--gpu-specs YAML] '
     '[--oversubscription F[,F...] | --device-gib G] [--policy stock|paper|autouvm] [--iterations N] '
-    '[--emulated-eviction] [--top-ops N] [--show-plan N]':
+    '[--emulated-eviction] [--top-ops N] [--show-plan N] [--coded-ratio R [--decode-gb-per-s G]]':
         synopsis('autouvm-sim replay --help'),
 
     # docs/cli.md
