@@ -113,10 +113,9 @@ int main(int argc, char** argv) {
   std::printf("%s on CUDA (%s): %.2f GiB named; %d prompt tokens, %d generated, %d timed requests per run\n\n",
               c.name.c_str(), spec.name.c_str(), static_cast<double>(named) / (1 << 30), prompt_len, tokens, repeats);
   std::printf(
-      "| run | budget GiB | decode tok/s | step ms | H2D GB / step | of it coded | decoded / coded | decode ms / step "
-      "| "
-      "step / bf16 floor | tokens = resident | warm requests | exit |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| run | budget GiB | decode tok/s | step ms | step / plain step | H2D GB / step | of it coded | "
+      "decoded / coded | decode ms / step | step / bf16 floor | tokens = resident | warm requests | exit |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const std::vector<int32_t>& reference = runs.front().runs.front().tokens;
   double plain_floor_s = 0, plain_step_s = 0;
   for (const Run& r : runs) {

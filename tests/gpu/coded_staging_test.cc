@@ -89,9 +89,12 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
   EXPECT_EQ(moved.h2d(MigrationCause::kStaged), moved.coded_bytes + 2 * (weights[2].bytes + weights[3].bytes))
       << "the others cross plain";
   EXPECT_GT(moved.decode_ns, 0);
-  // Forgotten and freed with coded copies held.
+  // A kept copy is the range's staging: refused unless dropped; dropped and freed with its coded copy.
+  EXPECT_EQ(gpu.ForgetHostCopies(weights[0].addr, weights[0].bytes, DeviceBackend::WhenStaged::kRefuse).code(),
+            absl::StatusCode::kFailedPrecondition);
   for (const Weight& w : weights) {
-    EXPECT_TRUE(gpu.ForgetHostCopies(w.addr, w.bytes, DeviceBackend::WhenStaged::kRefuse).ok());
+    EXPECT_TRUE(gpu.ForgetHostCopies(w.addr, w.bytes, DeviceBackend::WhenStaged::kDrop).ok());
+    EXPECT_EQ(gpu.HostCopyBytesWithin(w.addr, w.bytes), 0);
     EXPECT_TRUE(gpu.FreeManaged(w.addr).ok());
   }
   EXPECT_TRUE(gpu.FreeDevice(*buffer).ok());
