@@ -279,6 +279,7 @@ TEST(SimBackendTest, MatrixProductsReadRemoteMemoryMoreSlowlyThanAStreamingRead)
 // crossed coded. Below coded_min_bytes, or without a ratio, it crosses plain.
 TEST(SimBackendTest, CodedCopiesCrossAsTheirRatioAndAreReadyAfterTheirDecode) {
   GpuSpec spec = *FindGpuSpec("h200-pcie5");
+  spec.decode_bytes_per_s = 0;  // a GPU whose decoder was not measured
   EXPECT_EQ(SimBackend::Create({.spec = spec, .coded_ratio = 0.7}).status().code(), absl::StatusCode::kInvalidArgument)
       << "no decoder rate to decode at";
   spec.decode_bytes_per_s = 554e9;  // 10x the link
