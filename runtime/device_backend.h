@@ -132,7 +132,7 @@ class DeviceBackend {
   enum class WhenStaged { kRefuse, kDrop };
   virtual absl::Status ForgetHostCopies(uint64_t addr, int64_t bytes, WhenStaged staged);
   // Bytes of the host copies held (staged, kept, or kept for reuse) for ranges that start in [addr,
-  // addr + bytes).
+  // addr + bytes), their coded copies' pinned memory included (Note [Coded host copies]).
   virtual int64_t HostCopyBytesWithin(uint64_t addr, int64_t bytes) const { return 0; }
 
   // Note [Streaming through a device buffer]: a staged range's host copy can also be copied into plain

@@ -454,7 +454,7 @@ int64_t CudaBackend::HostCopyBytesWithin(uint64_t addr, int64_t bytes) const {
   int64_t sum = 0;
   for (auto it = staged_.lower_bound(addr); it != staged_.end() && it->first < addr + static_cast<uint64_t>(bytes);
        ++it) {
-    sum += it->second.bytes;
+    sum += it->second.bytes + static_cast<int64_t>(it->second.coded_mapped);  // its coded copy's pinned pages too
   }
   return sum;
 }
@@ -540,6 +540,7 @@ void CudaBackend::FreeHostCopy(uint64_t addr, StagedCopy& copy) {
   if (copy.coding == StagedCopy::Coding::kPending && coder_ != nullptr) coder_->Forget(addr);
   if (copy.coded_host != nullptr) FreePinnedHost(copy.coded_host, copy.coded_mapped);
   copy.coded_host = nullptr;
+  copy.coded_mapped = 0;
   copy.coded.reset();
   copy.coding = StagedCopy::Coding::kNone;
   FreePinnedHost(copy.host, copy.mapped);
