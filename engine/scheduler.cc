@@ -221,24 +221,25 @@ void Scheduler::Run(const StepPlan& plan) {
   StepResult result;
   result.logits = &logits_;
   // A pass writes its rows' cache positions (and makes its shares) and nothing else: running it again is
-  // safe.
-  if (options_.turns != nullptr) {
-    const absl::Time asked = clock_->Now();
-    options_.turns->turns()->Begin(options_.turns->id());
-    absl::MutexLock lock(&mu_);
-    stats_turn_wait_ += clock_->Now() - asked;
-  }
+  // safe. Only the forward pass takes a turn (Note [Passes by shares]): a hook's plan switch, which can
+  // take seconds of host work (host copies made, weights staged), does not hold up the other models.
   const absl::Time started = clock_->Now();
+  absl::Duration waited;  // for turns: not the pass's own cost, which the policy learns from `took`
   for (int attempt = 0;; ++attempt) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
+    const absl::Time asked = clock_->Now();
+    if (options_.turns != nullptr) options_.turns->turns()->Begin(options_.turns->id());
+    const absl::Time began = clock_->Now();
+    waited += began - asked;
     result.status = runner_->Step(plan.shares, plan.RunnerRows(), &logits_);
+    if (options_.turns != nullptr) options_.turns->turns()->End(options_.turns->id(), clock_->Now() - began);
     if (!options_.hooks || !options_.hooks->AfterIteration(result.status) || attempt > 0) break;
   }
-  result.took = clock_->Now() - started;
-  if (options_.turns != nullptr) options_.turns->turns()->End(options_.turns->id(), result.took);
+  result.took = clock_->Now() - started - waited;
   {
     absl::MutexLock lock(&mu_);
     last_pass_ = result.took;
+    stats_turn_wait_ += waited;
   }
   policy_.Update(plan, result, clock_->Now());
 }

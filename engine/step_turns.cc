@@ -15,8 +15,11 @@ namespace autouvm::engine {
 // cannot save credit (its tag starts at the current virtual time), a lone member never waits, and a
 // member waits for at most the pass in progress plus the passes of members further behind their share.
 // Under budgets each pass streams the non-resident weights, so turns keep one model's copies from
-// slowing another's pass half way; what is lost is the overlap of one model's host-side dispatch with
-// another's GPU work.
+// slowing another's pass half way (the copies a plan issues ahead of its next pass, wrapping into the
+// previous one, may still cross during another model's pass). What is lost is the overlap of one
+// model's host-side dispatch with another's GPU work. The turn covers the forward pass alone
+// (Scheduler::Run), not the hooks around it: a plan switch's host work (host copies made, weights
+// staged: seconds, the first time) does not hold up the other models.
 int StepTurns::Join(double share) {
   absl::MutexLock lock(&mu_);
   const int id = next_id_++;
