@@ -77,14 +77,18 @@ absl::StatusOr<std::unique_ptr<CodedStager>> CodedStager::Create(void* copy_stre
 void CodedStager::Harvest(Timer& t) {
   if (!t.pending || cudaEventQuery(E(t.end)) != cudaSuccess) return;
   float ms = 0;
-  if (cudaEventElapsedTime(&ms, E(t.start), E(t.end)) == cudaSuccess) decode_ns_ += static_cast<int64_t>(ms * 1e6);
+  if (cudaEventElapsedTime(&ms, E(t.start), E(t.end)) == cudaSuccess) {
+    decode_ns_.fetch_add(static_cast<int64_t>(ms * 1e6), std::memory_order_relaxed);
+  }
   cudaGetLastError();
   t.pending = false;
 }
 
-int64_t CodedStager::decode_ns() {
-  for (Timer& t : timers_) Harvest(t);
-  return decode_ns_;
+absl::Status CodedStager::Synchronize() {
+  RETURN_IF_ERROR(Check(cudaStreamSynchronize(S(copy_)), "synchronizing the copy stream"));
+  RETURN_IF_ERROR(Check(cudaStreamSynchronize(S(decode_)), "synchronizing the decode stream"));
+  for (Timer& t : timers_) Harvest(t);  // every decode is done: all of their times are in
+  return absl::OkStatus();
 }
 
 CodedStager::~CodedStager() {
@@ -142,11 +146,6 @@ void* CodedStager::Tail() {
   cudaEventRecord(E(joined_), S(copy_));
   cudaStreamWaitEvent(S(decode_), E(joined_), 0);
   return decode_;
-}
-
-absl::Status CodedStager::Synchronize() {
-  RETURN_IF_ERROR(Check(cudaStreamSynchronize(S(copy_)), "synchronizing the copy stream"));
-  return Check(cudaStreamSynchronize(S(decode_)), "synchronizing the decode stream");
 }
 
 }  // namespace autouvm::runtime::cuda

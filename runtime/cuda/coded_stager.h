@@ -12,6 +12,7 @@
 // Thread-safety: one thread drives a stager (the backend's).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -51,9 +52,9 @@ class CodedStager {
   // Waits for the copy stream and the decodes.
   absl::Status Synchronize();
 
-  // The decoder's GPU time so far, over the decodes that have finished (each chunk's kernel timed by a
-  // pair of events; a pair is read when it is reused or here).
-  int64_t decode_ns();
+  // The decoder's GPU time so far, over the decodes whose timing events have been read: each chunk's
+  // kernel is timed by a pair of events, read when the pair is reused or at Synchronize. Any thread.
+  int64_t decode_ns() const { return decode_ns_.load(std::memory_order_relaxed); }
 
   int64_t slot_bytes() const { return slot_bytes_; }
   int64_t device_bytes() const { return slot_bytes_ * static_cast<int64_t>(slots_.size()); }
@@ -82,7 +83,7 @@ class CodedStager {
   bool decoded_ = false;
   std::vector<Timer> timers_;
   size_t next_timer_ = 0;
-  int64_t decode_ns_ = 0;
+  std::atomic<int64_t> decode_ns_{0};
 };
 
 }  // namespace autouvm::runtime::cuda
