@@ -12,21 +12,17 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/weight_codec.h"
+#include "tests/gpu/have_device.h"
 
 namespace autouvm::runtime::cuda {
 namespace {
 
 constexpr int64_t kMiB = 1 << 20;
 
-bool HaveDevice() {
-  int count = 0;
-  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  cudaGetLastError();
-  return ok;
-}
+using autouvm::testing::HaveCudaDevice;
 
 TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   auto made = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
                                    .code_host_copies = true,
                                    .coded_min_bytes = kMiB,
@@ -47,6 +43,8 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
     std::vector<uint16_t> values;
   };
   std::vector<Weight> weights = {{40 * kMiB, true}, {3 * kMiB + 130, true}, {6 * kMiB, false}, {kMiB / 2, true}};
+  // Each weight's place in the device buffer: one after another, at multiples of 256 bytes.
+  auto padded = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   int64_t total = 0;
   for (Weight& w : weights) {
     w.values.resize(static_cast<size_t>(w.bytes / 2));
@@ -56,7 +54,7 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
     w.addr = *addr;
     std::memcpy(reinterpret_cast<void*>(w.addr), w.values.data(), static_cast<size_t>(w.bytes));
     ASSERT_TRUE(gpu.KeepHostCopy(w.addr, w.bytes).ok());
-    total += (w.bytes + 255) / 256 * 256;
+    total += padded(w.bytes);
   }
   gpu.WaitForCodedCopies();
   auto buffer = gpu.AllocateDevice(total);
@@ -67,7 +65,7 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
     uint64_t at = *buffer;
     for (const Weight& w : weights) {
       ASSERT_TRUE(gpu.StageInto(w.addr, w.bytes, at, Stream::kCopy).ok());
-      at += static_cast<uint64_t>((w.bytes + 255) / 256 * 256);
+      at += static_cast<uint64_t>(padded(w.bytes));
     }
     // What the compute stream sees after waiting on the copy side's event.
     gpu.WaitEvent(Stream::kCompute, gpu.RecordEvent(Stream::kCopy));
@@ -78,7 +76,7 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
       ASSERT_EQ(cudaMemcpy(back.data(), reinterpret_cast<void*>(at), static_cast<size_t>(w.bytes), cudaMemcpyDefault),
                 cudaSuccess);
       EXPECT_EQ(back, w.values) << w.bytes << " bytes, round " << round;
-      at += static_cast<uint64_t>((w.bytes + 255) / 256 * 256);
+      at += static_cast<uint64_t>(padded(w.bytes));
     }
   }
   const UvmCounters moved = *gpu.ReadCounters() - before;

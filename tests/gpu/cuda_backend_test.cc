@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/gpu/have_device.h"
+
 namespace autouvm::runtime::cuda {
 namespace {
 
@@ -17,12 +19,7 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kMiB = 1 << 20;
 
-bool HaveDevice() {
-  int count = 0;
-  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  cudaGetLastError();
-  return ok;
-}
+using autouvm::testing::HaveCudaDevice;
 
 std::unique_ptr<CudaBackend> Backend(int64_t cap = kCapFromEnvironment) {
   auto backend = CudaBackend::Create({.device = 0, .spec = *FindGpuSpec("h200-pcie5"), .cap_bytes = cap});
@@ -31,14 +28,14 @@ std::unique_ptr<CudaBackend> Backend(int64_t cap = kCapFromEnvironment) {
 }
 
 TEST(CudaBackendTest, WithoutADeviceCreateSaysWhy) {
-  if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
+  if (HaveCudaDevice()) GTEST_SKIP() << "a CUDA device is present";
   auto backend = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5")});
   ASSERT_EQ(backend.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(backend.status().message(), HasSubstr("no usable CUDA device"));
 }
 
 TEST(CudaBackendTest, AllocationsPastTheCapAreRefusedBeforeCudaIsAsked) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   auto gpu = Backend(/*cap=*/64 * kMiB);
   ASSERT_NE(gpu, nullptr);
   auto first = gpu->AllocateManaged(48 * kMiB);
@@ -55,7 +52,7 @@ TEST(CudaBackendTest, AllocationsPastTheCapAreRefusedBeforeCudaIsAsked) {
 }
 
 TEST(CudaBackendTest, WithoutOversubscriptionAllocationsPastFreeMemoryAreRefused) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   for (bool oversubscribe : {false, true}) {
     // The free memory is taken as 64 MiB so that the refusal is tested without nearing the card's.
     auto gpu = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
@@ -78,7 +75,7 @@ TEST(CudaBackendTest, WithoutOversubscriptionAllocationsPastFreeMemoryAreRefused
 }
 
 TEST(CudaBackendTest, TheCountersSeeExactlyTheBytesAPrefetchMoves) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   auto gpu = Backend();
   ASSERT_NE(gpu, nullptr);
   auto before = gpu->ReadCounters();
@@ -103,7 +100,7 @@ TEST(CudaBackendTest, TheCountersSeeExactlyTheBytesAPrefetchMoves) {
 }
 
 TEST(CudaBackendTest, EndingReadDuplicationWithTheHostPreferredCopiesNothingBack) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   auto gpu = Backend();
   ASSERT_NE(gpu, nullptr);
   const int64_t bytes = 128 * kMiB;
@@ -128,7 +125,7 @@ TEST(CudaBackendTest, EndingReadDuplicationWithTheHostPreferredCopiesNothingBack
 }
 
 TEST(CudaBackendTest, DiscardAndEventsWork) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   auto gpu = Backend();
   ASSERT_NE(gpu, nullptr);
   const int64_t bytes = 64 * kMiB;
@@ -151,7 +148,7 @@ TEST(CudaBackendTest, DiscardAndEventsWork) {
 // keeps its host copy (and its contents), a copy of a range still staged is freed only on request with
 // its contents given up, and freeing the managed memory frees the copies of what it held.
 TEST(CudaBackendTest, HostCopiesOutliveStagingUntilForgottenOrFreed) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   auto gpu = Backend();
   ASSERT_NE(gpu, nullptr);
   if (!gpu->can_stage()) GTEST_SKIP() << "staging needs CUDA 13";
@@ -215,7 +212,7 @@ TEST(CudaBackendTest, HostCopiesOutliveStagingUntilForgottenOrFreed) {
 // a page or of the copy threads' share), and staging the range in again, or putting it back on the
 // host, brings them all back.
 TEST(CudaBackendTest, HostCopiesHoldEveryByteWhereverTheRangeWas) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
   auto gpu = Backend();
   ASSERT_NE(gpu, nullptr);
   if (!gpu->can_stage()) GTEST_SKIP() << "staging needs CUDA 13";

@@ -11,18 +11,14 @@
 #include <vector>
 
 #include "runtime/weight_codec.h"
+#include "tests/gpu/have_device.h"
 
 namespace autouvm::runtime::cuda {
 namespace {
 
 namespace wc = runtime::weight_codec;
 
-bool HaveDevice() {
-  int count = 0;
-  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  cudaGetLastError();
-  return ok;
-}
+using autouvm::testing::HaveCudaDevice;
 
 std::vector<uint16_t> Gaussian(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -44,7 +40,7 @@ TEST(HostCopyCoderTest, CodesWhatShrinksAndKeepsTheRestPlain) {
   std::optional<HostCopyCoder::Coded> w = coder.Take(1);
   ASSERT_TRUE(w.has_value());
   EXPECT_FALSE(coder.Take(1).has_value()) << "taken once";
-  if (HaveDevice()) {
+  if (HaveCudaDevice()) {
     ASSERT_NE(w->memory.ptr, nullptr) << w->error;
     EXPECT_LT(w->bytes, static_cast<int64_t>(0.75 * 2 * static_cast<double>(weights.size())));
     std::vector<uint16_t> back(weights.size());

@@ -10,17 +10,14 @@
 #include <random>
 #include <vector>
 
+#include "tests/gpu/have_device.h"
+
 namespace autouvm::runtime::cuda {
 namespace {
 
 namespace wc = runtime::weight_codec;
 
-bool HaveDevice() {
-  int count = 0;
-  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  cudaGetLastError();
-  return ok;
-}
+using autouvm::testing::HaveCudaDevice;
 
 // Decodes `values`' encoding on the GPU; the values it gives back.
 std::vector<uint16_t> DecodeOnGpu(const std::vector<uint16_t>& values, uint32_t block) {
@@ -77,7 +74,7 @@ TEST(WeightDecodeTest, AChunkOutsideItsEncodingIsRefused) {
 // Note [Coded staging in chunks]: every chunk copied into one landing buffer in turn and decoded from
 // there, as CudaBackend::StageInto does, gives the tensor back bit for bit.
 TEST(WeightDecodeTest, ChunksThroughALandingBufferDecodeAsTheReferenceDoes) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
   std::mt19937 rng(13);
   std::normal_distribution<float> normal(0, 0.02f);
   std::vector<uint16_t> v((1 << 21) + 77);
@@ -118,7 +115,7 @@ TEST(WeightDecodeTest, ChunksThroughALandingBufferDecodeAsTheReferenceDoes) {
 }
 
 TEST(WeightDecodeTest, GaussianAndSpecialValuesDecodeAsTheReferenceDoes) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0, 0.02f);
   const uint16_t specials[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x807F, 0x7F7F};
@@ -133,7 +130,7 @@ TEST(WeightDecodeTest, GaussianAndSpecialValuesDecodeAsTheReferenceDoes) {
 }
 
 TEST(WeightDecodeTest, EveryIndexWidthAndPlainTensorsDecode) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device: the GPU decoder runs on the GPU host";
   std::mt19937 rng(5);
   for (const int k : {1, 2, 3, 5, 7, 11, 15, 20, 31, 256}) {
     std::vector<uint16_t> v(100000);
