@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "engine/model_config.h"
 #include "runtime/gpu_spec.h"
@@ -27,5 +29,13 @@ struct EntrySize {
 // and sizes it on CUDA with `spec`.
 EntrySize WriteSizedEntry(const engine::ModelConfig& config, const std::string& repo, int max_batch,
                           const runtime::GpuSpec& spec);
+
+// Runs `work` in a forked child (which may use CUDA; the parent then holds nothing of it) and hands back
+// its two figures; Die()s if it failed.
+std::pair<int64_t, int64_t> InChild(const std::function<std::pair<int64_t, int64_t>()>& work);
+
+// The device's memory bandwidth as a model's kernels meet it: bytes read and written per second by
+// device-to-device copies of a 2 GiB tensor in managed memory resident on the GPU (in a forked child).
+double MeasureHbmBytesPerS(const runtime::GpuSpec& spec);
 
 }  // namespace autouvm::bench

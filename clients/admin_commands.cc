@@ -77,6 +77,19 @@ void PrintStatus(const ModelStatus& status) {
   line("policy", status.policy());
   line("device_budget_bytes", status.device_budget_bytes());
   for (const auto& profile : status.profiles()) line("profile", ProfileOneLine(profile));
+  if (status.has_step_graphs()) {
+    // Decode steps run as CUDA graphs: docs/configuration.md runtime.cuda_graphs.
+    const auto& g = status.step_graphs();
+    line("step_graphs.graphs", g.graphs());
+    line("step_graphs.captures", g.captures());
+    line("step_graphs.capture_failures", g.capture_failures());
+    line("step_graphs.recaptures", g.recaptures());
+    line("step_graphs.replays", g.replays());
+    line("step_graphs.eager_steps", g.eager_steps());
+    line("step_graphs.capture_seconds", g.capture_seconds());
+    line("step_graphs.bytes", g.bytes());
+    if (!g.last_error().empty()) line("step_graphs.last_error", g.last_error());
+  }
   if (status.has_execution()) {
     // What the executor did: docs/profiling.md "Following plans".
     const auto& e = status.execution();

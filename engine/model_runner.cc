@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "engine/generated_weights.h"
 #include "engine/kv_blocks.h"
+#include "engine/step_graphs.h"
 #include "engine/torch_dtype.h"
 #include "runtime/storage_binding.h"
 
@@ -43,6 +44,7 @@ struct ModelRunner::Impl {
   Impl(KvPoolShape shape, int max_batch) : blocks(shape, max_batch) {}
 
   torch::jit::Module module;
+  std::unique_ptr<StepGraphs> graphs;  // while step graphs are on
   // Note [Block KV cache] (engine/kv_blocks.cc): per layer, [pool rows, n_kv_heads, head_dim].
   std::vector<torch::Tensor> k_pools, v_pools;
   KvBlocks blocks;
@@ -54,6 +56,18 @@ struct ModelRunner::Impl {
     return device != nullptr ? device->Enter() : nullptr;
   }
   torch::Tensor On(const torch::Tensor& t) const { return t.to(torch_device); }
+
+  // Every tensor the module reads but its inputs: parameters, buffers, KV pools.
+  std::vector<c10::Storage> Storages() {
+    std::vector<c10::Storage> storages;
+    for (const auto& p : module.named_parameters()) storages.push_back(p.value.storage());
+    for (const auto& b : module.named_buffers()) storages.push_back(b.value.storage());
+    for (size_t l = 0; l < k_pools.size(); ++l) {
+      storages.push_back(k_pools[l].storage());
+      storages.push_back(v_pools[l].storage());
+    }
+    return storages;
+  }
 
   // Runs the module's step on `packed` (RunStep below, on the host); logits [L, V] on the host.
   torch::Tensor Step(const torch::Tensor& packed, int64_t n, int64_t nd, int64_t d_span, int64_t rp, int64_t tp,
@@ -319,6 +333,11 @@ absl::Status ModelRunner::RunStep(absl::Span<const KvShare> shares, absl::Span<c
   RETURN_IF_ERROR(impl_->blocks.Grow(lengths, shares));
   const KvBlocks& blocks = impl_->blocks;
   if (kv_rows_listener_) kv_rows_listener_(blocks.live_rows(), blocks.shape().blocks * blocks.shape().block_tokens);
+  if (nd == static_cast<int64_t>(rows.size()) && shares.empty() && !every_position &&
+      std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.logits; })) {
+    return RunDecode(rows, d_span, logits);
+  }
+  if (impl_->graphs != nullptr) impl_->graphs->CountEager();
   std::vector<size_t> order;  // decode rows first
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].decode) order.push_back(i);
@@ -440,14 +459,74 @@ std::vector<ModelRunner::NamedTensor> ModelRunner::NamedTensors() const {
 }
 
 std::unique_ptr<runtime::TensorBinding> ModelRunner::NewTensorBinding() const {
-  std::vector<c10::Storage> storages;
-  for (const auto& p : impl_->module.named_parameters()) storages.push_back(p.value.storage());
-  for (const auto& b : impl_->module.named_buffers()) storages.push_back(b.value.storage());
-  for (size_t l = 0; l < impl_->k_pools.size(); ++l) {
-    storages.push_back(impl_->k_pools[l].storage());
-    storages.push_back(impl_->v_pools[l].storage());
+  return std::make_unique<runtime::StorageBinding>(impl_->Storages());
+}
+
+absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
+  impl_->graphs.reset();
+  if (options.mode == StepGraphMode::kOff) return absl::OkStatus();
+  Impl* impl = impl_.get();
+  // `live` is the whole pool in a graph (Note [Captured steps]).
+  const int64_t pool_rows = impl->k_pools.empty() ? 0 : impl->k_pools[0].size(0);
+  auto forward = [impl, pool_rows](const StepGraphs::Inputs& in) {
+    std::vector<torch::jit::IValue> inputs{in.tokens,
+                                           in.positions,
+                                           in.kv_rows,
+                                           in.d_rows,
+                                           in.p_index,
+                                           in.p_flat,
+                                           in.p_rows,
+                                           in.logit_ix,
+                                           pool_rows,
+                                           c10::List<at::Tensor>(impl->k_pools),
+                                           c10::List<at::Tensor>(impl->v_pools)};
+    return impl->module.get_method("step")(std::move(inputs)).toTensor();
+  };
+  ASSIGN_OR_RETURN(impl->graphs,
+                   StepGraphs::Create(options, impl->device, impl->torch_device, impl->Storages(), std::move(forward)));
+  return absl::OkStatus();
+}
+
+StepGraphStats ModelRunner::step_graph_stats() const {
+  return impl_->graphs != nullptr ? impl_->graphs->stats() : StepGraphStats{};
+}
+
+absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, std::vector<float>* logits) {
+  const int64_t nd = static_cast<int64_t>(rows.size());
+  const DecodeBucket bucket = DecodeBucketOf(nd, d_span, max_batch_, config_.max_seq);
+  const KvBlocks& blocks = impl_->blocks;
+  const int64_t B = bucket.batch, S = bucket.span;
+  // The first nd rows of the layout; the rest stays as it comes (zeros: padding rows).
+  auto fill = [&rows, &blocks, B, S](int64_t* host) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      host[i] = r.tokens[0];
+      host[B + i] = r.start_pos;
+      host[2 * B + i] = blocks.RowOf(r.slot, r.start_pos);
+      int64_t* table = host + 3 * B + static_cast<int64_t>(i) * S;
+      for (int64_t j = 0; j <= r.start_pos; ++j) table[j] = blocks.RowOf(r.slot, j);  // past it: row 0
+    }
+  };
+  StepGraphs* graphs = impl_->graphs.get();
+  try {
+    if (graphs != nullptr && graphs_allowed_ && graphs->Takes(bucket)) {
+      torch::NoGradGuard no_grad;
+      auto on = impl_->Enter();
+      ASSIGN_OR_RETURN(const at::Tensor out, graphs->Run(bucket, nd, fill));
+      *logits = ToVector(out);
+      return absl::OkStatus();
+    }
+    if (graphs != nullptr) graphs->CountEager();
+    // The same layout as the graph's (packed's with no prompt rows), every row's logits wanted.
+    auto packed = torch::zeros({4 * B + B * S}, torch::kLong);
+    int64_t* host = packed.data_ptr<int64_t>();
+    for (int64_t i = 0; i < B; ++i) host[3 * B + B * S + i] = i;
+    fill(host);
+    *logits = ToVector(impl_->Step(packed, B, B, S, 0, 0, 0, 0, B).narrow(0, 0, nd));
+  } catch (const std::exception& e) {
+    return TorchError("forward pass", e);
   }
-  return std::make_unique<runtime::StorageBinding>(storages);
+  return absl::OkStatus();
 }
 
 void ModelRunner::NameTensors(runtime::Observer* observer) const {

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/model_config.h"
+#include "engine/step_graph_options.h"
 #include "engine/step_runner.h"
 #include "runtime/compute_device.h"
 #include "runtime/named_tensor.h"
@@ -66,6 +67,12 @@ class ModelRunner final : public StepRunner {
   // A step of decode rows only.
   absl::Status Decode(absl::Span<const DecodeRow> rows, std::vector<float>* logits);
   void Release(int32_t slot) override;
+  // Note [Captured steps] (engine/step_graphs.cc): decode steps run by graphs of their bucket, where the
+  // scheduler allows it pass by pass (set_graphs_allowed). kDevice needs a CUDA device (UNIMPLEMENTED
+  // on the CPU); kEmulated runs the same path eagerly, for tests. Call before the first step.
+  absl::Status EnableStepGraphs(const StepGraphOptions& options);
+  void set_graphs_allowed(bool allowed) override { graphs_allowed_ = allowed; }
+  StepGraphStats step_graph_stats() const;  // zeros while graphs are off; from any thread
   // Called in every step once its KV blocks are taken, before the forward pass, and after a Release:
   // the pools' rows in use
   // (one past the highest block taken) and their rows in all (Note [KV blocks taken as sequences grow],
@@ -110,6 +117,9 @@ class ModelRunner final : public StepRunner {
   // Step's work; every_position: all of each row's tokens' logits (ForwardAll).
   absl::Status RunStep(absl::Span<const KvShare> shares, absl::Span<const Row> rows, bool every_position,
                        std::vector<float>* logits);
+  // A step of decode rows alone, each wanting its logits, over its bucket's shape (Note [Decode steps by
+  // bucket], step_graph_options.h): by the bucket's graph where graphs are on and allowed, else eagerly.
+  absl::Status RunDecode(absl::Span<const Row> rows, int64_t d_span, std::vector<float>* logits);
 
   std::unique_ptr<Impl> impl_;
   ModelConfig config_;
@@ -119,6 +129,7 @@ class ModelRunner final : public StepRunner {
   int64_t kv_cache_bytes_ = 0;
   std::string compute_dtype_;
   std::function<void(int64_t, int64_t)> kv_rows_listener_;
+  bool graphs_allowed_ = true;
 };
 
 // Sets libtorch's intra-op thread pool size for the process (call once, before models run).

@@ -227,6 +227,8 @@ void Scheduler::Run(const StepPlan& plan) {
   absl::Duration waited;  // for turns: not the pass's own cost, which the policy learns from `took`
   for (int attempt = 0;; ++attempt) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
+    // Note [Captured steps] (engine/step_graphs.cc): only a pass nothing observes may run as a graph.
+    runner_->set_graphs_allowed(options_.hooks == nullptr || options_.hooks->PassMayBeCaptured());
     const absl::Time asked = clock_->Now();
     if (options_.turns != nullptr) options_.turns->turns()->Begin(options_.turns->id());
     const absl::Time began = clock_->Now();

@@ -61,6 +61,10 @@ class StepRunner {
   // A step without shares.
   absl::Status Step(absl::Span<const Row> rows, std::vector<float>* logits) { return Step({}, rows, logits); }
 
+  // Whether the next steps may run as captured graphs (Note [Captured steps], engine/step_graphs.cc):
+  // the scheduler says so before each pass, from IterationHooks::PassMayBeCaptured.
+  virtual void set_graphs_allowed(bool /*allowed*/) {}
+
   // The slot's sequence ended: the runner may give back what it holds for it (its KV-cache blocks).
   virtual void Release(int32_t /*slot*/) {}
 

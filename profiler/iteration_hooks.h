@@ -19,6 +19,10 @@ class IterationHooks {
   virtual ~IterationHooks() = default;
   // batch: the pass's rows; prompt_len: its longest prompt chunk (0 for decode).
   virtual void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) = 0;
+  // After BeforeIteration: whether nothing observes the pass about to run, so that it may run as a
+  // captured graph, which launches its ops without the observer seeing them (Note [Captured steps],
+  // engine/step_graphs.cc).
+  virtual bool PassMayBeCaptured() const { return false; }
   // True: the iteration's result must not be used, run it again (once; its hooks are called again).
   virtual bool AfterIteration(const absl::Status& status) = 0;
   // The model has had nothing to run for SchedulerOptions::idle_sleep: it may give its device memory

@@ -174,6 +174,10 @@ void ModelSession::BeforeIteration(IterationPhase phase, int batch, int64_t prom
   }
 }
 
+bool ModelSession::PassMayBeCaptured() const {
+  return mode_ == Mode::kNone || (mode_ == Mode::kFollow && following_.empty());
+}
+
 bool ModelSession::EndFollowing(const absl::Status& status) {
   if (plan_key_.empty()) return false;
   runtime::Observer* obs = observer_.get();

@@ -13,12 +13,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/device_backend.h"
 #include "runtime/gpu_spec.h"
 
@@ -40,6 +42,29 @@ class ComputeDevice {
     virtual ~ThreadScope() = default;
   };
   virtual std::unique_ptr<ThreadScope> Enter() = 0;
+
+  // Note [Captured steps] (engine/step_graphs.cc): work captured once as a CUDA graph and launched again
+  // with one call. Its allocations come from an arena of its own, which holds them while the arena lives,
+  // so that no other tensor is ever placed where a replay writes.
+  class CapturedWork {
+   public:
+    virtual ~CapturedWork() = default;
+    // Launches the captured work again on the compute stream (inside Enter()).
+    virtual absl::Status Replay() = 0;
+  };
+  class CaptureArena {
+   public:
+    virtual ~CaptureArena() = default;
+    // Captures what `body` launches on the calling thread's compute stream (inside Enter()); nothing of
+    // it runs. An error from `body` or from CUDA (something it launched cannot be captured) leaves nothing
+    // captured and the stream as it was.
+    virtual absl::StatusOr<std::unique_ptr<CapturedWork>> Capture(const std::function<absl::Status()>& body) = 0;
+    virtual int64_t bytes() const = 0;  // managed memory the arena holds for its captured work
+  };
+  // UNIMPLEMENTED where nothing can be captured (the CPU). The arena lives no longer than the device.
+  virtual absl::StatusOr<std::unique_ptr<CaptureArena>> NewCaptureArena() {
+    return absl::UnimplementedError(absl::StrCat("the ", std::string(kind()), " device captures no graphs"));
+  }
 };
 
 struct ComputeDeviceOptions {

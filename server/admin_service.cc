@@ -180,6 +180,19 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     out->set_passes_nearest_plan(static_cast<uint64_t>(ss.nearest));
     out->set_passes_no_plan(static_cast<uint64_t>(ss.none));
   }
+  if (m.graphs_on) {
+    const engine::StepGraphStats g = m.runner->step_graph_stats();
+    auto* x = out->mutable_step_graphs();
+    x->set_graphs(static_cast<uint64_t>(g.graphs));
+    x->set_captures(static_cast<uint64_t>(g.captures));
+    x->set_capture_failures(static_cast<uint64_t>(g.capture_failures));
+    x->set_recaptures(static_cast<uint64_t>(g.recaptures));
+    x->set_replays(static_cast<uint64_t>(g.replays));
+    x->set_eager_steps(static_cast<uint64_t>(g.eager_steps));
+    x->set_capture_seconds(g.capture_seconds);
+    x->set_bytes(g.bytes);
+    x->set_last_error(g.last_error);
+  }
   profiles_->FillModelStatus(m, out);
   if (m.execution != nullptr) {
     const profiler::ExecutionStats e = m.execution->stats();

@@ -104,6 +104,10 @@ struct ServerConfig {
   // Stream weights over the link exponent-coded and decode them on the GPU (runtime.compress_streamed;
   // Note [Coded host copies], runtime/cuda/cuda_backend.cc): lossless, fewer bytes per step. CUDA only.
   bool compress_streamed = false;
+  // Decode steps run as CUDA graphs of their bucket (runtime.cuda_graphs; Note [Captured steps],
+  // engine/step_graphs.cc), up to cuda_graph_max_batch rows. CUDA only.
+  bool cuda_graphs = true;
+  int64_t cuda_graph_max_batch = 32;
   int64_t monitor_every = 64;  // time one followed iteration in this many (runtime.monitor_every; 0: never)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).
   std::string admin_token_file;

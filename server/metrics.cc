@@ -190,6 +190,14 @@ std::string Metrics::Scrape() const {
   auto* asleep = s.Family("autouvm_model_asleep", "1 while the model sleeps", T::Gauge);
   auto* wake_seconds =
       s.Family("autouvm_model_last_wake_seconds", "How long the pass that last woke the model took", T::Gauge);
+  auto* graphs = s.Family("autouvm_step_graphs", "Decode steps' CUDA graphs held (runtime.cuda_graphs)", T::Gauge);
+  auto* graph_replays = s.Family("autouvm_step_graph_replays_total", "Decode steps a CUDA graph ran", T::Counter);
+  auto* graph_captures = s.Family("autouvm_step_graph_captures_total",
+                                  "Captures of decode steps, by outcome (captured, failed)", T::Counter);
+  auto* graph_seconds =
+      s.Family("autouvm_step_graph_capture_seconds_total", "Time spent capturing decode steps", T::Counter);
+  auto* graph_bytes =
+      s.Family("autouvm_step_graph_bytes", "Device memory the decode steps' graphs hold (their activations)", T::Gauge);
   auto* profiles = s.Family("autouvm_profiles", "Profile keys this process knows, by state", T::Gauge);
   auto* profiling =
       s.Family("autouvm_profiling_seconds_total", "Seconds spent recording and analysing profiles", T::Counter);
@@ -216,6 +224,15 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(share, model, m.settings.share);
     Snapshot::Add(turn_wait, model, st.turn_wait_seconds_total);
     Snapshot::Add(kv_blocks, {{"model", m.name}, {"state", "reserved"}}, st.kv_blocks_reserved);
+    if (m.graphs_on) {
+      const engine::StepGraphStats g = m.runner->step_graph_stats();
+      Snapshot::Add(graphs, model, g.graphs);
+      Snapshot::Add(graph_replays, model, g.replays);
+      Snapshot::Add(graph_captures, {{"model", m.name}, {"outcome", "captured"}}, g.captures);
+      Snapshot::Add(graph_captures, {{"model", m.name}, {"outcome", "failed"}}, g.capture_failures);
+      Snapshot::Add(graph_seconds, model, g.capture_seconds);
+      Snapshot::Add(graph_bytes, model, g.bytes);
+    }
     if (m.session != nullptr) {
       Snapshot::Add(budget, model, m.session->identity().device_budget_bytes);
       const profiler::SessionStats ss = m.session->stats();

@@ -271,6 +271,16 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
                    engine::ModelRunner::Create(
                        m->dir, m->config, static_cast<int>(m->settings.max_batch), device_,
                        {.tokens = m->settings.kv_cache_tokens, .block_tokens = m->settings.kv_block_tokens}, place));
+  // Note [Captured steps] (engine/step_graphs.cc): on a GPU, decode steps nothing observes run as graphs.
+  if (config_.cuda_graphs && device_ != nullptr && device_->kind() == "cuda") {
+    const absl::Status s = m->runner->EnableStepGraphs(
+        {.mode = engine::StepGraphMode::kDevice, .max_batch = static_cast<int>(config_.cuda_graph_max_batch)});
+    if (s.ok()) {
+      m->graphs_on = true;
+    } else {
+      AUTOUVM_LOG(WARNING).Model(m->name) << "decode steps run eagerly: " << s.message();
+    }
+  }
   // The digest names the model's profiles: a changed model.pt or model.yaml is a new model to them.
   ASSIGN_OR_RETURN(m->digest, profiler::ModelDigest((fs::path(m->dir) / "model.pt").string(), yaml));
   engine::SchedulerOptions options;

@@ -52,6 +52,7 @@ struct ServedModel {
   std::optional<tokenizer::ChatTemplate> chat_template;
   std::string bos_token, eos_token;
   std::unique_ptr<engine::ModelRunner> runner;
+  bool graphs_on = false;  // its decode steps may run as CUDA graphs (runtime.cuda_graphs)
   // The model's AutoUVM loop: null when profiling is off; outlives the scheduler.
   std::unique_ptr<profiler::ModelSession> session;
   profiler::ModelExecution* execution = nullptr;  // the session's, when plans are followed

@@ -41,6 +41,7 @@ class CudaDevice final : public ComputeDevice {
   DeviceBackend* backend() override { return backend_.get(); }
   int64_t managed_bytes() const override { return pool_->allocated_bytes(); }
   std::unique_ptr<ThreadScope> Enter() override { return std::make_unique<StreamScope>(stream_); }
+  absl::StatusOr<std::unique_ptr<CaptureArena>> NewCaptureArena() override { return pool_->NewCaptureArena(); }
 
   // The CUDA backend, behind one lock: each model's session drives it from the model's own thread
   // (runtime/serialized_backend.h).

@@ -4,17 +4,117 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/MemPool.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <exception>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/device_backend.h"
 
 namespace autouvm::runtime::cuda {
+namespace {
+
+// Note [Captured steps' allocations]: PyTorch sends an allocation to the first pool whose filter takes
+// it, of those begun (beginAllocateToPool) and not ended, for every thread. The process's one Scope is
+// begun first and for good (Note [One managed scope], compute_device.cc), so while a thread captures,
+// its filter declines that thread's allocations: they go to the capture arena's pool, begun for the
+// captured stream. What a captured step allocates and frees stays in that pool, never handed to a tensor
+// made outside a capture, so a replay writes only memory that is the graph's own.
+thread_local bool t_capturing = false;
+
+std::string CudaError(const char* what, cudaError_t e) {
+  return absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+class ManagedCapturedWork final : public ComputeDevice::CapturedWork {
+ public:
+  explicit ManagedCapturedWork(cudaGraphExec_t exec) : exec_(exec) {}
+  ~ManagedCapturedWork() override { (void)cudaGraphExecDestroy(exec_); }  // deliberately unchecked: nothing to do
+
+  absl::Status Replay() override {
+    const cudaError_t e = cudaGraphLaunch(exec_, c10::cuda::getCurrentCUDAStream().stream());
+    if (e != cudaSuccess) return absl::InternalError(CudaError("cudaGraphLaunch", e));  // checked
+    return absl::OkStatus();
+  }
+
+ private:
+  const cudaGraphExec_t exec_;
+};
+
+}  // namespace
+
+class ManagedCaptureArena final : public ComputeDevice::CaptureArena {
+ public:
+  explicit ManagedCaptureArena(ManagedMemoryPool* owner) : owner_(owner) {
+    allocator_ = torch::cuda::CUDAPluggableAllocator::createCustomAllocator(
+        [this](size_t bytes, int, cudaStream_t) {
+          void* ptr = owner_->Allocate(bytes);
+          if (ptr != nullptr) bytes_.fetch_add(static_cast<int64_t>(bytes));
+          return ptr;
+        },
+        [this](void* ptr, size_t bytes, int, cudaStream_t) {
+          owner_->Free(ptr, bytes);
+          bytes_.fetch_sub(static_cast<int64_t>(bytes));
+        });
+    pool_ = std::make_unique<at::cuda::MemPool>(allocator_);
+  }
+
+  absl::StatusOr<std::unique_ptr<ComputeDevice::CapturedWork>> Capture(
+      const std::function<absl::Status()>& body) override {
+    const c10::DeviceIndex device = c10::cuda::current_device();
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    c10::cuda::CUDACachingAllocator::beginAllocateToPool(device, pool_->id(),
+                                                         [stream](cudaStream_t s) { return s == stream; });
+    t_capturing = true;
+    absl::Status status;
+    cudaGraphExec_t exec = nullptr;
+    // Relaxed: other threads (other models' copies, the allocator's managed segments) go on as usual.
+    if (const cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed); e != cudaSuccess) {
+      status = absl::InternalError(CudaError("cudaStreamBeginCapture", e));  // checked
+    } else {
+      try {
+        status = body();
+      } catch (const std::exception& e) {
+        status = absl::InternalError(absl::StrCat("capturing: ", e.what()));
+      }
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream, &graph);  // checked below
+      if (status.ok() && ended != cudaSuccess) status = absl::InternalError(CudaError("cudaStreamEndCapture", ended));
+      if (status.ok()) {
+        if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
+          status = absl::InternalError(CudaError("cudaGraphInstantiate", e));  // checked
+          exec = nullptr;
+        }
+      }
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);  // deliberately unchecked: the exec is what runs
+    }
+    t_capturing = false;
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool_->id());
+    // A capture that failed leaves its (non-sticky) error behind: the caller reports it from `status`.
+    if (!status.ok()) (void)cudaGetLastError();
+    if (!status.ok()) return status;
+    return std::make_unique<ManagedCapturedWork>(exec);
+  }
+
+  int64_t bytes() const override { return bytes_.load(); }
+
+ private:
+  ManagedMemoryPool* const owner_;
+  std::atomic<int64_t> bytes_{0};
+  std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> allocator_;
+  std::unique_ptr<at::cuda::MemPool> pool_;
+};
+
+std::unique_ptr<ComputeDevice::CaptureArena> ManagedMemoryPool::NewCaptureArena() {
+  return std::make_unique<ManagedCaptureArena>(this);
+}
 
 struct ManagedMemoryPool::Impl {
   std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> allocator;
@@ -102,7 +202,8 @@ std::string ManagedMemoryPool::last_refusal() const {
 
 ManagedMemoryPool::Scope::Scope(ManagedMemoryPool* pool) : pool_(pool) {
   c10::cuda::CUDACachingAllocator::beginAllocateToPool(static_cast<c10::DeviceIndex>(pool_->device_),
-                                                       pool_->impl_->pool->id(), [](cudaStream_t) { return true; });
+                                                       pool_->impl_->pool->id(),
+                                                       [](cudaStream_t) { return !t_capturing; });
 }
 
 ManagedMemoryPool::Scope::~Scope() {

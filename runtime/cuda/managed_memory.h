@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "runtime/compute_device.h"
 
 namespace autouvm::runtime::cuda {
 
@@ -47,6 +48,11 @@ class ManagedMemoryPool {
     ManagedMemoryPool* pool_;
   };
 
+  // Captured work's allocations, in managed memory of this pool's limits and counts, but in a PyTorch
+  // pool of the arena's own (Note [Captured steps' allocations], managed_memory.cc). The arena lives no
+  // longer than this pool; the work it captured and the tensors made by that work go before it.
+  std::unique_ptr<ComputeDevice::CaptureArena> NewCaptureArena();
+
   int64_t allocated_bytes() const { return allocated_.load(); }
   int64_t peak_bytes() const { return peak_.load(); }
   int64_t free_bytes_at_start() const { return free_at_start_; }
@@ -55,6 +61,7 @@ class ManagedMemoryPool {
   struct Impl;
 
  private:
+  friend class ManagedCaptureArena;
   ManagedMemoryPool(int device, ManagedMemoryLimits limits, int64_t free_at_start);
   void* Allocate(size_t bytes);
   void Free(void* ptr, size_t bytes);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -272,6 +274,68 @@ TEST(ManagedMemoryTest, PackedStepsOfOneRowAndOfSeveralRunTheSameOpsOnTheGpu) {
       }
     }
   }
+}
+
+// Note [Captured steps] (engine/step_graphs.cc) as CUDA graphs: decode steps of 1-5 rows over growing
+// sequences of every span bucket, each bucket captured on its first step and replayed after, give the
+// logits of a runner without graphs bit for bit (bf16; both pad a step to its bucket: Note [Decode steps
+// by bucket], engine/step_graph_options.h), so the same greedy tokens, and the graphs' activations are in
+// managed memory of their own arena.
+TEST(ManagedMemoryTest, DecodeStepsRunAsCudaGraphsGiveTheEagerLogits) {
+  auto spec = FindGpuSpec("h200-pcie5");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto device = OpenComputeDevice({.backend = "cuda", .spec = *spec});
+  if (!device.ok()) GTEST_SKIP() << device.status();
+  testing::TempDir dir;
+  engine::ModelConfig c = testing::SmallLlamaConfig("graphs", 2, "bf16");
+  c.max_seq = 256;
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir.path()).ok());
+  auto eager = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
+  auto graphs = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  ASSERT_TRUE((*graphs)->EnableStepGraphs({.mode = engine::StepGraphMode::kDevice}).ok());
+  std::vector<int64_t> len;
+  for (int32_t slot = 0; slot < 5; ++slot) {
+    const int n = std::vector<int>{3, 9, 20, 70, 130}[slot];
+    std::vector<int32_t> prompt(n);
+    for (int i = 0; i < n; ++i) prompt[i] = (slot * 37 + i * 11) % 250 + 1;
+    ASSERT_TRUE((*eager)->Prefill(slot, prompt).ok());
+    ASSERT_TRUE((*graphs)->Prefill(slot, prompt).ok());
+    len.push_back(n);
+  }
+  const int kSteps = 40;
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  std::vector<int32_t> next(5, 17);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<engine::ModelRunner::DecodeRow> rows;
+    for (int i = 0; i < step % 5 + 1; ++i) {
+      const int32_t slot = (step + 2 * i) % 5;
+      bool taken = false;
+      for (const auto& r : rows) taken = taken || r.slot == slot;
+      if (!taken) rows.push_back({slot, next[slot], len[slot]});
+    }
+    std::vector<float> want, got;
+    ASSERT_TRUE((*eager)->Decode(rows, &want).ok());
+    ASSERT_TRUE((*graphs)->Decode(rows, &got).ok());
+    ASSERT_EQ(got.size(), want.size());
+    int64_t differing = 0;
+    for (size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i] ? 1 : 0;
+    EXPECT_EQ(differing, 0) << "step " << step << ": logits differing bits from the eager step's";
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto w = std::max_element(want.begin() + r * V, want.begin() + (r + 1) * V) - (want.begin() + r * V);
+      const auto g = std::max_element(got.begin() + r * V, got.begin() + (r + 1) * V) - (got.begin() + r * V);
+      EXPECT_EQ(g, w) << "step " << step << ", row " << r;
+      next[rows[r].slot] = static_cast<int32_t>(w);
+      ++len[rows[r].slot];
+    }
+  }
+  const engine::StepGraphStats s = (*graphs)->step_graph_stats();
+  EXPECT_EQ(s.capture_failures, 0) << s.last_error;
+  EXPECT_GT(s.captures, 3);
+  EXPECT_EQ(s.replays, kSteps - s.captures);
+  EXPECT_GT(s.bytes, 0);
+  EXPECT_GT(s.capture_seconds, 0);
 }
 
 }  // namespace

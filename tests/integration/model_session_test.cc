@@ -135,6 +135,44 @@ TEST_F(ModelSessionTest, AShapeIsRecordedOnceThenFollowsItsPlanAndANewShapeFollo
 // plain aten ops over two named weights: b1 always runs the same ops; b2's move every other iteration
 // (an op in front shifts them all); b4's moved ones are what it runs from the start, so the plan it
 // borrows (b1's) stops at its first op. Every iteration but the model's first follows a plan.
+// Note [Captured steps] (engine/step_graphs.cc): a graph launches its ops without the observer seeing
+// them, so a pass may run as one only when nothing observes it — not while it is recorded, nor when it
+// follows a plan on the mirror (which launches every op's kernel on the simulator) — and may when the
+// session follows no plan and records nothing.
+TEST_F(ModelSessionTest, OnlyAPassNothingObservesMayBeCaptured) {
+  Model m = Load("gamma", 5);
+  ASSERT_NE(m.session, nullptr);
+  auto may_capture = [](Model& model, int64_t pos) {
+    std::vector<engine::ModelRunner::DecodeRow> batch = {{0, 256, pos}};
+    std::vector<float> logits;
+    model.session->BeforeIteration(IterationPhase::kDecode, 1, 0);
+    const bool may = model.session->PassMayBeCaptured();
+    EXPECT_TRUE(model.runner->Decode(batch, &logits).ok());
+    EXPECT_FALSE(model.session->AfterIteration(absl::OkStatus()));
+    return may;
+  };
+  EXPECT_FALSE(may_capture(m, 1));  // recorded
+  jobs_->Drain();
+  EXPECT_FALSE(may_capture(m, 2));  // followed on the mirror
+  EXPECT_EQ(m.session->execution()->stats().followed_iterations, 1);
+
+  // Without an execution nothing follows plans: once recorded, the shape's passes run unobserved.
+  const engine::ModelConfig c = testing::SmallLlamaConfig("delta");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 6, dir_.path()).ok());
+  auto runner = engine::ModelRunner::Create(dir_.Sub("delta"), c, 4);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  Model bare;
+  bare.runner = std::move(*runner);
+  auto session =
+      ModelSession::Create({std::string(64, 'd'), spec_.name, 0, "autouvm"}, jobs_.get(), bare.runner->NamedTensors());
+  ASSERT_TRUE(session.ok()) << session.status();
+  bare.session = std::move(*session);
+  EXPECT_FALSE(may_capture(bare, 1));  // recorded
+  jobs_->Drain();
+  EXPECT_TRUE(may_capture(bare, 2));
+  EXPECT_TRUE(may_capture(bare, 3));
+}
+
 TEST_F(ModelSessionTest, AShapeWhoseOpsMoveIsRecordedTwiceAtMostAndEveryIterationButTheFirstFollowsAPlan) {
   const at::Tensor w1 = at::randn({128, 128}), w2 = at::randn({128, 128});
   const std::vector<runtime::NamedTensor> named = {

@@ -39,6 +39,7 @@ class FakeStepRunner final : public engine::StepRunner {
   struct Pass {
     std::vector<Row> rows;
     std::vector<Share> shares;
+    bool graphs_allowed = false;  // what set_graphs_allowed last said before the pass
     int decode_rows() const {
       int n = 0;
       for (const Row& r : rows) n += r.decode ? 1 : 0;
@@ -84,6 +85,7 @@ class FakeStepRunner final : public engine::StepRunner {
                           r.logits, std::move(context)});
       }
       for (const engine::KvShare& s : shares) p.shares.push_back({s.src_slot, s.dst_slot, s.tokens});
+      p.graphs_allowed = graphs_allowed_;
     }
     Enter(p);
     logits->clear();
@@ -102,6 +104,10 @@ class FakeStepRunner final : public engine::StepRunner {
   void Release(int32_t slot) override {
     absl::MutexLock lock(&mu_);
     blocks_.Release(slot);
+  }
+  void set_graphs_allowed(bool allowed) override {
+    absl::MutexLock lock(&mu_);
+    graphs_allowed_ = allowed;
   }
   int max_batch() const override { return slots_; }
   int64_t kv_block_tokens() const override { return blocks_.shape().block_tokens; }
@@ -165,6 +171,7 @@ class FakeStepRunner final : public engine::StepRunner {
   absl::Status full_status_ ABSL_GUARDED_BY(mu_);
   std::vector<Pass> passes_ ABSL_GUARDED_BY(mu_);
   bool held_ ABSL_GUARDED_BY(mu_) = false;
+  bool graphs_allowed_ ABSL_GUARDED_BY(mu_) = false;
   FakeClock* clock_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Duration per_pass_ ABSL_GUARDED_BY(mu_);
 };

@@ -99,6 +99,40 @@ TEST_F(SchedulerTest, AnIdleModelIsPutToSleepOncePerIdleSpellAndWhenAsked) {
   ASSERT_TRUE(autouvm::testing::Eventually([&] { return awake.sleeps.load() == 1; }));
 }
 
+// Note [Captured steps] (engine/step_graphs.cc): the runner may run a pass as a graph only when the hooks
+// say nothing observes it; without hooks nothing does.
+class CaptureDecodesOnly : public IterationHooks {
+ public:
+  void BeforeIteration(IterationPhase phase, int, int64_t) override { decode_ = phase == IterationPhase::kDecode; }
+  bool PassMayBeCaptured() const override { return decode_; }
+  bool AfterIteration(const absl::Status&) override { return false; }
+
+ private:
+  bool decode_ = false;
+};
+
+TEST_F(SchedulerTest, APassMayRunAsAGraphOnlyWhenTheHooksSayNothingObservesIt) {
+  FakeStepRunner runner(2);
+  CaptureDecodesOnly hooks;
+  {
+    Scheduler sched(&runner, &tokenizer_, {.max_batch = 2, .hooks = &hooks}, &clock_);
+    RecordingSink sink;
+    ASSERT_TRUE(sched.Submit(Params(10, 3), &sink).ok());
+    sink.done.WaitForNotification();
+  }
+  const auto passes = runner.passes();
+  ASSERT_EQ(passes.size(), 3u);
+  EXPECT_FALSE(passes[0].graphs_allowed);  // the prefill
+  EXPECT_TRUE(passes[1].graphs_allowed);
+  EXPECT_TRUE(passes[2].graphs_allowed);
+  FakeStepRunner bare(2);
+  Scheduler sched(&bare, &tokenizer_, {.max_batch = 2}, &clock_);
+  RecordingSink sink;
+  ASSERT_TRUE(sched.Submit(Params(10, 2), &sink).ok());
+  sink.done.WaitForNotification();
+  for (const auto& p : bare.passes()) EXPECT_TRUE(p.graphs_allowed);
+}
+
 TEST_F(SchedulerTest, AFullQueueIsRefusedWhileTheModelIsBusy) {
   FakeStepRunner runner(1);
   Scheduler sched(&runner, &tokenizer_, {.max_batch = 1, .max_queue = 2}, &clock_);

@@ -260,6 +260,15 @@ TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
   ASSERT_TRUE(coded.ok()) << coded.status();
   EXPECT_TRUE(coded->compress_streamed);
   ExpectInvalid("runtime: {compress_streamed: lots}\n", "runtime.compress_streamed");
+  // runtime.cuda_graphs (Note [Captured steps], engine/step_graphs.cc): on by default, up to 32 rows.
+  EXPECT_TRUE(c->cuda_graphs);
+  EXPECT_EQ(c->cuda_graph_max_batch, 32);
+  auto eager = ParseServerConfig("runtime: {cuda_graphs: false, cuda_graph_max_batch: 8}\n", kOrigin);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  EXPECT_FALSE(eager->cuda_graphs);
+  EXPECT_EQ(eager->cuda_graph_max_batch, 8);
+  ExpectInvalid("runtime: {cuda_graph_max_batch: 0}\n", "runtime.cuda_graph_max_batch");
+  ExpectInvalid("runtime: {cuda_graphs: often}\n", "runtime.cuda_graphs");
 }
 
 TEST(ServerConfigTest, TlsIsOffByDefaultAndItsFilesGoTogether) {

@@ -1,0 +1,238 @@
+// step_graphs (GPU host): issue 29's decode steps run as CUDA graphs (runtime.cuda_graphs, Note
+// [Captured steps] in engine/step_graphs.cc) against the same daemon stepping eagerly, side by side in
+// one run, through the daemon and a gRPC client, with the greedy tokens of both compared.
+//
+//   build-gpu/bench/step_graphs --preset 7b --factors 1.0 --batches 1,16
+//
+// One Llama entry (weights generated on the GPU at load); per factor (named bytes / device budget; 1.0:
+// the weights and the KV cache resident, with room for the activations) a daemon with graphs off, then
+// one with them on. Per daemon: a request profiles, one warms; per batch B, two untimed bursts of B
+// streams started at once (they record and plan the bucket and capture its graphs), then --repeats
+// timed bursts. Per burst: each stream's decode rate (its step: one token per step) and the burst's
+// aggregate tokens/s. The HBM roof is the weights' bytes over the card's bandwidth measured here
+// (bench/sized_entry.h); issue 29's targets at factor 1.0: batch 1 <= 1.5 x the roof, batch 16 <= 2 x.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "bench/daemon_client.h"
+#include "bench/decode_harness.h"
+#include "bench/sized_entry.h"
+#include "engine/model_runner.h"
+#include "runtime/compute_device.h"
+#include "runtime/gpu_spec.h"
+
+namespace {
+
+using autouvm::bench::Check;
+using autouvm::bench::DaemonRun;
+using autouvm::bench::Median;
+
+struct Burst {
+  std::vector<DaemonRun> runs;
+  double aggregate = 0;  // tokens/s over the burst
+};
+
+struct Cell {
+  double factor = 0;
+  bool graphs = false;
+  int batch = 0;
+  std::vector<Burst> bursts;
+  autouvm::v1::StepGraphStatus graph_status;
+  int exit_code = 0;
+};
+
+Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, const std::vector<int32_t>& prompt,
+               int batch, int tokens) {
+  Burst b;
+  b.runs.resize(static_cast<size_t>(batch));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < batch; ++i) {
+    threads.emplace_back([&, i] {
+      b.runs[static_cast<size_t>(i)] = autouvm::bench::GenerateThroughDaemon(d.generation.get(), model, prompt, tokens);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  auto first = b.runs.front().first_token, last = b.runs.front().last_token;
+  int64_t generated = 0;
+  for (const DaemonRun& r : b.runs) {
+    first = std::min(first, r.first_token);
+    last = std::max(last, r.last_token);
+    generated += static_cast<int64_t>(r.tokens.size()) - 1;
+  }
+  const double seconds = std::chrono::duration<double>(last - first).count();
+  b.aggregate = seconds > 0 ? static_cast<double>(generated) / seconds : 0;
+  return b;
+}
+
+// The engine alone, no daemon: `steps` decode steps of `batch` rows through a ModelRunner on the GPU, eager
+// then by graphs (one runner; its weights as the daemon loads them), in a child process. Nanoseconds per
+// step, eager and by graphs.
+std::pair<int64_t, int64_t> BareStepNs(const autouvm::engine::ModelConfig& c, const std::string& repo,
+                                       const autouvm::runtime::GpuSpec& spec, int batch, int max_batch,
+                                       const std::vector<int32_t>& prompt, int steps) {
+  return autouvm::bench::InChild([&] {
+    auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
+    auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, max_batch, device.get()), "load");
+    const auto len = static_cast<int64_t>(prompt.size());
+    auto time = [&](bool graphs) {
+      Check(runner->EnableStepGraphs(
+                {.mode = graphs ? autouvm::engine::StepGraphMode::kDevice : autouvm::engine::StepGraphMode::kOff}),
+            "graphs");
+      for (int32_t slot = 0; slot < batch; ++slot) Check(runner->Prefill(slot, prompt), "prefill");
+      std::vector<float> logits;
+      std::chrono::steady_clock::time_point began;
+      for (int step = -3; step < steps; ++step) {  // 3 untimed: the first captures
+        if (step == 0) began = std::chrono::steady_clock::now();
+        std::vector<autouvm::engine::ModelRunner::DecodeRow> rows;
+        for (int32_t slot = 0; slot < batch; ++slot) rows.push_back({slot, 100 + slot, len + 3 + step});
+        Check(runner->Decode(rows, &logits), "decode");
+      }
+      const auto took = std::chrono::steady_clock::now() - began;
+      for (int32_t slot = 0; slot < batch; ++slot) runner->Release(slot);
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(took).count() / steps;
+    };
+    const int64_t eager = time(false);
+    return std::pair<int64_t, int64_t>{eager, time(true)};
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  autouvm::bench::BenchName() = "step_graphs";
+  CLI::App app{"step_graphs: decode steps as CUDA graphs against eager steps, through the daemon (GPU host)"};
+  std::string preset = "7b", factors_flag = "1.0", batches_flag = "1,16";
+  int tokens = 64, prompt_len = 16, repeats = 2;
+  std::string daemon_path = AUTOUVMD_PATH;
+  app.add_option("--preset", preset, "7b, 13b or small");
+  app.add_option("--factors", factors_flag, "oversubscription factors: named bytes / device budget (1.0: resident)");
+  app.add_option("--batches", batches_flag, "streams started at once");
+  app.add_option("--tokens", tokens, "tokens generated per request");
+  app.add_option("--prompt", prompt_len, "prompt tokens");
+  app.add_option("--repeats", repeats, "timed bursts per batch");
+  app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<int> batches;
+  for (const std::string& b : std::vector<std::string>(absl::StrSplit(batches_flag, ',')))
+    batches.push_back(std::stoi(b));
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/step-graphs-", getpid());
+  const std::string repo = root + "/models";
+  const auto spec = Check(autouvm::runtime::FindGpuSpec("h200-pcie5"), "spec");
+  autouvm::engine::ModelConfig c = Check(autouvm::bench::LlamaConfig(preset, 7, prompt_len + tokens + 8), "config");
+  c.name = absl::StrCat("bench-", preset);
+  // Sized, and the bandwidth measured, in child processes (bench/sized_entry.h): the bench holds nothing on
+  // the card.
+  const autouvm::bench::EntrySize size = autouvm::bench::WriteSizedEntry(c, repo, max_batch, spec);
+  const double hbm = autouvm::bench::MeasureHbmBytesPerS(spec);
+  const double roof_s = static_cast<double>(size.weight_bytes) / hbm;
+  const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
+  std::vector<std::pair<int64_t, int64_t>> bare;  // per batch: ns per step, eager and by graphs
+  for (const int batch : batches) bare.push_back(BareStepNs(c, repo, spec, batch, max_batch, prompt, tokens));
+  std::vector<Cell> cells;
+  for (const std::string& f : std::vector<std::string>(absl::StrSplit(factors_flag, ','))) {
+    const double factor = std::stod(f);
+    // Resident: the named bytes and room for the activations (the planner sets it aside from the budget).
+    const int64_t budget = factor <= 1.0 ? size.named_bytes + (int64_t{4} << 30)
+                                         : static_cast<int64_t>(static_cast<double>(size.named_bytes) / factor);
+    for (const bool graphs : {false, true}) {
+      const std::string dir = absl::StrCat(root, "/run-", cells.size());
+      std::filesystem::create_directories(dir);
+      const std::string config =
+          autouvm::bench::WriteCudaDaemonConfig(dir, repo, spec.name,
+                                                absl::StrCat("models: {", c.name, ": {max_batch: ", max_batch,
+                                                             ", policy: autouvm, device_budget: ", budget, "}}"),
+                                                absl::StrCat("cuda_graphs: ", graphs ? "true" : "false"));
+      autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config, dir);
+      autouvm::bench::WaitModelReady(d, c.name);
+      autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // profiles
+      autouvm::bench::WaitDecodeReady(d.admin.get(), c.name, absl::Seconds(120));
+      autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // warms
+      const size_t first_cell = cells.size();
+      for (const int batch : batches) {
+        Cell cell{.factor = factor, .graphs = graphs, .batch = batch};
+        for (int i = 0; i < 2; ++i) RunBurst(d, c.name, prompt, batch, tokens);  // records, plans, captures
+        for (int i = 0; i < repeats; ++i) cell.bursts.push_back(RunBurst(d, c.name, prompt, batch, tokens));
+        cell.graph_status = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).step_graphs();
+        cells.push_back(std::move(cell));
+      }
+      const int exit_code = autouvm::bench::StopDaemon(&d);
+      for (size_t i = first_cell; i < cells.size(); ++i) cells[i].exit_code = exit_code;
+    }
+  }
+
+  std::printf(
+      "%s on CUDA (%s): %.2f GiB of weights, %.2f GiB named (KV cache for %d streams); HBM measured %.0f GB/s, the "
+      "weights' roof %.2f ms; %d prompt tokens, %d generated, %d timed bursts per batch\n\n",
+      c.name.c_str(), spec.name.c_str(), static_cast<double>(size.weight_bytes) / (1 << 30),
+      static_cast<double>(size.named_bytes) / (1 << 30), max_batch, hbm / 1e9, 1e3 * roof_s, prompt_len, tokens,
+      repeats);
+  std::printf(
+      "| factor | graphs | batch | step ms | step / HBM roof | step / eager step | aggregate tok/s | tokens = eager | "
+      "replays | captures | failures | capture ms | graphs' MiB | exit |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Cell& cell : cells) {
+    std::vector<double> steps, aggregates;
+    for (const Burst& b : cell.bursts) {
+      aggregates.push_back(b.aggregate);
+      for (const DaemonRun& r : b.runs)
+        if (r.decode_tokens_per_s > 0) steps.push_back(1 / r.decode_tokens_per_s);
+    }
+    const double step_s = Median(steps);
+    // The eager daemon's run of the same factor and batch: its step, and whether each of this run's token
+    // sequences is one of its (a batch's rows may differ from each other: every request is greedy).
+    double eager_s = 0;
+    std::string same = "-";
+    for (const Cell& other : cells) {
+      if (other.graphs || other.factor != cell.factor || other.batch != cell.batch) continue;
+      std::vector<double> s;
+      std::vector<std::vector<int32_t>> sequences;
+      for (const Burst& b : other.bursts) {
+        for (const DaemonRun& r : b.runs) {
+          if (r.decode_tokens_per_s > 0) s.push_back(1 / r.decode_tokens_per_s);
+          sequences.push_back(r.tokens);
+        }
+      }
+      eager_s = Median(s);
+      if (!cell.graphs) break;
+      bool all = true;
+      for (const Burst& b : cell.bursts)
+        for (const DaemonRun& r : b.runs)
+          all = all && std::find(sequences.begin(), sequences.end(), r.tokens) != sequences.end();
+      same = all ? "yes" : "NO";
+    }
+    const auto& g = cell.graph_status;
+    std::printf("| %.2f | %s | %d | %.2f | %.2f | %s | %.1f | %s | %llu | %llu | %llu | %.0f | %.0f | %d |\n",
+                cell.factor, cell.graphs ? "on" : "off", cell.batch, 1e3 * step_s, step_s / roof_s,
+                cell.graphs && eager_s > 0 ? absl::StrFormat("%.3f", step_s / eager_s).c_str() : "-",
+                Median(aggregates), same.c_str(), static_cast<unsigned long long>(g.replays()),
+                static_cast<unsigned long long>(g.captures()), static_cast<unsigned long long>(g.capture_failures()),
+                1e3 * g.capture_seconds(), static_cast<double>(g.bytes()) / (1 << 20), cell.exit_code);
+  }
+  std::printf(
+      "\nThe engine alone (a ModelRunner in a child process, no daemon, %d decode steps, host packing and the "
+      "logits' copy back included):\n\n| batch | eager step ms | graph step ms | graph / eager | graph / HBM roof |\n"
+      "|---|---|---|---|---|\n",
+      tokens);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const double eager_s = static_cast<double>(bare[i].first) / 1e9,
+                 graph_s = static_cast<double>(bare[i].second) / 1e9;
+    std::printf("| %d | %.2f | %.2f | %.3f | %.2f |\n", batches[i], 1e3 * eager_s, 1e3 * graph_s, graph_s / eager_s,
+                graph_s / roof_s);
+  }
+  std::printf(
+      "\nstep: the median over the timed bursts' streams of 1 / the stream's decode rate (tokens 2..N at the "
+      "client); replays, captures and the graphs' memory: the daemon's GetModelStatus after that batch's bursts "
+      "(cumulative over the daemon's life).\n");
+  std::filesystem::remove_all(root);
+  return 0;
+}

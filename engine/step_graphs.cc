@@ -1,0 +1,179 @@
+#include "engine/step_graphs.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+
+namespace autouvm::engine {
+
+// Note [Captured steps]: when a model (nearly) fits, its decode step is the host's dispatch — a 7B's
+// 1691 TorchScript ops take 17-29 ms on the H200 where its weights take 3 ms to read (issue 29). So a
+// decode step the session lets run unobserved (Note [Plans with nothing to do per op],
+// profiler/model_execution.cc: IterationHooks::PassMayBeCaptured) is run by a CUDA graph of its bucket:
+// - One graph per bucket (Note [Decode steps by bucket], step_graph_options.h), whose padding the eager
+//   step has too: a graph replays the step the runner would run eagerly. `live` is the whole pool: the
+//   graph's views do not change with the rows in use (the pool's rows are the same either way).
+// - Inputs through one static tensor per bucket, filled from a pinned host copy before each replay;
+//   the logits come out of the graph's own output tensor. Sampling stays outside, on the host.
+// - The first step of a bucket runs eagerly on the static inputs (its result is the step's, and it is
+//   the capture's warm-up), then the bucket is captured; the next ones replay. A capture that fails
+//   leaves its bucket eager for good, counted, logged once.
+// - The capture's allocations come from an arena of the graphs' own (Note [Captured steps'
+//   allocations], runtime/cuda/managed_memory.cc), which holds them: the graphs' device memory, counted
+//   and reported (stats().bytes), in managed memory under the process's limits.
+// - A graph reads the weights and the KV pools at the addresses they had at its capture. A plan that
+//   streams through a device buffer rebinds them op by op (runtime/tensor_binding.h), but such a pass is
+//   observed and never captured or replayed; a replay checks every storage's address anyway and captures
+//   again where one moved. Where the pages of those storages are (device, host, in flight) does not
+//   matter to a graph: it reads managed memory as any kernel does.
+namespace {
+
+class EmulatedWork final : public runtime::ComputeDevice::CapturedWork {
+ public:
+  explicit EmulatedWork(std::function<absl::Status()> body) : body_(std::move(body)) {}
+  absl::Status Replay() override { return body_(); }
+
+ private:
+  const std::function<absl::Status()> body_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOptions& options,
+                                                               runtime::ComputeDevice* device, at::Device on,
+                                                               std::vector<c10::Storage> reads, Forward forward) {
+  if (options.mode == StepGraphMode::kOff) return absl::InvalidArgumentError("step graphs: the mode is off");
+  if (options.max_batch < 1) return absl::InvalidArgumentError("cuda_graph_max_batch: must be at least 1");
+  std::unique_ptr<StepGraphs> graphs(new StepGraphs(options, device, on, std::move(reads), std::move(forward)));
+  if (options.mode == StepGraphMode::kDevice) {
+    if (device == nullptr) return absl::UnimplementedError("step graphs: the CPU captures no graphs");
+    auto arena = device->NewCaptureArena();
+    if (!arena.ok()) return arena.status();
+    graphs->arena_ = std::move(*arena);
+  }
+  return graphs;
+}
+
+StepGraphs::StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
+                       std::vector<c10::Storage> reads, Forward forward)
+    : options_(options), device_(device), on_(on), reads_(std::move(reads)), forward_(std::move(forward)) {}
+
+StepGraphs::~StepGraphs() {
+  // The captured work and its tensors go back to the arena before it goes.
+  entries_.clear();
+  arena_.reset();
+}
+
+std::vector<const void*> StepGraphs::Addresses() const {
+  std::vector<const void*> out;
+  out.reserve(reads_.size());
+  for (const c10::Storage& s : reads_) out.push_back(s.data());
+  return out;
+}
+
+StepGraphs::Entry& StepGraphs::EntryOf(Bucket b) {
+  Entry& e = entries_[{b.batch, b.span}];
+  if (e.host.defined()) return e;
+  const int64_t n = 4 * b.batch + b.batch * b.span;
+  const bool device = options_.mode == StepGraphMode::kDevice;
+  e.host = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device));
+  e.inputs = device ? at::empty({n}, at::TensorOptions().dtype(at::kLong).device(on_)) : e.host;
+  const at::Tensor& in = e.inputs;
+  const int64_t B = b.batch;
+  e.views.tokens = in.narrow(0, 0, B);
+  e.views.positions = in.narrow(0, B, B);
+  e.views.kv_rows = in.narrow(0, 2 * B, B);
+  e.views.d_rows = in.narrow(0, 3 * B, B * b.span).view({B, b.span});
+  e.views.logit_ix = in.narrow(0, 3 * B + B * b.span, B);
+  const auto long_on = at::TensorOptions().dtype(at::kLong).device(on_);
+  e.views.p_index = at::empty({0, 0}, long_on);
+  e.views.p_flat = at::empty({0}, long_on);
+  e.views.p_rows = at::empty({0, 0}, long_on);
+  return e;
+}
+
+void StepGraphs::Capture(Bucket b, Entry& e) {
+  const auto began = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> work;
+  auto body = [this, &e]() -> absl::Status {
+    e.out = forward_(e.views);
+    return absl::OkStatus();
+  };
+  if (options_.mode == StepGraphMode::kEmulated) {
+    work = std::make_unique<EmulatedWork>(body);
+  } else {
+    work = arena_->Capture(body);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  absl::MutexLock lock(&mu_);
+  stats_.capture_seconds += seconds;
+  if (!work.ok()) {
+    e.failed = true;
+    e.out = at::Tensor();
+    ++stats_.capture_failures;
+    stats_.last_error = absl::StrCat("batch ", b.batch, ", span ", b.span, ": ", work.status().message());
+    AUTOUVM_LOG(WARNING) << "capturing the decode step of batch " << b.batch << ", span " << b.span << " failed ("
+                         << work.status().message() << "); that bucket runs eagerly";
+    return;
+  }
+  e.work = std::move(*work);
+  e.addresses = Addresses();
+  ++stats_.captures;
+  ++stats_.graphs;
+}
+
+absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill) {
+  if (rows < 1 || rows > b.batch) {
+    return absl::InvalidArgumentError(absl::StrCat("a step of ", rows, " rows in a bucket of ", b.batch));
+  }
+  Entry& e = EntryOf(b);
+  int64_t* host = e.host.data_ptr<int64_t>();
+  std::fill(host, host + e.host.numel(), 0);
+  int64_t* logit_ix = host + 3 * b.batch + b.batch * b.span;
+  for (int64_t i = 0; i < b.batch; ++i) logit_ix[i] = i;
+  fill(host);
+  if (!e.inputs.is_same(e.host)) e.inputs.copy_(e.host, /*non_blocking=*/true);
+  at::Tensor out;
+  if (e.work != nullptr && e.addresses != Addresses()) {
+    // A tensor the graph reads has moved: its capture is stale.
+    e.work.reset();
+    e.out = at::Tensor();
+    absl::MutexLock lock(&mu_);
+    ++stats_.recaptures;
+    --stats_.graphs;
+  }
+  if (e.work != nullptr) {
+    if (absl::Status s = e.work->Replay(); !s.ok()) return s;
+    out = e.out;
+    absl::MutexLock lock(&mu_);
+    ++stats_.replays;
+  } else {
+    out = forward_(e.views);  // this step's result, and the warm-up of the capture that follows
+    if (!e.failed) Capture(b, e);
+    if (e.failed) CountEager();
+  }
+  // The copy to the host waits for the step; the next step's fill may then rewrite the pinned copy.
+  at::Tensor logits = out.narrow(0, 0, rows).to(at::kCPU);
+  if (arena_ != nullptr) {
+    absl::MutexLock lock(&mu_);
+    stats_.bytes = arena_->bytes();
+  }
+  return logits;
+}
+
+void StepGraphs::CountEager() {
+  absl::MutexLock lock(&mu_);
+  ++stats_.eager_steps;
+}
+
+StepGraphStats StepGraphs::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace autouvm::engine

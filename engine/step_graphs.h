@@ -1,0 +1,89 @@
+// StepGraphs: a model's decode steps captured once per bucket and replayed (Note [Captured steps],
+// step_graphs.cc). ModelRunner owns one while its step graphs are on; it fills the bucket's host
+// layout and gets the step's logits back.
+//
+//   auto graphs = StepGraphs::Create(options, device, torch::kCUDA, storages, forward);
+//   const DecodeBucket b = DecodeBucketOf(rows, span, max_batch, max_seq);   // step_graph_options.h
+//   if ((*graphs)->Takes(b)) {
+//     ASSIGN_OR_RETURN(at::Tensor logits, (*graphs)->Run(b, rows, fill));   // [rows, vocab] on the host
+//   }
+//
+// Internal to the engine (it names libtorch types). Not thread-safe but for stats(): the runner's one
+// thread runs it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/step_graph_options.h"
+#include "runtime/compute_device.h"
+
+namespace autouvm::engine {
+
+class StepGraphs {
+ public:
+  // A decode step's inputs in the module's `step` order (Note [Packed steps], llama_module.cc): views of
+  // one tensor that stays where it is, so that a graph reads each step's values where it was captured.
+  struct Inputs {
+    at::Tensor tokens, positions, kv_rows, d_rows, p_index, p_flat, p_rows, logit_ix;
+  };
+  // Runs the module's step on `in`: logits [batch, vocab] on the device.
+  using Forward = std::function<at::Tensor(const Inputs& in)>;
+  using Bucket = DecodeBucket;
+
+  // `reads`: the storages of every tensor the step reads or writes but its inputs (weights, buffers, KV
+  // pools); a graph is replayed only while each is where it was at the capture. kDevice needs `device`.
+  static absl::StatusOr<std::unique_ptr<StepGraphs>> Create(const StepGraphOptions& options,
+                                                            runtime::ComputeDevice* device, at::Device on,
+                                                            std::vector<c10::Storage> reads, Forward forward);
+  ~StepGraphs();
+
+  // Whether steps of bucket `b` (Note [Decode steps by bucket]) run by graphs: not wider than
+  // options.max_batch.
+  bool Takes(Bucket b) const { return b.batch <= options_.max_batch; }
+  // One decode step of `rows` rows in bucket `b`. `fill` writes the first `rows` rows of the host layout
+  // [tokens | positions | kv_rows: batch each | d_rows: batch x span | logit_ix: batch], which comes to
+  // it zeroed but for logit_ix (0..batch-1); the logits of those rows, on the host. The step runs eagerly
+  // the first time (and is then captured), by its graph after, and eagerly for good if its capture failed.
+  absl::StatusOr<at::Tensor> Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill);
+  // Called by the runner for a step it ran without a graph while they are on.
+  void CountEager();
+  StepGraphStats stats() const;  // from any thread
+
+ private:
+  struct Entry {
+    at::Tensor host;    // the layout on the host (pinned on a device)
+    at::Tensor inputs;  // where the graph reads it (the host tensor itself when emulated)
+    Inputs views;
+    at::Tensor out;  // the captured step's logits
+    std::unique_ptr<runtime::ComputeDevice::CapturedWork> work;
+    std::vector<const void*> addresses;  // of `reads_` at the capture
+    bool failed = false;
+  };
+  StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
+             std::vector<c10::Storage> reads, Forward forward);
+  Entry& EntryOf(Bucket b);
+  std::vector<const void*> Addresses() const;
+  void Capture(Bucket b, Entry& e);
+
+  const StepGraphOptions options_;
+  runtime::ComputeDevice* const device_;
+  const at::Device on_;
+  const std::vector<c10::Storage> reads_;
+  const Forward forward_;
+  // Declared before the entries: their captured work and tensors go before the arena they came from.
+  std::unique_ptr<runtime::ComputeDevice::CaptureArena> arena_;
+  std::map<std::pair<int64_t, int64_t>, Entry> entries_;
+  mutable absl::Mutex mu_;
+  StepGraphStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace autouvm::engine
