@@ -80,7 +80,10 @@ std::pair<int64_t, int64_t> BareStepNs(const autouvm::engine::ModelConfig& c, co
                                        const std::vector<int32_t>& prompt, int steps) {
   return autouvm::bench::InChild([&] {
     auto device = Check(autouvm::runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
-    auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, max_batch, device.get()), "load");
+    // Each slot's blocks hold a whole sequence (the daemon's pool is sized by the same max_seq).
+    auto runner = Check(autouvm::engine::ModelRunner::Create(repo + "/" + c.name, c, max_batch, device.get(),
+                                                             {.tokens = max_batch * (c.max_seq + 16)}),
+                        "load");
     const auto len = static_cast<int64_t>(prompt.size());
     auto time = [&](bool graphs) {
       Check(runner->EnableStepGraphs(
@@ -111,7 +114,8 @@ int main(int argc, char** argv) {
   CLI::App app{"step_graphs: decode steps as CUDA graphs against eager steps, through the daemon (GPU host)"};
   std::string preset = "7b", factors_flag = "1.0", batches_flag = "1,16";
   int tokens = 64, prompt_len = 16, repeats = 2;
-  std::string daemon_path = AUTOUVMD_PATH;
+  std::string daemon_path = AUTOUVMD_PATH, log_dir;
+  app.add_option("--log-dir", log_dir, "keep each daemon's log (--log-level debug: a line per pass) here");
   app.add_option("--preset", preset, "7b, 13b or small");
   app.add_option("--factors", factors_flag, "oversubscription factors: named bytes / device budget (1.0: resident)");
   app.add_option("--batches", batches_flag, "streams started at once");
@@ -152,7 +156,9 @@ int main(int argc, char** argv) {
                                                 absl::StrCat("models: {", c.name, ": {max_batch: ", max_batch,
                                                              ", policy: autouvm, device_budget: ", budget, "}}"),
                                                 absl::StrCat("cuda_graphs: ", graphs ? "true" : "false"));
-      autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config, dir);
+      autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(
+          daemon_path, config, dir,
+          log_dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--log-level", "debug"});
       autouvm::bench::WaitModelReady(d, c.name);
       autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // profiles
       autouvm::bench::WaitDecodeReady(d.admin.get(), c.name, absl::Seconds(120));
@@ -166,6 +172,12 @@ int main(int argc, char** argv) {
         cells.push_back(std::move(cell));
       }
       const int exit_code = autouvm::bench::StopDaemon(&d);
+      if (!log_dir.empty()) {
+        std::filesystem::create_directories(log_dir);
+        std::filesystem::copy_file(dir + "/daemon.log",
+                                   absl::StrCat(log_dir, "/factor-", f, graphs ? "-graphs" : "-eager", ".log"),
+                                   std::filesystem::copy_options::overwrite_existing);
+      }
       for (size_t i = first_cell; i < cells.size(); ++i) cells[i].exit_code = exit_code;
     }
   }

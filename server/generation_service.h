@@ -7,6 +7,10 @@
 // writes and live until gRPC's OnDone.
 #pragma once
 
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
 #include "autouvm/v1/generation.grpc.pb.h"
 #include "engine/generation_frontend.h"
 #include "engine/serving_gate.h"
@@ -17,12 +21,36 @@
 
 namespace autouvm::server {
 
+// One thread that starts the streams' writes the models' scheduler threads queue (Note [Tokens written
+// off the scheduler's thread], generation_service.cc). Thread-safe; stops once every kick queued before
+// its destruction is delivered.
+class StreamWriter {
+ public:
+  class Stream {
+   public:
+    virtual void Kicked() = 0;  // on the writer's thread
+
+   protected:
+    ~Stream() = default;
+  };
+  StreamWriter();
+  ~StreamWriter();
+  void Kick(Stream* stream);  // `stream` lives until its Kicked() has returned
+
+ private:
+  void Run();
+  absl::Mutex mu_;
+  std::vector<Stream*> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 class GenerationService final : public autouvm::v1::Generation::CallbackService {
  public:
-  // All must outlive the service; `metrics` may be null.
+  // All must outlive the service; `metrics` may be null. Destroy it after the gRPC server has shut down.
   GenerationService(ModelManager* models, const ServerConfig* config, engine::ServingGate* gate,
-                    Metrics* metrics = nullptr)
-      : frontend_(models, RequestLimitsOf(config->limits), gate), metrics_(metrics) {}
+                    Metrics* metrics = nullptr);
+  ~GenerationService() override;
 
   grpc::ServerWriteReactor<autouvm::v1::GenerateStreamResponse>* GenerateStream(
       grpc::CallbackServerContext* context, const autouvm::v1::GenerateRequest* request) override;
@@ -32,6 +60,7 @@ class GenerationService final : public autouvm::v1::Generation::CallbackService 
  private:
   engine::GenerationFrontend frontend_;
   Metrics* metrics_;
+  StreamWriter writer_;
 };
 
 }  // namespace autouvm::server
