@@ -482,8 +482,11 @@ absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
                                            c10::List<at::Tensor>(impl->v_pools)};
     return impl->module.get_method("step")(std::move(inputs)).toTensor();
   };
+  // The runner's own tensors, which outlive its graphs: not referenced (StepGraphs::Create).
+  std::vector<const c10::StorageImpl*> reads;
+  for (const c10::Storage& s : impl->Storages()) reads.push_back(s.unsafeGetStorageImpl());
   ASSIGN_OR_RETURN(impl->graphs,
-                   StepGraphs::Create(options, impl->device, impl->torch_device, impl->Storages(), std::move(forward)));
+                   StepGraphs::Create(options, impl->device, impl->torch_device, std::move(reads), std::move(forward)));
   return absl::OkStatus();
 }
 

@@ -46,7 +46,8 @@ class EmulatedWork final : public runtime::ComputeDevice::CapturedWork {
 
 absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOptions& options,
                                                                runtime::ComputeDevice* device, at::Device on,
-                                                               std::vector<c10::Storage> reads, Forward forward) {
+                                                               std::vector<const c10::StorageImpl*> reads,
+                                                               Forward forward) {
   if (options.mode == StepGraphMode::kOff) return absl::InvalidArgumentError("step graphs: the mode is off");
   if (options.max_batch < 1) return absl::InvalidArgumentError("cuda_graph_max_batch: must be at least 1");
   std::unique_ptr<StepGraphs> graphs(new StepGraphs(options, device, on, std::move(reads), std::move(forward)));
@@ -60,7 +61,7 @@ absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOp
 }
 
 StepGraphs::StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
-                       std::vector<c10::Storage> reads, Forward forward)
+                       std::vector<const c10::StorageImpl*> reads, Forward forward)
     : options_(options), device_(device), on_(on), reads_(std::move(reads)), forward_(std::move(forward)) {}
 
 StepGraphs::~StepGraphs() {
@@ -72,7 +73,7 @@ StepGraphs::~StepGraphs() {
 std::vector<const void*> StepGraphs::Addresses() const {
   std::vector<const void*> out;
   out.reserve(reads_.size());
-  for (const c10::Storage& s : reads_) out.push_back(s.data());
+  for (const c10::StorageImpl* s : reads_) out.push_back(s->data());
   return out;
 }
 

@@ -40,10 +40,13 @@ class StepGraphs {
   using Bucket = DecodeBucket;
 
   // `reads`: the storages of every tensor the step reads or writes but its inputs (weights, buffers, KV
-  // pools); a graph is replayed only while each is where it was at the capture. kDevice needs `device`.
+  // pools), which the caller keeps alive while this lives (not owned: a reference here would keep a
+  // staged weight's storage past the execution that staged it); a graph is replayed only while each is
+  // where it was at the capture. kDevice needs `device`.
   static absl::StatusOr<std::unique_ptr<StepGraphs>> Create(const StepGraphOptions& options,
                                                             runtime::ComputeDevice* device, at::Device on,
-                                                            std::vector<c10::Storage> reads, Forward forward);
+                                                            std::vector<const c10::StorageImpl*> reads,
+                                                            Forward forward);
   ~StepGraphs();
 
   // Whether steps of bucket `b` (Note [Decode steps by bucket]) run by graphs: not wider than
@@ -69,7 +72,7 @@ class StepGraphs {
     bool failed = false;
   };
   StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
-             std::vector<c10::Storage> reads, Forward forward);
+             std::vector<const c10::StorageImpl*> reads, Forward forward);
   Entry& EntryOf(Bucket b);
   std::vector<const void*> Addresses() const;
   void Capture(Bucket b, Entry& e);
@@ -77,7 +80,7 @@ class StepGraphs {
   const StepGraphOptions options_;
   runtime::ComputeDevice* const device_;
   const at::Device on_;
-  const std::vector<c10::Storage> reads_;
+  const std::vector<const c10::StorageImpl*> reads_;
   const Forward forward_;
   // Declared before the entries: their captured work and tensors go before the arena they came from.
   std::unique_ptr<runtime::ComputeDevice::CaptureArena> arena_;
