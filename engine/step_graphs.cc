@@ -51,11 +51,10 @@ absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOp
   if (options.mode == StepGraphMode::kOff) return absl::InvalidArgumentError("step graphs: the mode is off");
   if (options.max_batch < 1) return absl::InvalidArgumentError("cuda_graph_max_batch: must be at least 1");
   std::unique_ptr<StepGraphs> graphs(new StepGraphs(options, device, on, std::move(reads), std::move(forward)));
-  if (options.mode == StepGraphMode::kDevice) {
-    if (device == nullptr) return absl::UnimplementedError("step graphs: the CPU captures no graphs");
-    auto arena = device->NewCaptureArena();
-    if (!arena.ok()) return arena.status();
-    graphs->arena_ = std::move(*arena);
+  // The arena is made by the first capture: a model whose steps are never captured (under a budget
+  // every decode step is observed) holds none.
+  if (options.mode == StepGraphMode::kDevice && device == nullptr) {
+    return absl::UnimplementedError("step graphs: the CPU captures no graphs");
   }
   return graphs;
 }
@@ -108,7 +107,15 @@ void StepGraphs::Capture(Bucket b, Entry& e) {
   if (options_.mode == StepGraphMode::kEmulated) {
     work = std::make_unique<EmulatedWork>(body);
   } else {
-    work = arena_->Capture(body);
+    if (arena_ == nullptr) {
+      auto arena = device_->NewCaptureArena();
+      if (arena.ok()) {
+        arena_ = std::move(*arena);
+      } else {
+        work = arena.status();
+      }
+    }
+    if (arena_ != nullptr) work = arena_->Capture(body);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   absl::MutexLock lock(&mu_);
