@@ -26,7 +26,10 @@ namespace {
 // begun first and for good (Note [One managed scope], compute_device.cc), so while a thread captures,
 // its filter declines that thread's allocations: they go to the capture arena's pool, begun for the
 // captured stream. What a captured step allocates and frees stays in that pool, never handed to a tensor
-// made outside a capture, so a replay writes only memory that is the graph's own.
+// made outside a capture, so a replay writes only memory that is the graph's own. And a capture is made
+// on a stream of the arena's own, not on the compute stream the models share: other threads go on
+// launching there (another model's weights generated at load, a plan's waits before its pass), and in a
+// capture of that stream their work would go into this graph instead of running.
 thread_local bool t_capturing = false;
 
 std::string CudaError(const char* what, cudaError_t e) {
@@ -64,36 +67,55 @@ class ManagedCaptureArena final : public ComputeDevice::CaptureArena {
           bytes_.fetch_sub(static_cast<int64_t>(bytes));
         });
     pool_ = std::make_unique<at::cuda::MemPool>(allocator_);
+    // The stream captures are made on (Note [Captured steps' allocations]).
+    int least = 0, greatest = 0;
+    if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess ||  // checked: no stream, no capture
+        cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest) != cudaSuccess) {
+      stream_ = nullptr;
+      (void)cudaGetLastError();  // reported by Capture
+    }
+  }
+  ~ManagedCaptureArena() override {
+    pool_.reset();                                             // its blocks were last used on stream_
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);  // deliberately unchecked: nothing to do
   }
 
   absl::StatusOr<std::unique_ptr<ComputeDevice::CapturedWork>> Capture(
       const std::function<absl::Status()>& body) override {
+    if (stream_ == nullptr) return absl::UnavailableError("no CUDA stream could be made to capture on");
     const c10::DeviceIndex device = c10::cuda::current_device();
-    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    const cudaStream_t stream = stream_;
     c10::cuda::CUDACachingAllocator::beginAllocateToPool(device, pool_->id(),
                                                          [stream](cudaStream_t s) { return s == stream; });
     t_capturing = true;
     absl::Status status;
     cudaGraphExec_t exec = nullptr;
-    // Relaxed: other threads (other models' copies, the allocator's managed segments) go on as usual.
-    if (const cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed); e != cudaSuccess) {
-      status = absl::InternalError(CudaError("cudaStreamBeginCapture", e));  // checked
-    } else {
-      try {
-        status = body();
-      } catch (const std::exception& e) {
-        status = absl::InternalError(absl::StrCat("capturing: ", e.what()));
-      }
-      cudaGraph_t graph = nullptr;
-      const cudaError_t ended = cudaStreamEndCapture(stream, &graph);  // checked below
-      if (status.ok() && ended != cudaSuccess) status = absl::InternalError(CudaError("cudaStreamEndCapture", ended));
-      if (status.ok()) {
-        if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
-          status = absl::InternalError(CudaError("cudaGraphInstantiate", e));  // checked
-          exec = nullptr;
+    {
+      // The body launches on the arena's stream while it captures (the guard puts the caller's back);
+      // the graph replays on the caller's.
+      c10::cuda::CUDAStreamGuard on_capture_stream(c10::cuda::getStreamFromExternal(stream, device));
+      // Relaxed: other threads (other models' copies, the allocator's managed segments) go on as usual.
+      if (const cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed); e != cudaSuccess) {
+        status = absl::InternalError(CudaError("cudaStreamBeginCapture", e));  // checked
+      } else {
+        try {
+          status = body();
+        } catch (const std::exception& e) {
+          status = absl::InternalError(absl::StrCat("capturing: ", e.what()));
         }
+        cudaGraph_t graph = nullptr;
+        const cudaError_t ended = cudaStreamEndCapture(stream, &graph);  // checked below
+        if (status.ok() && ended != cudaSuccess) {
+          status = absl::InternalError(CudaError("cudaStreamEndCapture", ended));
+        }
+        if (status.ok()) {
+          if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
+            status = absl::InternalError(CudaError("cudaGraphInstantiate", e));  // checked
+            exec = nullptr;
+          }
+        }
+        if (graph != nullptr) (void)cudaGraphDestroy(graph);  // deliberately unchecked: the exec is what runs
       }
-      if (graph != nullptr) (void)cudaGraphDestroy(graph);  // deliberately unchecked: the exec is what runs
     }
     t_capturing = false;
     c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool_->id());
@@ -110,6 +132,7 @@ class ManagedCaptureArena final : public ComputeDevice::CaptureArena {
   std::atomic<int64_t> bytes_{0};
   std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> allocator_;
   std::unique_ptr<at::cuda::MemPool> pool_;
+  cudaStream_t stream_ = nullptr;  // owned
 };
 
 std::unique_ptr<ComputeDevice::CaptureArena> ManagedMemoryPool::NewCaptureArena() {
