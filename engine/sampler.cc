@@ -8,9 +8,19 @@
 namespace autouvm::engine {
 
 int32_t ArgMax(absl::Span<const float> values) {
+  // The best value in a register and no bounds check: greedy decoding runs this over the vocabulary for
+  // every row of every step, on the model's scheduler thread (on a 32000-word vocabulary at batch 16 it
+  // was an eighth of that thread's time). The first of equal maxima wins; a NaN never does, unless it is
+  // the first value.
+  if (values.empty()) return 0;
+  const float* v = values.data();
+  float best_value = v[0];
   int32_t best = 0;
   for (size_t i = 1; i < values.size(); ++i) {
-    if (values[i] > values[best]) best = static_cast<int32_t>(i);
+    if (v[i] > best_value) {
+      best_value = v[i];
+      best = static_cast<int32_t>(i);
+    }
   }
   return best;
 }
