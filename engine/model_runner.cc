@@ -33,16 +33,17 @@ torch::Tensor ToLongTensor(absl::Span<const int32_t> ids) {
   return t;
 }
 
-std::vector<float> ToVector(const torch::Tensor& t) {
-  auto c = t.to(torch::kFloat).contiguous();
-  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-}
-
 // Into `out`, reusing its memory: a step's logits are megabytes (16 rows of a 32000-word vocabulary:
 // 2 MB), and a fresh buffer each step is fresh pages, each faulted in on the scheduler's thread.
 void CopyInto(const torch::Tensor& t, std::vector<float>* out) {
   auto c = t.to(torch::kFloat).contiguous();
   out->assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+std::vector<float> ToVector(const torch::Tensor& t) {
+  std::vector<float> out;
+  CopyInto(t, &out);
+  return out;
 }
 
 }  // namespace
@@ -527,11 +528,10 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
       return absl::OkStatus();
     }
     if (graphs != nullptr) graphs->CountEager();
-    // The same layout as the graph's (packed's with no prompt rows), every row's logits wanted.
-    auto packed = torch::zeros({4 * B + B * S}, torch::kLong);
-    int64_t* host = packed.data_ptr<int64_t>();
-    for (int64_t i = 0; i < B; ++i) host[3 * B + B * S + i] = i;
-    fill(host);
+    // The same layout as the graph's.
+    auto packed = torch::empty({DecodeLayoutSize(bucket)}, torch::kLong);
+    ResetDecodeLayout(bucket, packed.data_ptr<int64_t>());
+    fill(packed.data_ptr<int64_t>());
     CopyInto(impl_->Step(packed, B, B, S, 0, 0, 0, 0, B).narrow(0, 0, nd), logits);
   } catch (const std::exception& e) {
     return TorchError("forward pass", e);

@@ -35,6 +35,17 @@ inline DecodeBucket DecodeBucketOf(int64_t rows, int64_t span, int64_t max_rows,
           .span = std::min(std::max(power_of_two(span), kMinDecodeSpan), max_seq)};
 }
 
+// A decode step's inputs on the host, in the module's `step` order (Note [Packed steps],
+// llama_module.cc, with no prompt rows): [tokens | positions | kv_rows: batch each | d_rows: batch x span |
+// logit_ix: batch].
+inline int64_t DecodeLayoutSize(DecodeBucket b) { return 4 * b.batch + b.batch * b.span; }
+// Every row a padding row (zeros) whose logits are wanted (logit_ix 0..batch-1).
+inline void ResetDecodeLayout(DecodeBucket b, int64_t* host) {
+  std::fill(host, host + DecodeLayoutSize(b), 0);
+  int64_t* logit_ix = host + 3 * b.batch + b.batch * b.span;
+  for (int64_t i = 0; i < b.batch; ++i) logit_ix[i] = i;
+}
+
 enum class StepGraphMode {
   kOff,
   kDevice,    // CUDA graphs on the runner's device (runtime.cuda_graphs)

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -50,13 +49,12 @@ absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOp
                                                                Forward forward) {
   if (options.mode == StepGraphMode::kOff) return absl::InvalidArgumentError("step graphs: the mode is off");
   if (options.max_batch < 1) return absl::InvalidArgumentError("cuda_graph_max_batch: must be at least 1");
-  std::unique_ptr<StepGraphs> graphs(new StepGraphs(options, device, on, std::move(reads), std::move(forward)));
-  // The arena is made by the first capture: a model whose steps are never captured (under a budget
-  // every decode step is observed) holds none.
   if (options.mode == StepGraphMode::kDevice && device == nullptr) {
     return absl::UnimplementedError("step graphs: the CPU captures no graphs");
   }
-  return graphs;
+  // The arena is made by the first capture: a model whose steps are never captured (under a budget
+  // every decode step is observed) holds none.
+  return std::unique_ptr<StepGraphs>(new StepGraphs(options, device, on, std::move(reads), std::move(forward)));
 }
 
 StepGraphs::StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
@@ -79,7 +77,7 @@ std::vector<const void*> StepGraphs::Addresses() const {
 StepGraphs::Entry& StepGraphs::EntryOf(Bucket b) {
   Entry& e = entries_[{b.batch, b.span}];
   if (e.host.defined()) return e;
-  const int64_t n = 4 * b.batch + b.batch * b.span;
+  const int64_t n = DecodeLayoutSize(b);
   const bool device = options_.mode == StepGraphMode::kDevice;
   e.host = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device));
   e.inputs = device ? at::empty({n}, at::TensorOptions().dtype(at::kLong).device(on_)) : e.host;
@@ -140,11 +138,8 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
     return absl::InvalidArgumentError(absl::StrCat("a step of ", rows, " rows in a bucket of ", b.batch));
   }
   Entry& e = EntryOf(b);
-  int64_t* host = e.host.data_ptr<int64_t>();
-  std::fill(host, host + e.host.numel(), 0);
-  int64_t* logit_ix = host + 3 * b.batch + b.batch * b.span;
-  for (int64_t i = 0; i < b.batch; ++i) logit_ix[i] = i;
-  fill(host);
+  ResetDecodeLayout(b, e.host.data_ptr<int64_t>());
+  fill(e.host.data_ptr<int64_t>());
   if (!e.inputs.is_same(e.host)) e.inputs.copy_(e.host, /*non_blocking=*/true);
   at::Tensor out;
   if (e.work != nullptr && e.addresses != Addresses()) {
