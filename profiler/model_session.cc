@@ -174,9 +174,12 @@ void ModelSession::BeforeIteration(IterationPhase phase, int batch, int64_t prom
   }
 }
 
-bool ModelSession::PassMayBeCaptured() const {
-  return mode_ == Mode::kNone || (mode_ == Mode::kFollow && following_.empty());
+bool ModelSession::Observed() const {
+  // A followed plan with nothing to do per op runs unobserved (Note [Plans with nothing to do per op]).
+  return mode_ != Mode::kNone && (mode_ != Mode::kFollow || !following_.empty());
 }
+
+bool ModelSession::PassMayBeCaptured() const { return !Observed(); }
 
 bool ModelSession::EndFollowing(const absl::Status& status) {
   if (plan_key_.empty()) return false;
@@ -229,9 +232,7 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
     return false;
   }
   runtime::Observer* obs = observer_.get();
-  // A followed plan with nothing to do per op ran unobserved (Note [Plans with nothing to do per op]).
-  const bool observed = mode_ != Mode::kFollow || !following_.empty();
-  runtime::AccessTrace trace = observed ? obs->EndIteration() : runtime::AccessTrace();
+  runtime::AccessTrace trace = Observed() ? obs->EndIteration() : runtime::AccessTrace();
   if (mode_ == Mode::kVerify) obs->RemoveSubscriber(this);
   const Mode mode = mode_;
   mode_ = Mode::kNone;

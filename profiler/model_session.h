@@ -96,6 +96,9 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   void DropOwnPlan();
   // Before an iteration that follows no plan.
   void Suspend();
+  // Whether the observer watches the iteration in progress (recorded, checked, or following a plan that
+  // acts at op boundaries).
+  bool Observed() const;
 
   enum class Mode { kNone, kRecord, kVerify, kFollow };
   void LogPass(Mode mode, bool rerun) const;
