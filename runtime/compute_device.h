@@ -55,9 +55,10 @@ class ComputeDevice {
   class CaptureArena {
    public:
     virtual ~CaptureArena() = default;
-    // Captures what `body` launches on the calling thread's compute stream (inside Enter()); nothing of
-    // it runs. An error from `body` or from CUDA (something it launched cannot be captured) leaves nothing
-    // captured and the stream as it was.
+    // Captures what `body` launches from the calling thread (inside Enter()): while it runs, that
+    // thread's current stream is one of the arena's own, so other threads' work on the compute stream
+    // stays out of the graph. Nothing of it runs. An error from `body` or from CUDA (something it
+    // launched cannot be captured) leaves nothing captured and the streams as they were.
     virtual absl::StatusOr<std::unique_ptr<CapturedWork>> Capture(const std::function<absl::Status()>& body) = 0;
     virtual int64_t bytes() const = 0;  // managed memory the arena holds for its captured work
   };
