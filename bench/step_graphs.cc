@@ -25,6 +25,7 @@
 #include "bench/daemon_client.h"
 #include "bench/decode_harness.h"
 #include "bench/sized_entry.h"
+#include "engine/llama_module.h"
 #include "engine/model_runner.h"
 #include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
   // Sized, and the bandwidth measured, in child processes (bench/sized_entry.h): the bench holds nothing on
   // the card.
   const autouvm::bench::EntrySize size = autouvm::bench::WriteSizedEntry(c, repo, max_batch, spec);
+  c.module = "autouvm";  // as model.yaml says, so that the engine alone runs the daemon's layer code
   const double hbm = autouvm::bench::MeasureHbmBytesPerS(spec);
   const double roof_s = static_cast<double>(size.weight_bytes) / hbm;
   const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
@@ -184,10 +186,10 @@ int main(int argc, char** argv) {
 
   std::printf(
       "%s on CUDA (%s): %.2f GiB of weights, %.2f GiB named (KV cache for %d streams); HBM measured %.0f GB/s, the "
-      "weights' roof %.2f ms; %d prompt tokens, %d generated, %d timed bursts per batch\n\n",
+      "weights' roof %.2f ms; %d prompt tokens, %d generated, %d timed bursts per batch; %s layer kernels\n\n",
       c.name.c_str(), spec.name.c_str(), static_cast<double>(size.weight_bytes) / (1 << 30),
       static_cast<double>(size.named_bytes) / (1 << 30), max_batch, hbm / 1e9, 1e3 * roof_s, prompt_len, tokens,
-      repeats);
+      repeats, autouvm::engine::FusedKernelsAvailable() ? "fused" : "portable");
   std::printf(
       "| factor | graphs | batch | step ms | step / HBM roof | step / eager step | aggregate tok/s | tokens = eager | "
       "replays | captures | failures | capture ms | graphs' MiB | exit |\n"

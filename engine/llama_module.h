@@ -33,15 +33,27 @@ namespace autouvm::engine {
 using LlamaParameter =
     std::function<absl::StatusOr<torch::Tensor>(const std::string& name, const std::vector<int64_t>& shape)>;
 
+// The layer's code (Note [Layer kernels], llama_module.cc): kPortable runs on every libtorch and is what
+// entries hold; kFused computes the same with fewer kernels, where FusedKernelsAvailable().
+enum class LayerKernels { kPortable, kFused };
+bool FusedKernelsAvailable();
+
 // INVALID_ARGUMENT for a bad config or a parameter of the wrong shape or dtype (named), or whatever
-// the parameter function returns.
-absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& config, const LlamaParameter& parameter);
+// the parameter function returns; FAILED_PRECONDITION for kFused where it is not available.
+absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& config, const LlamaParameter& parameter,
+                                                    LayerKernels kernels = LayerKernels::kPortable);
+
+// The module of an entry autouvm wrote (model.yaml `module: autouvm`), built again around `loaded`'s parameters
+// (the same tensors, not copies) with `kernels`: the entry's weights with this build's code.
+absl::StatusOr<torch::jit::Module> RebuildLlamaModule(const ModelConfig& config, const torch::jit::Module& loaded,
+                                                      LayerKernels kernels);
 
 // The rotary tables (cos, sin), float32 [max_seq, head_dim / 2], for the config's rope_theta and
 // rope_scaling, computed in float32 as Hugging Face's Llama does (so that imported models match it).
 std::pair<torch::Tensor, torch::Tensor> RopeTables(const ModelConfig& config);
 
-// Saves `module` and the config's model.yaml (preceded by `yaml_comment`) as <repo_dir>/<config.name>/,
+// Saves `module` (BuildLlamaModule's: model.yaml says `module: autouvm`) and the config's model.yaml (preceded
+// by `yaml_comment`) as <repo_dir>/<config.name>/,
 // through temporaries renamed at the end: an entry is never left half-written. A config with a
 // chat_template_file (a name in the entry's directory) has chat_template written there, before model.yaml.
 absl::Status WriteLlamaEntry(const ModelConfig& config, torch::jit::Module& module, const std::string& repo_dir,

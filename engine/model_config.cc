@@ -127,6 +127,9 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     if (id < 0 || id >= c.vocab_size)
       return FieldError("extra_eos_ids", absl::StrCat(id, " is outside the vocabulary"));
   }
+  if (!c.module.empty() && c.module != "autouvm") {
+    return FieldError("module", "must be autouvm (autouvm's own Llama module) or absent (a module of your own)");
+  }
   if (c.tokenizer != "byte" && c.tokenizer != "sentencepiece" && c.tokenizer != "bpe") {
     return FieldError("tokenizer", "must be byte, sentencepiece or bpe");
   }
@@ -172,6 +175,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml_text, const
   f.String("bos_token", &c.bos_token);
   f.String("eos_token", &c.eos_token);
   f.Int("generated_weights_seed", &c.generated_weights_seed, 0, std::numeric_limits<int64_t>::max());
+  f.String("module", &c.module);
   if (absl::Status s = f.Finish(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
   }
@@ -236,6 +240,7 @@ std::string ModelConfigToYaml(const ModelConfig& c) {
   if (c.generated_weights_seed != 0) {
     out << YAML::Key << "generated_weights_seed" << YAML::Value << c.generated_weights_seed;
   }
+  if (!c.module.empty()) out << YAML::Key << "module" << YAML::Value << c.module;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -57,6 +57,10 @@ struct ModelConfig {
   // Not 0: model.pt holds placeholders and the weights are generated at load time from this seed
   // (engine/generated_weights.h), so that a benchmark's 13 GB model needs no 13 GB file.
   int64_t generated_weights_seed = 0;
+  // "autouvm": model.pt is autouvm's own Llama module (engine/llama_module.h), written by autouvm-mkmodel or
+  // autouvm-convert, so the daemon may run its weights with the module's code rebuilt for the libtorch it runs
+  // on (Note [Layer kernels], engine/llama_module.cc). "": a module of the user's, run as saved.
+  std::string module;
 };
 
 // A ChatML-style chat template: "<|im_start|>{role}\n{content}<|im_end|>\n" per message (a content that is a

@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "engine/generated_weights.h"
 #include "engine/kv_blocks.h"
+#include "engine/llama_module.h"
 #include "engine/step_graphs.h"
 #include "engine/torch_dtype.h"
 #include "runtime/storage_binding.h"
@@ -159,6 +160,17 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
         path,
         ": has no `step` method of the block KV cache's packed form (docs/model-contract.md): it was written for an "
         "earlier model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
+  }
+  if (config.module == "autouvm") {
+    // Note [Layer kernels] (engine/llama_module.cc): autouvm's own module runs with this libtorch's fastest code.
+    const LayerKernels kernels = FusedKernelsAvailable() ? LayerKernels::kFused : LayerKernels::kPortable;
+    auto rebuilt = RebuildLlamaModule(config, impl->module, kernels);
+    if (!rebuilt.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": model.yaml says module: autouvm, but its weights do not ",
+                                                     "make autouvm's Llama module: ", rebuilt.status().message()));
+    }
+    impl->module = std::move(*rebuilt);
+    impl->module.eval();
   }
   // Note [The budget from load] (runtime/unplanned_placement.cc): on a GPU each weight is placed as it
   // arrives, so the model is never more than one weight over its budget.

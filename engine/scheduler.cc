@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "engine/kv_blocks.h"
 
 namespace autouvm::engine {
@@ -225,17 +226,24 @@ void Scheduler::Run(const StepPlan& plan) {
   // take seconds of host work (host copies made, weights staged), does not hold up the other models.
   const absl::Time started = clock_->Now();
   absl::Duration waited;  // for turns: not the pass's own cost, which the policy learns from `took`
+  absl::Duration before_hooks, stepping, after_hooks;  // the last attempt's, for the debug line
   for (int attempt = 0;; ++attempt) {
+    const absl::Time hooked = clock_->Now();
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
     // Note [Captured steps] (engine/step_graphs.cc): only a pass nothing observes may run as a graph.
     runner_->set_graphs_allowed(options_.hooks == nullptr || options_.hooks->PassMayBeCaptured());
     const absl::Time asked = clock_->Now();
+    before_hooks = asked - hooked;
     if (options_.turns != nullptr) options_.turns->turns()->Begin(options_.turns->id());
     const absl::Time began = clock_->Now();
     waited += began - asked;
     result.status = runner_->Step(plan.shares, plan.RunnerRows(), &logits_);
-    if (options_.turns != nullptr) options_.turns->turns()->End(options_.turns->id(), clock_->Now() - began);
-    if (!options_.hooks || !options_.hooks->AfterIteration(result.status) || attempt > 0) break;
+    const absl::Time stepped = clock_->Now();
+    stepping = stepped - began;
+    if (options_.turns != nullptr) options_.turns->turns()->End(options_.turns->id(), stepped - began);
+    const bool again = options_.hooks && options_.hooks->AfterIteration(result.status) && attempt == 0;
+    after_hooks = clock_->Now() - stepped;
+    if (!again) break;
   }
   result.took = clock_->Now() - started - waited;
   {
@@ -243,7 +251,19 @@ void Scheduler::Run(const StepPlan& plan) {
     last_pass_ = result.took;
     stats_turn_wait_ += waited;
   }
-  policy_.Update(plan, result, clock_->Now());
+  const absl::Time updating = clock_->Now();
+  policy_.Update(plan, result, updating);
+  if (base::LogEnabled(base::LogLevel::kDebug)) {
+    // Where a pass's time goes on the host, to tell the forward pass from the work around it.
+    const absl::Time now = clock_->Now();
+    AUTOUVM_LOG(DEBUG) << "scheduler: pass of " << plan.batch() << " rows: hooks before "
+                       << absl::FormatDuration(before_hooks) << ", step " << absl::FormatDuration(stepping)
+                       << ", hooks after " << absl::FormatDuration(after_hooks) << ", update "
+                       << absl::FormatDuration(now - updating) << "; between the last pass's end and this one's "
+                       << (last_run_end_ == absl::InfinitePast() ? std::string("-")
+                                                                 : absl::FormatDuration(started - last_run_end_));
+    last_run_end_ = now;
+  }
 }
 
 }  // namespace autouvm::engine

@@ -128,7 +128,8 @@ class Scheduler {
   // Owned by the scheduler thread; read in TakeWork's wait condition only while that thread waits.
   StepPolicy policy_;
   std::vector<float> logits_;
-  bool asleep_ = false;  // hooks->Sleep() was called and nothing has run since
+  absl::Time last_run_end_ = absl::InfinitePast();  // for Run's debug line
+  bool asleep_ = false;                             // hooks->Sleep() was called and nothing has run since
 
   std::thread thread_;
 };

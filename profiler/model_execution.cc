@@ -257,7 +257,8 @@ absl::Status ModelExecution::End() {
   } else if (monitor_ != nullptr) {
     // The first iteration after a switch carries the new plan's preparation (its pinned tensors still
     // arriving): the timer starts with the next one (Note [Monitoring followed iterations]).
-    timer_ = std::make_unique<runtime::OpTimer>(backend_, options_.monitor_every, runtime::OpTimer::Span::kOwn);
+    timer_ = std::make_unique<runtime::OpTimer>(backend_, options_.monitor_every, runtime::OpTimer::Span::kOwn,
+                                                options_.monitor_min_interval_seconds);
   }
   if (++window_iterations_ >= kCounterWindow || !why.ok()) CloseCounterWindow();
   absl::MutexLock lock(&mu_);

@@ -30,7 +30,11 @@
 // runtime::RuntimeMonitor compares each op with the class the profile gave it under the plan: an op planned compute- or
 // HBM-bound that now waits as long as moving its pinned tensors over the link names them, and the executor brings them
 // back at once (Executor::Repin: something else — another model, the driver — evicted them). Ops reclassified and bytes
-// re-pinned are counted. A timed iteration waits for its work to finish on the GPU.
+// re-pinned are counted. A timed iteration waits for its work to finish on the GPU, and runs eagerly, op by op:
+// on the H200 a 7B decode step at its budget took 50-110 ms timed against 9-10 ms as a CUDA graph, so one in 64
+// cost ~14% of the steps' time (bench/results/2026-12-03-step-graphs-h200.md). Hence also
+// `monitor_min_interval_seconds` (runtime.monitor_min_interval_s, 5 s in the daemon) between two timed ones:
+// eviction by something else is found within seconds, and a fast model's steps are not taxed for it.
 //
 // Thread-safety: Begin, End and Suspend on the model's scheduler thread; stats() from any thread.
 #pragma once
@@ -99,6 +103,7 @@ struct ExecutionStats {
 
 struct ExecutionOptions {
   int64_t monitor_every = 64;  // time one followed iteration in this many for the runtime monitor; 0: never
+  double monitor_min_interval_seconds = 0;  // and none sooner than this after the last timed one
   // Not null: the driver's eviction under a budget, emulated at op boundaries (runtime/driver_eviction.h),
   // for plans that leave eviction to the driver (`paper`). The benchmarks' stand-in for a card smaller
   // than the one they run on (bench/decode_harness.h); the daemon leaves it to the real driver. Not owned.

@@ -2,14 +2,32 @@
 
 #include <algorithm>
 #include <unordered_set>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace autouvm::runtime {
 
-OpTimer::OpTimer(DeviceBackend* backend, int64_t every, Span span)
-    : backend_(backend), every_(std::max<int64_t>(1, every)), span_(span) {}
+OpTimer::OpTimer(DeviceBackend* backend, int64_t every, Span span, double min_interval_seconds,
+                 std::function<double()> now)
+    : backend_(backend),
+      every_(std::max<int64_t>(1, every)),
+      span_(span),
+      min_interval_seconds_(std::max(0.0, min_interval_seconds)),
+      now_(now != nullptr ? std::move(now) : [] { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }) {}
 
 void OpTimer::BeginIteration() {
-  timing_ = iterations_++ % every_ == 0;
+  // The first iteration, then the first one both `every` iterations and the interval after the last.
+  const bool first = iterations_++ == 0;
+  timing_ = first || since_sampled_ + 1 >= every_;
+  if (timing_ && !first && min_interval_seconds_ > 0) timing_ = now_() - last_sampled_at_ >= min_interval_seconds_;
+  if (timing_) {
+    since_sampled_ = 0;
+    if (min_interval_seconds_ > 0) last_sampled_at_ = now_();
+  } else {
+    ++since_sampled_;
+  }
   marks_.clear();
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,8 +36,11 @@ class OpTimer final : public OpSubscriber {
   // measures the pause, and ops were called link-bound with every tensor on the device (the 7B within
   // its budget on the H200: 10 ops in 4 samples, 528 MiB re-pinned for nothing, timed with kUntilNextOp).
   enum class Span { kUntilNextOp, kOwn };
-  // Times the first iteration and then one in `every` (>= 1).
-  OpTimer(DeviceBackend* backend, int64_t every, Span span = Span::kUntilNextOp);
+  // Times the first iteration and then one in `every` (>= 1), but none sooner than `min_interval_seconds`
+  // after the last timed one by `now` (seconds; default: a steady clock): a timed iteration runs op by op,
+  // eagerly, several times a plain step's time (Note [Monitoring followed iterations], profiler/model_execution.h).
+  OpTimer(DeviceBackend* backend, int64_t every, Span span = Span::kUntilNextOp, double min_interval_seconds = 0,
+          std::function<double()> now = nullptr);
 
   void BeginIteration();
   // Whether the iteration BeginIteration() started is one of the sampled ones.
@@ -59,7 +63,11 @@ class OpTimer final : public OpSubscriber {
   DeviceBackend* const backend_;
   const int64_t every_;
   const Span span_;
+  const double min_interval_seconds_;
+  const std::function<double()> now_;
   int64_t iterations_ = 0;
+  int64_t since_sampled_ = 0;  // iterations begun since the last timed one
+  double last_sampled_at_ = 0;
   int64_t sampled_ = 0;
   bool timing_ = false;
   std::vector<Mark> marks_;  // in order

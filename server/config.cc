@@ -153,6 +153,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   ft.String("gpu", &c.gpu);
   ft.Bool("executor", &c.executor);
   ft.Int("monitor_every", &c.monitor_every, 0, 1000000);
+  ft.Double("monitor_min_interval_s", &c.monitor_min_interval_s, 0, 86400);
   ft.Bool("compress_streamed", &c.compress_streamed);
   ft.Bool("cuda_graphs", &c.cuda_graphs);
   ft.Int("cuda_graph_max_batch", &c.cuda_graph_max_batch, 1, 4096);

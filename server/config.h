@@ -108,7 +108,8 @@ struct ServerConfig {
   // engine/step_graphs.cc), up to cuda_graph_max_batch rows. CUDA only.
   bool cuda_graphs = true;
   int64_t cuda_graph_max_batch = 32;
-  int64_t monitor_every = 64;  // time one followed iteration in this many (runtime.monitor_every; 0: never)
+  int64_t monitor_every = 64;         // time one followed iteration in this many (runtime.monitor_every; 0: never)
+  double monitor_min_interval_s = 5;  // and none sooner than this after the last (runtime.monitor_min_interval_s)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).
   std::string admin_token_file;
   ModelSettings model_defaults;

@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ServerConfig& config
     profiling.jobs = d->jobs_.get();
     profiling.executor = config.executor;
     profiling.execution.monitor_every = config.monitor_every;
+    profiling.execution.monitor_min_interval_seconds = config.monitor_min_interval_s;
   }
   facts.profile_store = d->profiles_->Describe();
   facts.repository = d->repository_.get();

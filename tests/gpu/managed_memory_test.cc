@@ -218,11 +218,15 @@ TEST(ManagedMemoryTest, PackedStepsOfOneRowAndOfSeveralRunTheSameOpsOnTheGpu) {
   auto observer = Observer::Create();
   ASSERT_TRUE(observer.ok()) << observer.status();
   Observer::MakeExecutionRepeatable();
-  // Grouped-query attention, and one key/value head per query head (Llama-2-7B's).
-  for (const int64_t kv_heads : {2, 4}) {
+  // Grouped-query attention, and one key/value head per query head (Llama-2-7B's); the module as saved
+  // and rebuilt with this libtorch's layer kernels (Note [Layer kernels], engine/llama_module.cc).
+  for (const auto& [kv_heads, module] :
+       std::vector<std::pair<int64_t, std::string>>{{2, ""}, {4, ""}, {2, "autouvm"}, {4, "autouvm"}}) {
+    SCOPED_TRACE(absl::StrCat("module: \"", module, "\""));
     testing::TempDir dir;
     engine::ModelConfig c = testing::SmallLlamaConfig(absl::StrCat("rows", kv_heads), 1, "bf16");
     c.n_kv_heads = kv_heads;
+    c.module = module;
     ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir.path()).ok());
     auto runner = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
     ASSERT_TRUE(runner.ok()) << runner.status();
@@ -286,56 +290,60 @@ TEST(ManagedMemoryTest, DecodeStepsRunAsCudaGraphsGiveTheEagerLogits) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto device = OpenComputeDevice({.backend = "cuda", .spec = *spec});
   if (!device.ok()) GTEST_SKIP() << device.status();
-  testing::TempDir dir;
-  engine::ModelConfig c = testing::SmallLlamaConfig("graphs", 2, "bf16");
-  c.max_seq = 256;
-  ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir.path()).ok());
-  auto eager = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
-  auto graphs = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
-  ASSERT_TRUE(eager.ok()) << eager.status();
-  ASSERT_TRUE(graphs.ok()) << graphs.status();
-  ASSERT_TRUE((*graphs)->EnableStepGraphs({.mode = engine::StepGraphMode::kDevice}).ok());
-  std::vector<int64_t> len;
-  for (int32_t slot = 0; slot < 5; ++slot) {
-    const int n = std::vector<int>{3, 9, 20, 70, 130}[slot];
-    std::vector<int32_t> prompt(n);
-    for (int i = 0; i < n; ++i) prompt[i] = (slot * 37 + i * 11) % 250 + 1;
-    ASSERT_TRUE((*eager)->Prefill(slot, prompt).ok());
-    ASSERT_TRUE((*graphs)->Prefill(slot, prompt).ok());
-    len.push_back(n);
-  }
-  const int kSteps = 40;
-  const size_t V = static_cast<size_t>(c.vocab_size);
-  std::vector<int32_t> next(5, 17);
-  for (int step = 0; step < kSteps; ++step) {
-    std::vector<engine::ModelRunner::DecodeRow> rows;
-    for (int i = 0; i < step % 5 + 1; ++i) {
-      const int32_t slot = (step + 2 * i) % 5;
-      bool taken = false;
-      for (const auto& r : rows) taken = taken || r.slot == slot;
-      if (!taken) rows.push_back({slot, next[slot], len[slot]});
+  for (const std::string module : {"", "autouvm"}) {  // as saved, and with this libtorch's layer kernels
+    SCOPED_TRACE(absl::StrCat("module: \"", module, "\""));
+    testing::TempDir dir;
+    engine::ModelConfig c = testing::SmallLlamaConfig("graphs", 2, "bf16");
+    c.max_seq = 256;
+    c.module = module;
+    ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir.path()).ok());
+    auto eager = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
+    auto graphs = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    ASSERT_TRUE(graphs.ok()) << graphs.status();
+    ASSERT_TRUE((*graphs)->EnableStepGraphs({.mode = engine::StepGraphMode::kDevice}).ok());
+    std::vector<int64_t> len;
+    for (int32_t slot = 0; slot < 5; ++slot) {
+      const int n = std::vector<int>{3, 9, 20, 70, 130}[slot];
+      std::vector<int32_t> prompt(n);
+      for (int i = 0; i < n; ++i) prompt[i] = (slot * 37 + i * 11) % 250 + 1;
+      ASSERT_TRUE((*eager)->Prefill(slot, prompt).ok());
+      ASSERT_TRUE((*graphs)->Prefill(slot, prompt).ok());
+      len.push_back(n);
     }
-    std::vector<float> want, got;
-    ASSERT_TRUE((*eager)->Decode(rows, &want).ok());
-    ASSERT_TRUE((*graphs)->Decode(rows, &got).ok());
-    ASSERT_EQ(got.size(), want.size());
-    int64_t differing = 0;
-    for (size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i] ? 1 : 0;
-    EXPECT_EQ(differing, 0) << "step " << step << ": logits differing bits from the eager step's";
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const auto w = std::max_element(want.begin() + r * V, want.begin() + (r + 1) * V) - (want.begin() + r * V);
-      const auto g = std::max_element(got.begin() + r * V, got.begin() + (r + 1) * V) - (got.begin() + r * V);
-      EXPECT_EQ(g, w) << "step " << step << ", row " << r;
-      next[rows[r].slot] = static_cast<int32_t>(w);
-      ++len[rows[r].slot];
+    const int kSteps = 40;
+    const size_t V = static_cast<size_t>(c.vocab_size);
+    std::vector<int32_t> next(5, 17);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<engine::ModelRunner::DecodeRow> rows;
+      for (int i = 0; i < step % 5 + 1; ++i) {
+        const int32_t slot = (step + 2 * i) % 5;
+        bool taken = false;
+        for (const auto& r : rows) taken = taken || r.slot == slot;
+        if (!taken) rows.push_back({slot, next[slot], len[slot]});
+      }
+      std::vector<float> want, got;
+      ASSERT_TRUE((*eager)->Decode(rows, &want).ok());
+      ASSERT_TRUE((*graphs)->Decode(rows, &got).ok());
+      ASSERT_EQ(got.size(), want.size());
+      int64_t differing = 0;
+      for (size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i] ? 1 : 0;
+      EXPECT_EQ(differing, 0) << "step " << step << ": logits differing bits from the eager step's";
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const auto w = std::max_element(want.begin() + r * V, want.begin() + (r + 1) * V) - (want.begin() + r * V);
+        const auto g = std::max_element(got.begin() + r * V, got.begin() + (r + 1) * V) - (got.begin() + r * V);
+        EXPECT_EQ(g, w) << "step " << step << ", row " << r;
+        next[rows[r].slot] = static_cast<int32_t>(w);
+        ++len[rows[r].slot];
+      }
     }
+    const engine::StepGraphStats s = (*graphs)->step_graph_stats();
+    EXPECT_EQ(s.capture_failures, 0) << s.last_error;
+    EXPECT_GT(s.captures, 3);
+    EXPECT_EQ(s.replays, kSteps - s.captures);
+    EXPECT_GT(s.bytes, 0);
+    EXPECT_GT(s.capture_seconds, 0);
   }
-  const engine::StepGraphStats s = (*graphs)->step_graph_stats();
-  EXPECT_EQ(s.capture_failures, 0) << s.last_error;
-  EXPECT_GT(s.captures, 3);
-  EXPECT_EQ(s.replays, kSteps - s.captures);
-  EXPECT_GT(s.bytes, 0);
-  EXPECT_GT(s.capture_seconds, 0);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/llama_builder.h"
+#include "engine/llama_module.h"
+#include "engine/model_config.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "tests/testing/small_model.h"
@@ -341,6 +343,62 @@ def full(self, tokens):
 // Note [Block KV cache]: a pool of 12 blocks of 4 positions (48, where 4 slots x max_seq would be far
 // more) serves sequences that take blocks as they grow and give them back when they end; a sequence
 // prefilled into blocks another one gave back decodes to its full forward's logits.
+// Note [Layer kernels] (engine/llama_module.cc): an entry autouvm wrote says so in model.yaml and runs
+// rebuilt with this build's layer code — the same logits as the code it was saved with (bit for bit where
+// that is the portable code again, libtorch 1.13; within fp32 rounding for the fused kernels of 2.x).
+// A module of the user's around autouvm's that claims to be autouvm's is refused, saying why.
+TEST_F(EngineTest, AnEntryAutouvmWroteRunsWithThisBuildsLayerCodeAndTheSameLogits) {
+  const engine::ModelConfig c = SmallConfig("rebuilt", "fp32");
+  ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir_.path()).ok());
+  auto yaml = engine::LoadModelConfig(dir_.Sub("rebuilt/model.yaml"));
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(yaml->module, "autouvm");
+  engine::ModelConfig as_saved = *yaml;
+  as_saved.module.clear();
+  auto saved = engine::ModelRunner::Create(dir_.Sub("rebuilt"), as_saved, 2);
+  auto rebuilt = engine::ModelRunner::Create(dir_.Sub("rebuilt"), *yaml, 2);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  const std::vector<int32_t> seq = {256, 72, 101, 108, 108, 111, 32, 119};
+  auto a = (*saved)->Prefill(0, absl::MakeConstSpan(seq.data(), 5));
+  auto b = (*rebuilt)->Prefill(0, absl::MakeConstSpan(seq.data(), 5));
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<std::vector<float>> got_saved = {*a}, got_rebuilt = {*b};
+  for (size_t p = 5; p < seq.size(); ++p) {
+    engine::ModelRunner::DecodeRow row{0, seq[p], static_cast<int64_t>(p)};
+    got_saved.emplace_back();
+    got_rebuilt.emplace_back();
+    ASSERT_TRUE((*saved)->Decode({&row, 1}, &got_saved.back()).ok());
+    ASSERT_TRUE((*rebuilt)->Decode({&row, 1}, &got_rebuilt.back()).ok());
+  }
+  for (size_t k = 0; k < got_saved.size(); ++k) {
+    if (engine::FusedKernelsAvailable()) {
+      EXPECT_LT(MaxRelErr(got_rebuilt[k], got_saved[k]), 1e-5) << "step " << k;
+    } else {
+      EXPECT_EQ(got_rebuilt[k], got_saved[k]) << "step " << k;
+    }
+  }
+
+  const std::string pt = dir_.Sub("rebuilt/model.pt");
+  torch::jit::Module outer("Around");
+  outer.register_attribute("training", c10::BoolType::get(), false);
+  outer.register_module("inner", torch::jit::load(pt));
+  outer.define(R"JIT(
+def step(self, tokens, positions, kv_rows, d_rows, p_index, p_flat, p_rows, logit_ix, live: int,
+         k_caches: List[Tensor], v_caches: List[Tensor]):
+    return self.inner.step(tokens, positions, kv_rows, d_rows, p_index, p_flat, p_rows, logit_ix, live, k_caches,
+                           v_caches)
+)JIT");
+  outer.save(pt);
+  auto around = engine::ModelRunner::Create(dir_.Sub("rebuilt"), *yaml, 2);
+  ASSERT_FALSE(around.ok());
+  EXPECT_EQ(around.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(around.status().message(),
+            absl::StrCat(pt, ": model.yaml says module: autouvm, but its weights do not make autouvm's Llama module: ",
+                         "tok_embeddings: not in model.pt"));
+  EXPECT_TRUE(engine::ModelRunner::Create(dir_.Sub("rebuilt"), as_saved, 2).ok()) << "as the user's module";
+}
+
 TEST_F(EngineTest, SequencesInAPoolOfBlocksTakeAndGiveBackBlocksAndMatchTheirFullForward) {
   const engine::ModelConfig c = SmallConfig("blocks", "fp32");
   ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir_.path()).ok());

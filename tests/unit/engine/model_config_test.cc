@@ -49,6 +49,7 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.chat_template_file, b.chat_template_file);
   EXPECT_EQ(a.bos_token, b.bos_token);
   EXPECT_EQ(a.eos_token, b.eos_token);
+  EXPECT_EQ(a.module, b.module);
 }
 
 // Serializes `c` and expects the parse to fail with INVALID_ARGUMENT naming `field` right after the origin.
@@ -80,6 +81,7 @@ TEST(ModelConfigTest, NonDefaultValuesRoundTrip) {
   c.norm_eps = 1e-6;
   c.n_kv_heads = 8;
   c.max_seq = 4096;
+  c.module = "autouvm";
   auto parsed = ParseModelConfig(ModelConfigToYaml(c), kOrigin);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ExpectSameConfig(*parsed, c);
@@ -209,6 +211,9 @@ TEST(ModelConfigTest, UnknownTokenizerAndArchitectureAndEmptyNameAreRejected) {
   ExpectRejected(c, "architecture");
   c = DefaultTinyModelConfig("");
   ExpectRejected(c, "name");
+  c = DefaultTinyModelConfig("m");
+  c.module = "mine";
+  ExpectRejected(c, "module");
 }
 
 TEST(ModelConfigTest, UnknownKeyIsRejected) {

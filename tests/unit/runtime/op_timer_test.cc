@@ -85,6 +85,38 @@ TEST(OpTimerTest, OnlySampledIterationsAreTimed) {
   EXPECT_EQ(timer.sampled(), 2);
 }
 
+TEST(OpTimerTest, NoIterationIsTimedSoonerThanTheIntervalAfterTheLast) {
+  auto sim = *sim::SimBackend::Create({.spec = *FindGpuSpec("h200-pcie5")});
+  double now = 100;
+  OpTimer timer(sim.get(), /*every=*/2, OpTimer::Span::kOwn, /*min_interval_seconds=*/10, [&] { return now; });
+  std::vector<bool> timed;
+  // One iteration a second: due by count at 0, 2, 4, ...; by the clock only 10 s after the last timed.
+  for (int it = 0; it < 25; ++it, now += 1) {
+    timer.BeginIteration();
+    timed.push_back(timer.timing());
+    timer.BeforeOp(0);
+    sim->Launch({.name = "k", .flops = 1e9});
+    auto seconds = timer.EndIteration();
+    ASSERT_TRUE(seconds.ok()) << seconds.status();
+    EXPECT_EQ(seconds->size(), timed.back() ? 1u : 0u);
+  }
+  std::vector<int> at;
+  for (int it = 0; it < 25; ++it) {
+    if (timed[it]) at.push_back(it);
+  }
+  EXPECT_THAT(at, ElementsAre(0, 10, 20));
+  EXPECT_EQ(timer.sampled(), 3);
+  // Iterations further apart than the interval: the count decides again, every second one.
+  std::vector<bool> later;
+  for (int it = 0; it < 4; ++it) {
+    now += 100;
+    timer.BeginIteration();
+    later.push_back(timer.timing());
+    (void)timer.EndIteration();
+  }
+  EXPECT_THAT(later, ElementsAre(true, false, true, false));
+}
+
 TEST(OpTimerTest, UnknownTimedEventsAreNotFound) {
   auto sim = *sim::SimBackend::Create({.spec = *FindGpuSpec("h200-pcie5")});
   const EventId a = sim->RecordTimedEvent(Stream::kCompute);
