@@ -144,6 +144,13 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
   std::vector<std::pair<int64_t, int64_t>> bare;  // per batch: ns per step, eager and by graphs
   for (const int batch : batches) bare.push_back(BareStepNs(c, repo, spec, batch, max_batch, prompt, tokens));
+  // The same engine running model.pt's own (portable) code, for the layer kernels' part (Note [Layer kernels]).
+  std::vector<std::pair<int64_t, int64_t>> bare_saved;
+  autouvm::engine::ModelConfig saved = c;
+  saved.module.clear();
+  for (const int batch : batches) {
+    bare_saved.push_back(BareStepNs(saved, repo, spec, batch, max_batch, prompt, tokens));
+  }
   std::vector<Cell> cells;
   for (const std::string& f : std::vector<std::string>(absl::StrSplit(factors_flag, ','))) {
     const double factor = std::stod(f);
@@ -234,14 +241,16 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nThe engine alone (a ModelRunner in a child process, no daemon, %d decode steps, host packing and the "
-      "logits' copy back included):\n\n| batch | eager step ms | graph step ms | graph / eager | graph / HBM roof |\n"
-      "|---|---|---|---|---|\n",
+      "logits' copy back included; the last two columns with model.pt's code as saved, the portable layer "
+      "kernels):\n\n| batch | eager step ms | graph step ms | graph / eager | graph / HBM roof | eager, as saved | "
+      "graph, as saved |\n|---|---|---|---|---|---|---|\n",
       tokens);
   for (size_t i = 0; i < batches.size(); ++i) {
     const double eager_s = static_cast<double>(bare[i].first) / 1e9,
                  graph_s = static_cast<double>(bare[i].second) / 1e9;
-    std::printf("| %d | %.2f | %.2f | %.3f | %.2f |\n", batches[i], 1e3 * eager_s, 1e3 * graph_s, graph_s / eager_s,
-                graph_s / roof_s);
+    std::printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f |\n", batches[i], 1e3 * eager_s, 1e3 * graph_s,
+                graph_s / eager_s, graph_s / roof_s, static_cast<double>(bare_saved[i].first) / 1e6,
+                static_cast<double>(bare_saved[i].second) / 1e6);
   }
   std::printf(
       "\nstep: the median over the timed bursts' streams of 1 / the stream's decode rate (tokens 2..N at the "

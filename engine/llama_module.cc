@@ -125,14 +125,16 @@ def step(self, x, cos, sin, kc, vc, kv_rows, live: int, d_rows, d_mask, p_index,
 
 // Note [Layer kernels]: the layer's RMSNorm and attention come in two forms of equal meaning. kPortable is the
 // source above, of ops libtorch 1.13 has too, so that an entry written anywhere loads everywhere; it is what
-// model.pt holds. kFused (libtorch 2.x: aten::rms_norm, aten::scaled_dot_product_attention) computes the same
-// with fewer kernels: the norm in one (its input and output rounded as above, as Hugging Face's Llama does)
-// and attention in one, over the same grouped queries and the same mask (in the weights' dtype), for 59 -> 42
-// kernels a 7B layer's decode step. Kernels are what a captured step is made of: each costs ~1.7 us even
-// inside a CUDA graph on the H200, where reading a 7B layer's weights takes ~100 us (a layer's decode in a
-// graph, Python, 8 layers: all 59 kernels 7.3 ms per 32 layers, its 7 matmuls alone 4.4, the weights' HBM
-// roof 3.1). The daemon rebuilds an entry autouvm wrote (model.yaml `module: autouvm`) at load with the
-// fastest form its libtorch has (RebuildLlamaModule); a module of the user's runs as saved.
+// model.pt holds. kFused (libtorch 2.4 or later: aten::rms_norm, aten::scaled_dot_product_attention) computes
+// the same with fewer kernels: the norm in one (its input and output rounded as above, as Hugging Face's Llama
+// does) and attention in one, over the same grouped queries and the same mask (in the weights' dtype). Kernels
+// are what a captured step is made of: each costs ~1-2 us even inside a CUDA graph on the H200, where reading a
+// 7B layer's weights takes ~100 us. A 7B layer's decode step in a graph (Python mirror, 8 layers, per 32): 59
+// kernels before the 4-kernel rotary embedding, 53 after it (portable), 40 fused; 7.3 / 6.9 / 6.3 ms, against
+// 4.4 ms for its 7 matmuls alone and 3.1 ms for the HBM roof. The daemon's engine, side by side in one lease:
+// 7.31 -> 6.37 ms at batch 1, 10.33 -> 9.15 ms at 16 (bench/results/2026-12-04-layer-kernels-h200.md). The
+// daemon rebuilds an entry autouvm wrote (model.yaml `module: autouvm`) at load with the fastest form its
+// libtorch has (RebuildLlamaModule); a module of the user's runs as saved.
 constexpr const char* kFusedRms = R"JIT(
 def rms(self, x, w):
     return torch.rms_norm(x.float(), [x.size(-1)], None, self.eps).to(x.dtype) * w
