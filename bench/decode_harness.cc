@@ -153,18 +153,18 @@ absl::StatusOr<std::unique_ptr<BudgetPolicy>> BudgetPolicy::Create(const std::st
   const auto key = profiler::DecodeKey(m.config.name, static_cast<int32_t>(batch), std::string(backend->spec().name),
                                        budget, paper ? "paper" : "autouvm");
   self->key_ = profiler::EncodeKey(key);
-  self->follow_.trace = trace;
+  self->follow_->trace = trace;
   if (paper) {
     // The paper's plan and its ablation: tensor prefetch only, + affinity pinning, + the roofline gate.
     autouvm::v1::Profile stock_classes;
     profiler::Classify(trace, backend->spec(), profiler::PinnedResidency(runtime::Plan()), &stock_classes);
-    self->follow_.plan =
+    self->follow_->plan =
         profiler::MakePaperPlan(key, trace, profiler::ReuseDistances(trace), stock_classes,
                                 {.affinity_pinning = policy != "paper-prefetch", .roofline_gate = policy == "paper"});
   } else {
     profiler::Analysis analysis = profiler::Analyze(key, trace, backend->spec(), absl::Now());
-    self->follow_.plan = std::move(analysis.plan);
-    self->follow_.profile = std::move(analysis.profile);
+    self->follow_->plan = std::move(analysis.plan);
+    self->follow_->profile = std::move(analysis.profile);
   }
   std::vector<runtime::NamedTensor> named;
   for (const auto& [id, r] : m.named) {

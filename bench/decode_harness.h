@@ -97,8 +97,8 @@ class BudgetPolicy final : private runtime::OpSubscriber {
   int64_t peak_resident_bytes() const;
   // The bytes the executor staged (autouvm; 0 for the others).
   int64_t staged_bytes() const { return execution_ != nullptr ? execution_->stats().staged_bytes : 0; }
-  const runtime::Plan& plan() const { return follow_.plan; }               // empty for stock
-  const autouvm::v1::Profile& profile() const { return follow_.profile; }  // the op classes under plan() (autouvm)
+  const runtime::Plan& plan() const { return follow_->plan; }               // empty for stock
+  const autouvm::v1::Profile& profile() const { return follow_->profile; }  // the op classes under plan() (autouvm)
 
  private:
   struct EvictionHook : runtime::OpSubscriber {
@@ -114,7 +114,7 @@ class BudgetPolicy final : private runtime::OpSubscriber {
   // Makes the plan ready for the next iteration.
   absl::Status Begin();
 
-  profiler::PlanToFollow follow_;
+  std::shared_ptr<profiler::PlanToFollow> follow_ = std::make_shared<profiler::PlanToFollow>();
   std::string key_;                                    // encoded
   std::unique_ptr<runtime::DriverEviction> eviction_;  // outlives the execution, whose executor calls it
   std::unique_ptr<profiler::ModelExecution> execution_;

@@ -1,5 +1,6 @@
 #include "engine/llama_module.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -152,6 +153,42 @@ def attend(self, q, keys, vals, mask):
     return o.reshape(B, self.n_heads, T, self.head_dim).transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
 )JIT";
 
+// Note [Joined projections]: the module a rebuild makes (RebuildLlamaModule) holds each layer's query, key and value
+// matrices as one [q + 2 kv, dim] matrix (wqkv, and bqkv where the model has biases) and its gate and up matrices as
+// one [2 ffn, dim] (w_gate_up): one matrix product where there were three and two. Reading a matrix is what a decode
+// step is made of, and cuBLAS reads the larger ones closer to the HBM's rate (H200, one product in a graph, batch 1:
+// 4096 x 4096 at 3.3 TB/s, 12288 x 4096 at 3.7, 22016 x 4096 at 3.6, the roof 4.3); with the rotary embedding run
+// once over the queries and keys together, a 7B layer's decode step in a graph went from 40 kernels to 30 and
+// 6.20 -> 5.43 ms per 32 layers (Python mirror; bench/results/2026-12-04-plan-switches-h200.md). The queries, keys
+// and values are then copied out of the joined product into tensors of their own (`fresh`), so that every later op
+// sees contiguous inputs whatever the number of tokens: a slice of the product is contiguous for one token and not
+// for two, and the ops that copy such an input themselves would make a step of one sequence run other ops than one
+// of two (Note [Packed steps]). model.pt keeps the model contract's separate matrices (docs/model-contract.md);
+// the rebuild joins them at load, freeing each part as it is joined.
+constexpr const char* kJoinedQkv = R"JIT(
+def fresh(self, x):
+    return torch.empty(x.size(), dtype=x.dtype, device=x.device).copy_(x)
+
+def qkv(self, x, cos, sin):
+    B = x.size(0)
+    T = x.size(1)
+    h = self.rms(x, self.attn_norm)
+    qkv = torch.matmul(h, self.wqkv.t()).view(B, T, self.n_heads + 2 * self.n_kv_heads, self.head_dim)
+    qk = self.rope(qkv.narrow(2, 0, self.n_heads + self.n_kv_heads), cos, sin)
+    q = self.fresh(qk.narrow(2, 0, self.n_heads))
+    k = self.fresh(qk.narrow(2, self.n_heads, self.n_kv_heads))
+    return q, k, self.fresh(qkv.narrow(2, self.n_heads + self.n_kv_heads, self.n_kv_heads))
+)JIT";
+
+constexpr const char* kJoinedMlp = R"JIT(
+def mlp(self, x, o):
+    x = x + torch.matmul(o, self.wo.t())
+    h = self.rms(x, self.mlp_norm)
+    gu = torch.matmul(h, self.w_gate_up.t())
+    f = gu.size(-1) // 2
+    return x + torch.matmul(torch.silu(gu.narrow(-1, 0, f)) * gu.narrow(-1, f, f), self.w_down.t())
+)JIT";
+
 // `source` with the def of `name` (from its "def name(" up to the next def or the end) replaced by `def_source`.
 std::string ReplaceDef(const std::string& source, const std::string& name, const std::string& def_source) {
   const size_t at = source.find(absl::StrCat("\ndef ", name, "("));
@@ -167,8 +204,14 @@ std::string WithKernels(std::string source, LayerKernels kernels, bool layer) {
 
 // The layer's source, with the projections' biases added where the model has them (in the source, not
 // tested at run time: the interpreter runs no more ops than the model needs).
-std::string LayerSource(bool attention_bias, LayerKernels kernels) {
+std::string LayerSource(bool attention_bias, LayerKernels kernels, Projections projections) {
   std::string source = WithKernels(kLayerSource, kernels, /*layer=*/true);
+  if (projections == Projections::kJoined) {
+    source = ReplaceDef(ReplaceDef(source, "qkv", kJoinedQkv), "mlp", kJoinedMlp);
+    if (!attention_bias) return source;
+    const std::string plain = "torch.matmul(h, self.wqkv.t())";
+    return source.replace(source.find(plain), plain.size(), absl::StrCat("(", plain, " + self.bqkv)"));
+  }
   if (!attention_bias) return source;
   for (const char* w : {"q", "k", "v"}) {
     const std::string plain = absl::StrCat("torch.matmul(h, self.w", w, ".t())");
@@ -272,8 +315,30 @@ absl::StatusOr<torch::Tensor> Take(const LlamaParameter& parameter, const std::s
 // (BuildLlamaModule's define, and torch::jit::load of its model.pt, which compiles the same source) grow
 // exponentially with the layer count in libtorch 1.13's alias analysis: 20 layers 2.6 s, 24 layers 40 s,
 // 32 layers (Llama 2 7B) more than 24 GB of memory; with one type, 80 layers compile in 20 ms.
+// Note [Joined projections]: `parts` (taken in order, each checked) joined along their first dimension, and each
+// part emptied once joined. Placeholders of generated weights (engine/llama_builder.cc: one element broadcast) join
+// into a placeholder of the joined shape.
+absl::StatusOr<torch::Tensor> Join(const ModelConfig& c, int64_t i, const LlamaParameter& parameter,
+                                   const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+  const c10::ScalarType dtype = TorchDtype(c.dtype);
+  std::vector<torch::Tensor> taken;
+  std::vector<int64_t> shape = parts.front().second;
+  shape[0] = 0;
+  bool placeholders = false;
+  for (const auto& [name, part_shape] : parts) {
+    ASSIGN_OR_RETURN(torch::Tensor t, Take(parameter, absl::StrCat("layer", i, ".", name), part_shape, dtype));
+    placeholders = placeholders || (t.numel() > 1 && t.stride(0) == 0);
+    shape[0] += part_shape[0];
+    taken.push_back(t);
+  }
+  torch::Tensor joined = placeholders ? torch::zeros({1}, dtype).expand(shape) : torch::cat(taken, 0);
+  for (torch::Tensor& t : taken) t.set_data(torch::empty({0}, t.options()));
+  return joined;
+}
+
 absl::StatusOr<torch::jit::Module> BuildLayer(const ModelConfig& c, int64_t i, const LlamaParameter& parameter,
-                                              const torch::jit::Module* first, LayerKernels kernels) {
+                                              const torch::jit::Module* first, LayerKernels kernels,
+                                              Projections projections) {
   const c10::ScalarType dtype = TorchDtype(c.dtype);
   const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"attn_norm", {c.dim}}, {"wq", {q_dim, c.dim}}};
@@ -301,15 +366,42 @@ absl::StatusOr<torch::jit::Module> BuildLayer(const ModelConfig& c, int64_t i, c
       layer.setattr(name, value);
     }
   }
-  for (const auto& [name, shape] : shapes) {
-    ASSIGN_OR_RETURN(torch::Tensor t, Take(parameter, absl::StrCat("layer", i, ".", name), shape, dtype));
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
     if (first == nullptr) {
       layer.register_parameter(name, t, false);
     } else {
       layer.setattr(name, t);
     }
+  };
+  if (projections == Projections::kSeparate) {
+    for (const auto& [name, shape] : shapes) {
+      ASSIGN_OR_RETURN(torch::Tensor t, Take(parameter, absl::StrCat("layer", i, ".", name), shape, dtype));
+      add(name, t);
+    }
+  } else {
+    // The same parameters in the same order, joined where Note [Joined projections] says.
+    const std::vector<int64_t> kv = {kv_dim, c.dim}, ffn = {c.ffn_dim, c.dim};
+    ASSIGN_OR_RETURN(torch::Tensor norm, Take(parameter, absl::StrCat("layer", i, ".attn_norm"), {c.dim}, dtype));
+    add("attn_norm", norm);
+    ASSIGN_OR_RETURN(torch::Tensor wqkv, Join(c, i, parameter, {{"wq", {q_dim, c.dim}}, {"wk", kv}, {"wv", kv}}));
+    add("wqkv", wqkv);
+    if (c.attention_bias) {
+      ASSIGN_OR_RETURN(torch::Tensor bqkv,
+                       Join(c, i, parameter, {{"bq", {q_dim}}, {"bk", {kv_dim}}, {"bv", {kv_dim}}}));
+      add("bqkv", bqkv);
+    }
+    for (const char* name : {"wo", "mlp_norm"}) {
+      const auto& shape = std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.first == name; });
+      ASSIGN_OR_RETURN(torch::Tensor t, Take(parameter, absl::StrCat("layer", i, ".", name), shape->second, dtype));
+      add(name, t);
+    }
+    ASSIGN_OR_RETURN(torch::Tensor w_gate_up, Join(c, i, parameter, {{"w_gate", ffn}, {"w_up", ffn}}));
+    add("w_gate_up", w_gate_up);
+    ASSIGN_OR_RETURN(torch::Tensor down,
+                     Take(parameter, absl::StrCat("layer", i, ".w_down"), {c.dim, c.ffn_dim}, dtype));
+    add("w_down", down);
   }
-  if (first == nullptr) layer.define(LayerSource(c.attention_bias, kernels));
+  if (first == nullptr) layer.define(LayerSource(c.attention_bias, kernels, projections));
   return layer;
 }
 
@@ -344,7 +436,7 @@ bool FusedKernelsAvailable() {
 }
 
 absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& c, const LlamaParameter& parameter,
-                                                    LayerKernels kernels) {
+                                                    LayerKernels kernels, Projections projections) {
   RETURN_IF_ERROR(ValidateModelConfig(c));
   if (kernels == LayerKernels::kFused && !FusedKernelsAvailable()) {
     return absl::FailedPreconditionError(
@@ -359,7 +451,8 @@ absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& c, const 
     m.register_parameter("tok_embeddings", embeddings, false);
     std::optional<torch::jit::Module> first;  // Note [One type for every layer]
     for (int64_t i = 0; i < c.n_layers; ++i) {
-      ASSIGN_OR_RETURN(torch::jit::Module layer, BuildLayer(c, i, parameter, first ? &*first : nullptr, kernels));
+      ASSIGN_OR_RETURN(torch::jit::Module layer,
+                       BuildLayer(c, i, parameter, first ? &*first : nullptr, kernels, projections));
       m.register_module(absl::StrCat("layer", i), layer);
       if (!first) first = layer;
     }
@@ -377,7 +470,7 @@ absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& c, const 
   }
 }
 
-absl::StatusOr<torch::jit::Module> RebuildLlamaModule(const ModelConfig& config, const torch::jit::Module& loaded,
+absl::StatusOr<torch::jit::Module> RebuildLlamaModule(const ModelConfig& config, torch::jit::Module& loaded,
                                                       LayerKernels kernels) {
   std::unordered_map<std::string, torch::Tensor> parameters;
   for (const auto& p : loaded.named_parameters(/*recurse=*/true)) parameters.emplace(p.name, p.value);
@@ -388,7 +481,7 @@ absl::StatusOr<torch::jit::Module> RebuildLlamaModule(const ModelConfig& config,
         if (it == parameters.end()) return absl::InvalidArgumentError(absl::StrCat(name, ": not in model.pt"));
         return it->second;
       },
-      kernels);
+      kernels, Projections::kJoined);
 }
 
 absl::Status WriteLlamaEntry(const ModelConfig& given, torch::jit::Module& module, const std::string& repo_dir,

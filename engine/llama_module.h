@@ -38,14 +38,21 @@ using LlamaParameter =
 enum class LayerKernels { kPortable, kFused };
 bool FusedKernelsAvailable();
 
+// How a layer holds its projections: kSeparate as the model contract names them (wq, wk, wv, w_gate, w_up: what
+// entries hold), kJoined as one wqkv (and bqkv) and one w_gate_up matrix, each part emptied once joined (Note
+// [Joined projections], llama_module.cc).
+enum class Projections { kSeparate, kJoined };
+
 // INVALID_ARGUMENT for a bad config or a parameter of the wrong shape or dtype (named), or whatever
 // the parameter function returns; FAILED_PRECONDITION for kFused where it is not available.
 absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& config, const LlamaParameter& parameter,
-                                                    LayerKernels kernels = LayerKernels::kPortable);
+                                                    LayerKernels kernels = LayerKernels::kPortable,
+                                                    Projections projections = Projections::kSeparate);
 
 // The module of an entry autouvm wrote (model.yaml `module: autouvm`), built again around `loaded`'s parameters
-// (the same tensors, not copies) with `kernels`: the entry's weights with this build's code.
-absl::StatusOr<torch::jit::Module> RebuildLlamaModule(const ModelConfig& config, const torch::jit::Module& loaded,
+// with `kernels` and joined projections: the entry's weights with this build's code. The parameters that are not
+// joined are the same tensors, not copies; the joined ones are emptied in `loaded`, which is not to be run after.
+absl::StatusOr<torch::jit::Module> RebuildLlamaModule(const ModelConfig& config, torch::jit::Module& loaded,
                                                       LayerKernels kernels);
 
 // The rotary tables (cos, sin), float32 [max_seq, head_dim / 2], for the config's rope_theta and

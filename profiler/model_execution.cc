@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "runtime/sim/sim_backend.h"
 #include "runtime/sim/trace_replay.h"
@@ -46,6 +49,10 @@ ModelExecution::ModelExecution(runtime::DeviceBackend* backend, std::unique_ptr<
       ranges_(std::move(ranges)),
       placement_(std::move(placement)) {
   for (const auto& [id, r] : ranges_) where_[id] = r.addr;
+  if (options_.monitor_every > 0) {
+    timer_ = std::make_unique<runtime::OpTimer>(backend_, options_.monitor_every, runtime::OpTimer::Span::kOwn,
+                                                options_.monitor_min_interval_seconds);
+  }
   stats_.backend = std::string(backend_->kind());
   if (placement_->applied()) {  // placed as it was loaded
     stats_.resident_bytes = placement_->kept_bytes();
@@ -130,10 +137,12 @@ absl::Status ModelExecution::PutBackLeftovers() {
   return first;
 }
 
-absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
+absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged, bool next_plan_at_once) {
   if (executor_ == nullptr) return absl::OkStatus();
   absl::Status released = executor_->Release(staged);
-  CloseCounterWindow();  // what the release moved belongs to this model
+  // What the release moved belongs to this model; the window stays open through a switch, which is part of
+  // the iteration about to run (Note [Counters per model]).
+  if (!next_plan_at_once) CloseCounterWindow();
   const int64_t host_copies = HostCopyBytes();
   {
     absl::MutexLock lock(&mu_);
@@ -151,38 +160,46 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
   }
   follower_.reset();
   launcher_.reset();
-  timer_.reset();
   monitor_.reset();
   executor_.reset();
-  trace_.reset();
+  plan_.reset();
   key_.clear();
   return released;
 }
 
 absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const std::string& key,
-                                                                          const PlanToFollow& plan) {
+                                                                          std::shared_ptr<const PlanToFollow> plan) {
   untrusted_ = false;
   differing_ops_ = 0;
   ops_compared_ = 0;
   // Note [Counters per model]: the backend's counters are the device's (on CUDA one backend serves every
   // model), so each model counts what moved during windows of its followed iterations: a window opens
   // at the start of an iteration (before a switch's preparation) and closes at the end of the
-  // kCounterWindow-th, at an abandoned iteration, or when the plan is released. Reading CUDA's counters
+  // kCounterWindow-th, at an abandoned iteration, or when the plan is released other than for the next
+  // one at once (a switch belongs to the iteration it starts). Reading CUDA's counters
   // forces a CUPTI flush: once per iteration cost a 7B decode step ~10% on the H200 (two flushes per
   // step: 4.9 tok/s against 5.4-5.6 with one), so they are read per window, not per iteration.
   if (!counters_before_.has_value()) {
     auto before = backend_->ReadCounters();
     if (before.ok()) counters_before_ = *before;
   }
-  if (key != key_ || executor_ == nullptr) {
-    absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
+  const bool switching = key != key_ || executor_ == nullptr;
+  if (switching) {
+    const absl::Time started = absl::Now();
+    const std::string before = key_;
+    // Note [Plans hand pinned weights on] (runtime/executor.cc).
+    std::vector<runtime::TensorRange> pinned;
+    if (executor_ != nullptr) pinned = executor_->PinnedOnDevice();
+    absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged, /*next_plan_at_once=*/true);
+    const absl::Time released = absl::Now();
     // The plan places the weights its own way (Note [The budget from load], runtime/unplanned_placement.cc).
     if (s.ok()) s = placement_->Lift();
     if (s.ok()) {
-      trace_ = std::make_unique<runtime::AccessTrace>(plan.trace);
-      executor_ = std::make_unique<runtime::Executor>(backend_, plan.plan, *trace_, ranges_);
+      plan_ = std::move(plan);
+      executor_ = std::make_unique<runtime::Executor>(backend_, plan_->plan, plan_->trace, ranges_);
       executor_->set_binding(binding_.get());
       if (options_.driver_eviction != nullptr) executor_->set_driver_eviction(options_.driver_eviction);
+      executor_->AdoptPinned(pinned);
       s = executor_->SetKvRows(kv_live_rows_, kv_pool_rows_);
       if (s.ok()) s = executor_->Prepare();
       if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("preparing the plan of ", key, ": ", s.message()));
@@ -197,13 +214,26 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       return s;
     }
     key_ = key;
-    follower_ = std::make_unique<runtime::PlanFollower>(executor_.get(), *trace_);
-    if (sim_ != nullptr) launcher_ = std::make_unique<MirrorLauncher>(sim_.get(), trace_.get(), &where_);
-    if (options_.monitor_every > 0) {
-      monitor_ = std::make_unique<runtime::RuntimeMonitor>(*trace_, plan.profile, plan.plan, backend_->spec(),
+    follower_ = std::make_unique<runtime::PlanFollower>(executor_.get(), plan_->trace);
+    if (sim_ != nullptr) launcher_ = std::make_unique<MirrorLauncher>(sim_.get(), &plan_->trace, &where_);
+    if (timer_ != nullptr) {
+      monitor_ = std::make_unique<runtime::RuntimeMonitor>(plan_->trace, plan_->profile, plan_->plan, backend_->spec(),
                                                            runtime::RuntimeMonitor::Options());
+      // The new plan is checked soon, but not by this iteration, which carries its preparation (its pinned
+      // tensors still arriving), nor sooner than the interval after the last check (Note [Monitoring
+      // followed iterations]).
+      timer_->TimeNextWhenDue();
     }
     const int64_t host_copies = HostCopyBytes();
+    if (base::LogEnabled(base::LogLevel::kDebug)) {
+      int64_t kept = 0;
+      for (const runtime::TensorRange& r : pinned) kept += r.bytes;
+      AUTOUVM_LOG(DEBUG) << "executor: the plan of " << key << " follows " << (before.empty() ? "none" : before)
+                         << ": released in " << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(released - started))
+                         << " ms, prepared in "
+                         << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(absl::Now() - released)) << " ms, "
+                         << kept << " pinned bytes handed on, " << executor_->prefetched_bytes() << " prefetched";
+    }
     absl::MutexLock lock(&mu_);
     ++stats_.plan_switches;
     stats_.following = key;
@@ -219,8 +249,12 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
   // would only cost host time, which is what such a step is made of (0.5-12 µs per op on the CPU,
   // bench/results/2026-11-29-observer-cpu.md; a 7B decode step has 1691 ops). Such iterations are not
   // observed unless the monitor times them or the mirror runs them.
-  if (timer_ != nullptr) timer_->BeginIteration();
-  const bool timed = timer_ != nullptr && timer_->timing();
+  timed_ = false;
+  if (timer_ != nullptr && !switching) {
+    timer_->BeginIteration();
+    timed_ = timer_->timing();
+  }
+  const bool timed = timed_;
   op_by_op_ = executor_->follows_ops() || launcher_ != nullptr || timed;
   std::vector<runtime::OpSubscriber*> subscribers;
   if (!op_by_op_) return subscribers;
@@ -248,17 +282,13 @@ absl::Status ModelExecution::End() {
   differing_ops_ = op_by_op_ ? follower_->last_differing_ops() : 0;
   ops_compared_ = op_by_op_ ? follower_->last_ops_compared() : 0;
   untrusted_ = !why.ok() && executor_->stages();
-  if (timer_ != nullptr) {
+  if (timed_) {
+    timed_ = false;
     auto seconds = timer_->EndIteration();
     absl::Status monitored = seconds.ok() ? absl::OkStatus() : seconds.status();
     // Only an iteration that followed its plan to the end is what the profile describes.
     if (monitored.ok() && why.ok() && !seconds->empty()) monitored = Monitor(*seconds);
     if (!monitored.ok() && why.ok()) why = monitored;
-  } else if (monitor_ != nullptr) {
-    // The first iteration after a switch carries the new plan's preparation (its pinned tensors still
-    // arriving): the timer starts with the next one (Note [Monitoring followed iterations]).
-    timer_ = std::make_unique<runtime::OpTimer>(backend_, options_.monitor_every, runtime::OpTimer::Span::kOwn,
-                                                options_.monitor_min_interval_seconds);
   }
   if (++window_iterations_ >= kCounterWindow || !why.ok()) CloseCounterWindow();
   absl::MutexLock lock(&mu_);

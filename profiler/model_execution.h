@@ -10,7 +10,7 @@
 // the executor's code runs exactly as on CUDA. Over real memory (CUDA) the ranges are the tensors' own.
 //
 //   auto ex = ModelExecution::Mirror(spec, runner->NamedTensors(), {});   // CPU daemon
-//   ASSIGN_OR_RETURN(auto subscribers, ex->Begin(key, plan));   // before an observed iteration of `key`
+//   ASSIGN_OR_RETURN(auto subscribers, ex->Begin(key, plan));   // plan: shared_ptr<const PlanToFollow>
 //   for (auto* s : subscribers) observer->AddSubscriber(s);     // in this order
 //   forward ...
 //   for (auto* s : subscribers) observer->RemoveSubscriber(s);
@@ -19,22 +19,25 @@
 //
 // Note [One plan owns the residency]: the model's tensors have one placement at a time, so one plan —
 // the key last followed — owns it. Following another key's plan releases the executor (its staged
-// weights go back to managed memory) and prepares the new one: a plan switch, counted; a decode plan
+// weights go back to managed memory, its pinned ones stay: Note [Plans hand pinned weights on],
+// runtime/executor.cc) and prepares the new one: a plan switch, counted; a decode plan
 // that reads in place and pins keeps its placement through iterations that follow nothing, a staged
 // one is released before them (the model must read real weights).
 //
-// Note [Monitoring followed iterations]: the second followed iteration after each switch, then one in
-// `monitor_every`, is timed op by op (the first carries the switch: the plan's pinned tensors arriving) on the
-// backend's compute stream (runtime::OpTimer over each op's own span: CUDA events, or the simulator's clock on the
-// mirror), and a
-// runtime::RuntimeMonitor compares each op with the class the profile gave it under the plan: an op planned compute- or
-// HBM-bound that now waits as long as moving its pinned tensors over the link names them, and the executor brings them
-// back at once (Executor::Repin: something else — another model, the driver — evicted them). Ops reclassified and bytes
-// re-pinned are counted. A timed iteration waits for its work to finish on the GPU, and runs eagerly, op by op:
-// on the H200 a 7B decode step at its budget took 50-110 ms timed against 9-10 ms as a CUDA graph, so one in 64
-// cost ~14% of the steps' time (bench/results/2026-12-03-step-graphs-h200.md). Hence also
-// `monitor_min_interval_seconds` (runtime.monitor_min_interval_s, 5 s in the daemon) between two timed ones:
-// eviction by something else is found within seconds, and a fast model's steps are not taxed for it.
+// Note [Monitoring followed iterations]: one followed iteration in `monitor_every`, but none sooner than
+// `monitor_min_interval_seconds` (runtime.monitor_min_interval_s, 5 s in the daemon) after the last, is timed op by
+// op on the backend's compute stream (runtime::OpTimer over each op's own span: CUDA events, or the simulator's clock
+// on the mirror), and a runtime::RuntimeMonitor compares each op with the class the profile gave it under the plan:
+// an op planned compute- or HBM-bound that now waits as long as moving its pinned tensors over the link names them,
+// and the executor brings them back at once (Executor::Repin: something else — another model, the driver — evicted
+// them). Ops reclassified and bytes re-pinned are counted. After a switch the next iteration is due (the new plan is
+// checked soon), not the one that carries the switch (the plan's pinned tensors still arriving), and the interval
+// still holds: one timer serves every plan. A timed iteration waits for its work to finish on the GPU, and runs
+// eagerly, op by op: on the H200 a 7B decode step at its budget took 50-110 ms timed against 9-10 ms as a CUDA
+// graph, so one in 64 cost ~14% of the steps' time (bench/results/2026-12-03-step-graphs-h200.md), and since a
+// burst of requests switches plans two or three times (prefill, mixed, decode), a timer made anew at each switch
+// timed a pass per burst. Eviction by something else is found within seconds, and a fast model's steps are not
+// taxed for it.
 //
 // Thread-safety: Begin, End and Suspend on the model's scheduler thread; stats() from any thread.
 #pragma once
@@ -140,7 +143,8 @@ class ModelExecution {
   // Makes `key`'s plan the one followed (switching to it if another owns the residency), ready for the
   // iteration about to run: the subscribers to add to the observer for it, in order — none when it
   // need not be observed (Note [Plans with nothing to do per op], model_execution.cc).
-  absl::StatusOr<std::vector<runtime::OpSubscriber*>> Begin(const std::string& key, const PlanToFollow& plan);
+  absl::StatusOr<std::vector<runtime::OpSubscriber*>> Begin(const std::string& key,
+                                                            std::shared_ptr<const PlanToFollow> plan);
   // After that iteration (its subscribers removed): why following stopped part way, OK if it did not.
   absl::Status End();
   // Whether the iteration End() just reported on may have read a staged weight's discarded range (it
@@ -201,8 +205,9 @@ class ModelExecution {
   // The timed iteration that just ended, checked by the monitor; pinned tensors found gone come back.
   absl::Status Monitor(const std::vector<double>& op_seconds);
   // Folds its figures into the totals; kKeepStaged only when another plan is prepared at once
-  // (Note [Plans hand staged weights on], runtime/executor.cc).
-  absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack);
+  // (Note [Plans hand staged weights on], runtime/executor.cc), which `next_plan_at_once` says.
+  absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack,
+                               bool next_plan_at_once = false);
   // Puts back in managed memory whatever a released plan left staged that no plan holds now.
   absl::Status PutBackLeftovers();
   void CloseCounterWindow();      // adds what the backend moved since the window opened
@@ -218,13 +223,15 @@ class ModelExecution {
 
   // The plan owning the residency (scheduler thread only).
   std::string key_;
-  std::unique_ptr<runtime::AccessTrace> trace_;
+  std::shared_ptr<const PlanToFollow> plan_;
   std::unique_ptr<runtime::TensorBinding> binding_;  // outlives executor_, which binds through it
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<runtime::PlanFollower> follower_;
   std::unique_ptr<MirrorLauncher> launcher_;
-  std::unique_ptr<runtime::OpTimer> timer_;  // null when monitor_every is 0
+  // The monitor's clock, for every plan (null when monitor_every is 0), and its check of the plan followed.
+  std::unique_ptr<runtime::OpTimer> timer_;
   std::unique_ptr<runtime::RuntimeMonitor> monitor_;
+  bool timed_ = false;  // the iteration Begin() prepared is timed
   bool untrusted_ = false;
   int64_t kv_live_rows_ = 0, kv_pool_rows_ = 0;  // as of the last SetKvRows (0 of 0: never told)
   absl::Status kv_error_;                        // SetKvRows' for the iteration in progress

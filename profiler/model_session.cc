@@ -73,7 +73,7 @@ bool ModelSession::BeginFollowing(const autouvm::v1::ProfileKey& plan_key, bool 
     if (!plan.ok()) return false;  // not ready or not checked yet (NOT_FOUND), or damaged (now stale)
     it = plans_.emplace(key, std::make_shared<const PlanToFollow>(std::move(*plan))).first;
   }
-  auto subscribers = execution_->Begin(key, *it->second);
+  auto subscribers = execution_->Begin(key, it->second);
   if (!subscribers.ok()) {
     const absl::Status& s = subscribers.status();
     plans_.erase(it);

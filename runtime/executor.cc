@@ -238,17 +238,36 @@ absl::Status Executor::Prepare() {
   }
   // KV rows in use beyond those the plan was made for (Note [KV pools follow the rows in use], executor_kv_rows.cc).
   RETURN_IF_ERROR(Displace());
+  // Note [Plans hand pinned weights on]: in a model within its budget every plan pins every weight, yet
+  // each switch between two of them (a burst's prefill, its mixed pass, its decode steps: one key each) asked
+  // the driver to prefetch all of them again, 13 GiB already on the device for a 7B (Note [One plan owns
+  // the residency], profiler/model_execution.h). A weight the plan released just before pinned and still
+  // holds is counted as on the device without that. Should something else have evicted it meanwhile, the
+  // runtime monitor finds it and Repin() brings it back, as for any pinned weight.
+  std::set<std::pair<uint64_t, int64_t>> adopted;
+  for (const TensorRange& r : adopted_) adopted.emplace(r.addr, r.bytes);
+  adopted_.clear();
   // One call per tensor: adjacent tensors may lie in different allocations, and a prefetch may not
   // span two (cudaErrorInvalidValue).
   for (size_t t : pinned_) {
     const TensorRange& r = ranges_list_[t];
     if (r.bytes <= 0 || displaced_[t]) continue;
-    RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
-    prefetched_bytes_ += r.bytes;
+    if (!IsWeightId(ids_[t]) || !adopted.count({r.addr, r.bytes})) {
+      RETURN_IF_ERROR(backend_->Prefetch(r.addr, r.bytes, Location::kDevice, Stream::kCopy));
+      prefetched_bytes_ += r.bytes;
+    }
     Count(t, true);
   }
   prepared_ = true;
   return absl::OkStatus();
+}
+
+std::vector<TensorRange> Executor::PinnedOnDevice() const {
+  std::vector<TensorRange> out;
+  for (size_t t : pinned_) {
+    if (on_device_[t] && !displaced_[t] && IsWeightId(ids_[t])) out.push_back(ranges_list_[t]);
+  }
+  return out;
 }
 
 absl::Status Executor::Repin(const std::vector<std::string>& ids) {

@@ -58,6 +58,12 @@ class Executor {
   // into their own managed range instead. Call before Prepare(); `binding` outlives the executor.
   void set_binding(TensorBinding* binding) { binding_ = binding; }
 
+  // Pinned weights the plan released just before this one (the same model's) still holds on the device
+  // (its PinnedOnDevice()): Prepare() counts those this plan pins too as on the device, without asking
+  // the backend to move them (Note [Plans hand pinned weights on], executor.cc). Call before Prepare().
+  void AdoptPinned(const std::vector<TensorRange>& on_device) { adopted_ = on_device; }
+  // The pinned weights this executor has on the device now (neither displaced nor evicted by it).
+  std::vector<TensorRange> PinnedOnDevice() const;
   // Tensors another plan left staged (Release(kKeepStaged)) are adopted where this plan stages them
   // the same way, and put back in managed memory where it does not (Note [Plans hand staged weights on]).
   absl::Status Prepare();
@@ -176,6 +182,7 @@ class Executor {
   std::vector<std::vector<size_t>> issue_at_;     // per op: fetches to issue when it starts
   std::vector<std::vector<size_t>> needed_by_;    // per op: fetches it must wait for
   std::vector<std::vector<size_t>> evict_after_;  // per op: streamed tensors done with
+  std::vector<TensorRange> adopted_;              // AdoptPinned's, until Prepare()
   int64_t prefetched_bytes_ = 0;
   int64_t evicted_bytes_ = 0;
   int64_t in_place_bytes_ = 0;

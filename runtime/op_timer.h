@@ -43,6 +43,9 @@ class OpTimer final : public OpSubscriber {
           std::function<double()> now = nullptr);
 
   void BeginIteration();
+  // The next iteration is due, as if `every` had passed since the last timed one (a new plan to check); the
+  // interval still holds: if it has not passed, the first iteration after it is timed.
+  void TimeNextWhenDue() { since_sampled_ = every_ - 1; }
   // Whether the iteration BeginIteration() started is one of the sampled ones.
   bool timing() const { return timing_; }
   void BeforeOp(int64_t index) override;

@@ -63,16 +63,18 @@ class ModelExecutionTest : public ::testing::Test {
   // `kernel_at` replaces one op's kernel (-1: none).
   absl::Status Iterate(ModelExecution& ex, const std::string& key, const profiler::PlanToFollow& plan,
                        int kernel_at = -1) {
-    auto subscribers = ex.Begin(key, plan);
+    auto subscribers = ex.Begin(key, std::make_shared<const profiler::PlanToFollow>(plan));
     if (!subscribers.ok()) return subscribers.status();
     Drive(*subscribers, kernel_at);
     return ex.End();
   }
   // Over `sim` as if it were the model's own memory (the CUDA daemon's ModelExecution).
-  std::unique_ptr<ModelExecution> OnDevice(runtime::sim::SimBackend& sim, int64_t monitor_every) {
+  std::unique_ptr<ModelExecution> OnDevice(runtime::sim::SimBackend& sim, int64_t monitor_every,
+                                           double monitor_min_interval_seconds = 0) {
     std::vector<runtime::NamedTensor> named = Named();
     for (runtime::NamedTensor& t : named) t.addr = *sim.AllocateManaged(t.bytes);
-    return ModelExecution::OnDevice(&sim, named, {.monitor_every = monitor_every});
+    return ModelExecution::OnDevice(
+        &sim, named, {.monitor_every = monitor_every, .monitor_min_interval_seconds = monitor_min_interval_seconds});
   }
   void Drive(const std::vector<runtime::OpSubscriber*>& subscribers, int kernel_at = -1) {
     for (int i = 0; i < kOps && !subscribers.empty(); ++i) {
@@ -189,7 +191,7 @@ TEST_F(ModelExecutionTest, APlanWithNothingToDoPerOpIsObservedOnlyWhenTheMonitor
   ASSERT_GT(std::ssize(tight.plan.prefetches), 0);
   std::vector<size_t> observed;
   for (int it = 0; it < 4; ++it) {
-    auto subscribers = ex->Begin("roomy", roomy);
+    auto subscribers = ex->Begin("roomy", std::make_shared<const profiler::PlanToFollow>(roomy));
     ASSERT_TRUE(subscribers.ok()) << subscribers.status();
     observed.push_back(subscribers->size());
     Drive(*subscribers);
@@ -203,7 +205,7 @@ TEST_F(ModelExecutionTest, APlanWithNothingToDoPerOpIsObservedOnlyWhenTheMonitor
   EXPECT_EQ(s.resident_bytes, kWeights * kWeight);
   // A plan that streams is observed at every iteration.
   for (int it = 0; it < 2; ++it) {
-    auto subscribers = ex->Begin("tight", tight);
+    auto subscribers = ex->Begin("tight", std::make_shared<const profiler::PlanToFollow>(tight));
     ASSERT_TRUE(subscribers.ok()) << subscribers.status();
     EXPECT_FALSE(subscribers->empty()) << it;
     Drive(*subscribers);
@@ -211,6 +213,58 @@ TEST_F(ModelExecutionTest, APlanWithNothingToDoPerOpIsObservedOnlyWhenTheMonitor
   }
   EXPECT_EQ(ex->stats().abandoned_iterations, 0);
   ex.reset();  // before the backend it drives
+}
+
+// Note [Plans hand pinned weights on]: in a model within its budget every key's plan pins every weight;
+// switching between them (a burst's prefill, mixed and decode passes) moves nothing again.
+TEST_F(ModelExecutionTest, PlansThatPinTheSameWeightsHandThemOnAtASwitchWithoutPrefetchingThemAgain) {
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+  auto ex = OnDevice(*sim, /*monitor_every=*/0);
+  const auto roomy = Plan(128 << 20), tight = Plan(24 << 20);
+  ASSERT_EQ(std::ssize(roomy.plan.pinned), kWeights);
+  ASSERT_TRUE(Iterate(*ex, "decode", roomy).ok());
+  EXPECT_EQ(ex->stats().prefetched_bytes, kWeights * kWeight);  // brought in once
+  for (const char* key : {"prefill", "decode", "mixed", "decode"}) ASSERT_TRUE(Iterate(*ex, key, roomy).ok()) << key;
+  ExecutionStats s = ex->stats();
+  EXPECT_EQ(s.plan_switches, 5);
+  EXPECT_EQ(s.prefetched_bytes, kWeights * kWeight);
+  EXPECT_EQ(s.resident_bytes, kWeights * kWeight);
+  // A plan that streams some of them stages those; the plan after it brings them back, and only them.
+  ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());
+  const int64_t before = ex->stats().prefetched_bytes;
+  ASSERT_TRUE(Iterate(*ex, "decode", roomy).ok());
+  s = ex->stats();
+  EXPECT_EQ(s.resident_bytes, kWeights * kWeight);
+  int64_t tight_pinned = 0;
+  for (const std::string& id : tight.plan.pinned) tight_pinned += id.rfind("param:", 0) == 0 ? kWeight : 0;
+  ASSERT_GT(tight_pinned, 0);
+  EXPECT_EQ(s.prefetched_bytes - before, kWeights * kWeight - tight_pinned);
+  ex.reset();  // before the backend it drives
+}
+
+// Note [Monitoring followed iterations]: after a switch the next iteration is due, but the interval
+// between two timed ones holds across switches: one timer serves every plan.
+TEST_F(ModelExecutionTest, AfterASwitchTheNextIterationIsTimedButNoSoonerThanTheIntervalAfterTheLast) {
+  const auto roomy = Plan(128 << 20);
+  const std::vector<std::string> keys = {"a", "a", "b", "b", "a", "a", "a"};
+  for (double interval : {0.0, 3600.0}) {
+    auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+    auto ex = OnDevice(*sim, /*monitor_every=*/64, interval);
+    std::vector<size_t> observed;
+    for (const std::string& key : keys) {
+      auto subscribers = ex->Begin(key, std::make_shared<const profiler::PlanToFollow>(roomy));
+      ASSERT_TRUE(subscribers.ok()) << subscribers.status();
+      observed.push_back(subscribers->size());
+      Drive(*subscribers);
+      ASSERT_TRUE(ex->End().ok());
+    }
+    // Never the iteration that carries a switch; the one after it, unless another was timed within the hour.
+    EXPECT_EQ(observed,
+              interval == 0 ? (std::vector<size_t>{0, 2, 0, 2, 0, 2, 0}) : (std::vector<size_t>{0, 2, 0, 0, 0, 0, 0}))
+        << interval;
+    EXPECT_EQ(ex->stats().sampled_iterations, interval == 0 ? 3 : 1) << interval;
+    ex.reset();
+  }
 }
 
 TEST_F(ModelExecutionTest, UnloadedWithItsModelItDropsWhatIsStagedAndFreesTheHostCopies) {
