@@ -13,6 +13,7 @@
 // (bench/sized_entry.h); issue 29's targets at factor 1.0: batch 1 <= 1.5 x the roof, batch 16 <= 2 x.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -225,11 +226,23 @@ int main(int argc, char** argv) {
       }
       eager_s = Median(s);
       if (!cell.graphs) break;
-      bool all = true;
-      for (const Burst& b : cell.bursts)
-        for (const DaemonRun& r : b.runs)
-          all = all && std::find(sequences.begin(), sequences.end(), r.tokens) != sequences.end();
-      same = all ? "yes" : "NO";
+      int differing = 0, runs = 0;
+      size_t earliest = SIZE_MAX;  // of the differing streams, the first token where the closest eager one parts
+      for (const Burst& b : cell.bursts) {
+        for (const DaemonRun& r : b.runs) {
+          ++runs;
+          if (std::find(sequences.begin(), sequences.end(), r.tokens) != sequences.end()) continue;
+          ++differing;
+          size_t common = 0;
+          for (const std::vector<int32_t>& e : sequences) {
+            size_t k = 0;
+            while (k < e.size() && k < r.tokens.size() && e[k] == r.tokens[k]) ++k;
+            common = std::max(common, k);
+          }
+          earliest = std::min(earliest, common);
+        }
+      }
+      same = differing == 0 ? "yes" : absl::StrFormat("NO: %d of %d, from token %d", differing, runs, earliest);
     }
     const auto& g = cell.graph_status;
     std::printf("| %.2f | %s | %d | %.2f | %.2f | %s | %.1f | %s | %llu | %llu | %llu | %.0f | %.0f | %d |\n",

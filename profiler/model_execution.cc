@@ -137,12 +137,10 @@ absl::Status ModelExecution::PutBackLeftovers() {
   return first;
 }
 
-absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged, bool next_plan_at_once) {
+absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
   if (executor_ == nullptr) return absl::OkStatus();
   absl::Status released = executor_->Release(staged);
-  // What the release moved belongs to this model; the window stays open through a switch, which is part of
-  // the iteration about to run (Note [Counters per model]).
-  if (!next_plan_at_once) CloseCounterWindow();
+  CloseCounterWindow();  // what the release moved belongs to this model
   const int64_t host_copies = HostCopyBytes();
   {
     absl::MutexLock lock(&mu_);
@@ -175,8 +173,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
   // Note [Counters per model]: the backend's counters are the device's (on CUDA one backend serves every
   // model), so each model counts what moved during windows of its followed iterations: a window opens
   // at the start of an iteration (before a switch's preparation) and closes at the end of the
-  // kCounterWindow-th, at an abandoned iteration, or when the plan is released other than for the next
-  // one at once (a switch belongs to the iteration it starts). Reading CUDA's counters
+  // kCounterWindow-th, at an abandoned iteration, or when the plan is released. Reading CUDA's counters
   // forces a CUPTI flush: once per iteration cost a 7B decode step ~10% on the H200 (two flushes per
   // step: 4.9 tok/s against 5.4-5.6 with one), so they are read per window, not per iteration.
   if (!counters_before_.has_value()) {
@@ -190,7 +187,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     // Note [Plans hand pinned weights on] (runtime/executor.cc).
     std::vector<runtime::TensorRange> pinned;
     if (executor_ != nullptr) pinned = executor_->PinnedOnDevice();
-    absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged, /*next_plan_at_once=*/true);
+    absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
     const absl::Time released = absl::Now();
     // The plan places the weights its own way (Note [The budget from load], runtime/unplanned_placement.cc).
     if (s.ok()) s = placement_->Lift();

@@ -205,9 +205,8 @@ class ModelExecution {
   // The timed iteration that just ended, checked by the monitor; pinned tensors found gone come back.
   absl::Status Monitor(const std::vector<double>& op_seconds);
   // Folds its figures into the totals; kKeepStaged only when another plan is prepared at once
-  // (Note [Plans hand staged weights on], runtime/executor.cc), which `next_plan_at_once` says.
-  absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack,
-                               bool next_plan_at_once = false);
+  // (Note [Plans hand staged weights on], runtime/executor.cc).
+  absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack);
   // Puts back in managed memory whatever a released plan left staged that no plan holds now.
   absl::Status PutBackLeftovers();
   void CloseCounterWindow();      // adds what the backend moved since the window opened
