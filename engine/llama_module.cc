@@ -310,13 +310,8 @@ absl::StatusOr<torch::Tensor> Take(const LlamaParameter& parameter, const std::s
   return t;
 }
 
-// Note [One type for every layer]: every layer is an object of the first layer's class type, as
-// TorchScript's own ModuleList of one class is. A distinct class per layer made compiling the top module
-// (BuildLlamaModule's define, and torch::jit::load of its model.pt, which compiles the same source) grow
-// exponentially with the layer count in libtorch 1.13's alias analysis: 20 layers 2.6 s, 24 layers 40 s,
-// 32 layers (Llama 2 7B) more than 24 GB of memory; with one type, 80 layers compile in 20 ms.
-// Note [Joined projections]: `parts` (taken in order, each checked) joined along their first dimension, and each
-// part emptied once joined. Placeholders of generated weights (engine/llama_builder.cc: one element broadcast) join
+// `parts` (taken in order, each checked) joined along their first dimension, each part emptied once joined (Note
+// [Joined projections]). Placeholders of generated weights (engine/llama_builder.cc: one element broadcast) join
 // into a placeholder of the joined shape.
 absl::StatusOr<torch::Tensor> Join(const ModelConfig& c, int64_t i, const LlamaParameter& parameter,
                                    const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
@@ -336,6 +331,11 @@ absl::StatusOr<torch::Tensor> Join(const ModelConfig& c, int64_t i, const LlamaP
   return joined;
 }
 
+// Note [One type for every layer]: every layer is an object of the first layer's class type, as
+// TorchScript's own ModuleList of one class is. A distinct class per layer made compiling the top module
+// (BuildLlamaModule's define, and torch::jit::load of its model.pt, which compiles the same source) grow
+// exponentially with the layer count in libtorch 1.13's alias analysis: 20 layers 2.6 s, 24 layers 40 s,
+// 32 layers (Llama 2 7B) more than 24 GB of memory; with one type, 80 layers compile in 20 ms.
 absl::StatusOr<torch::jit::Module> BuildLayer(const ModelConfig& c, int64_t i, const LlamaParameter& parameter,
                                               const torch::jit::Module* first, LayerKernels kernels,
                                               Projections projections) {
