@@ -206,14 +206,10 @@ std::string WithKernels(std::string source, LayerKernels kernels, bool layer) {
 // tested at run time: the interpreter runs no more ops than the model needs).
 std::string LayerSource(bool attention_bias, LayerKernels kernels, Projections projections) {
   std::string source = WithKernels(kLayerSource, kernels, /*layer=*/true);
-  if (projections == Projections::kJoined) {
-    source = ReplaceDef(ReplaceDef(source, "qkv", kJoinedQkv), "mlp", kJoinedMlp);
-    if (!attention_bias) return source;
-    const std::string plain = "torch.matmul(h, self.wqkv.t())";
-    return source.replace(source.find(plain), plain.size(), absl::StrCat("(", plain, " + self.bqkv)"));
-  }
+  const bool joined = projections == Projections::kJoined;
+  if (joined) source = ReplaceDef(ReplaceDef(source, "qkv", kJoinedQkv), "mlp", kJoinedMlp);
   if (!attention_bias) return source;
-  for (const char* w : {"q", "k", "v"}) {
+  for (const char* w : joined ? std::vector<const char*>{"qkv"} : std::vector<const char*>{"q", "k", "v"}) {
     const std::string plain = absl::StrCat("torch.matmul(h, self.w", w, ".t())");
     const size_t at = source.find(plain);
     source.replace(at, plain.size(), absl::StrCat("(", plain, " + self.b", w, ")"));
@@ -373,33 +369,31 @@ absl::StatusOr<torch::jit::Module> BuildLayer(const ModelConfig& c, int64_t i, c
       layer.setattr(name, t);
     }
   };
-  if (projections == Projections::kSeparate) {
-    for (const auto& [name, shape] : shapes) {
+  // Note [Joined projections]: each group's parts become one parameter, in the place of its first part.
+  struct Group {
+    const char* joined;
+    std::vector<std::string> parts;
+  };
+  std::vector<Group> groups;
+  if (projections == Projections::kJoined) {
+    groups = {{"wqkv", {"wq", "wk", "wv"}}, {"bqkv", {"bq", "bk", "bv"}}, {"w_gate_up", {"w_gate", "w_up"}}};
+  }
+  for (const auto& [name, shape] : shapes) {
+    const auto group = std::find_if(groups.begin(), groups.end(), [&name](const Group& g) {
+      return std::find(g.parts.begin(), g.parts.end(), name) != g.parts.end();
+    });
+    if (group == groups.end()) {
       ASSIGN_OR_RETURN(torch::Tensor t, Take(parameter, absl::StrCat("layer", i, ".", name), shape, dtype));
       add(name, t);
+      continue;
     }
-  } else {
-    // The same parameters in the same order, joined where Note [Joined projections] says.
-    const std::vector<int64_t> kv = {kv_dim, c.dim}, ffn = {c.ffn_dim, c.dim};
-    ASSIGN_OR_RETURN(torch::Tensor norm, Take(parameter, absl::StrCat("layer", i, ".attn_norm"), {c.dim}, dtype));
-    add("attn_norm", norm);
-    ASSIGN_OR_RETURN(torch::Tensor wqkv, Join(c, i, parameter, {{"wq", {q_dim, c.dim}}, {"wk", kv}, {"wv", kv}}));
-    add("wqkv", wqkv);
-    if (c.attention_bias) {
-      ASSIGN_OR_RETURN(torch::Tensor bqkv,
-                       Join(c, i, parameter, {{"bq", {q_dim}}, {"bk", {kv_dim}}, {"bv", {kv_dim}}}));
-      add("bqkv", bqkv);
+    if (name != group->parts.front()) continue;  // joined with its group's first part
+    std::vector<std::pair<std::string, std::vector<int64_t>>> parts;
+    for (const std::string& part : group->parts) {
+      parts.push_back(*std::find_if(shapes.begin(), shapes.end(), [&part](const auto& s) { return s.first == part; }));
     }
-    for (const char* name : {"wo", "mlp_norm"}) {
-      const auto& shape = std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.first == name; });
-      ASSIGN_OR_RETURN(torch::Tensor t, Take(parameter, absl::StrCat("layer", i, ".", name), shape->second, dtype));
-      add(name, t);
-    }
-    ASSIGN_OR_RETURN(torch::Tensor w_gate_up, Join(c, i, parameter, {{"w_gate", ffn}, {"w_up", ffn}}));
-    add("w_gate_up", w_gate_up);
-    ASSIGN_OR_RETURN(torch::Tensor down,
-                     Take(parameter, absl::StrCat("layer", i, ".w_down"), {c.dim, c.ffn_dim}, dtype));
-    add("w_down", down);
+    ASSIGN_OR_RETURN(torch::Tensor t, Join(c, i, parameter, parts));
+    add(group->joined, t);
   }
   if (first == nullptr) layer.define(LayerSource(c.attention_bias, kernels, projections));
   return layer;

@@ -251,14 +251,13 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     timer_->BeginIteration();
     timed_ = timer_->timing();
   }
-  const bool timed = timed_;
-  op_by_op_ = executor_->follows_ops() || launcher_ != nullptr || timed;
+  op_by_op_ = executor_->follows_ops() || launcher_ != nullptr || timed_;
   std::vector<runtime::OpSubscriber*> subscribers;
   if (!op_by_op_) return subscribers;
   // In this order: an op's mark before the follower's waits (a wait counts to the op it delays), its
   // kernel on the mirror between the follower's BeforeOp and AfterOp.
   if (launcher_ != nullptr) subscribers.push_back(launcher_.get());
-  if (timed) subscribers.push_back(timer_.get());
+  if (timed_) subscribers.push_back(timer_.get());
   subscribers.push_back(follower_.get());
   return subscribers;
 }
