@@ -40,7 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool whole = wc::Decode(encoded, absl::MakeSpan(out)).ok();
     std::vector<uint16_t> chunked(out.size());
     const bool in_chunks = DecodeInChunks(encoded, *h, data[0] >> 1, &chunked);
-    if (whole && (!in_chunks || chunked != out)) std::abort();  // what decodes whole decodes the same in chunks
+    // What decodes whole decodes the same in chunks. A plain encoding has no chunks: DecodeInChunks leaves
+    // `chunked` as it was, so only an exponent-coded one is compared (a plain one of a value other than 0
+    // aborted here: corpus/weight_codec/plain-one-value).
+    if (whole && (!in_chunks || (h->mode == wc::Mode::kExponentCoded && chunked != out))) std::abort();
     return 0;
   }
   std::vector<uint16_t> values((size - 1) / 2);
