@@ -1,5 +1,8 @@
 #include "engine/llama_module.h"
 
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/frontend/sugared_value.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "engine/layer_ops.h"
 #include "engine/torch_dtype.h"
 #include "torch/version.h"
 
@@ -189,6 +193,58 @@ def mlp(self, x, o):
     return x + torch.matmul(torch.silu(gu.narrow(-1, 0, f)) * gu.narrow(-1, f, f), self.w_down.t())
 )JIT";
 
+// Note [Own layer kernels]: kernels are what a captured step is made of (Note [Layer kernels]), so kOwn runs
+// autouvm's own ops (engine/layer_ops.h; CUDA kernels in runtime/cuda/layer_kernels.cu) where the joined fused
+// form runs several of libtorch's each: the norm (one kernel for the casts, rms_norm and the weight's product);
+// the rotary embedding of the joined product's queries and keys together with the keys' and values' writes into
+// their pool rows (one for the rope's four, the three `fresh` copies and the pools' index_put_ pairs); decode rows'
+// attention read straight through each sequence's block table (one for the gathers' copies, the mask's cast and
+// SDPA); silu times up (one for two). The residual adds go into the products' own output (`addmm_` in place: one
+// kernel for two). Prompt rows attend as before. The same op sequence serves eager, captured and planned steps, and
+// each op reads its tensors where they are when it runs, as libtorch's do. The source names the ops `autouvm.x`
+// (OpsResolver). On the CPU the ops' reference kernels run it, which is how CI checks this code against the
+// portable form (tests/integration/own_layer_kernels_test.cc). Not measured on a GPU yet: until it is, kOwn is
+// chosen only by AUTOUVM_LAYER_KERNELS=own (ModelRunner), not by default.
+constexpr const char* kOwnRms = R"JIT(
+def rms(self, x, w):
+    return autouvm.rms_norm(x, w, self.eps)
+)JIT";
+
+constexpr const char* kOwnMlp = R"JIT(
+def mlp(self, x, o):
+    d = x.size(-1)
+    r = x.view(-1, d).addmm_(o.reshape(-1, o.size(-1)), self.wo.t())
+    g = autouvm.silu_mul(torch.matmul(self.rms(r, self.mlp_norm), self.w_gate_up.t()))
+    return r.addmm_(g, self.w_down.t()).view(x.size())
+)JIT";
+
+constexpr const char* kOwnStep = R"JIT(
+def step(self, x, cos, sin, kc, vc, kv_rows, live: int, d_rows, d_mask, p_index, p_flat, p_rows, p_mask):
+    kl = kc.narrow(0, 0, live)
+    vl = vc.narrow(0, 0, live)
+    h = self.rms(x, self.attn_norm)
+    q = autouvm.rope_store(torch.matmul(h, self.wqkv.t()), cos, sin, kl, vl, kv_rows, self.n_heads,
+                                     self.n_kv_heads)
+    nd = d_rows.size(0)
+    if p_index.size(0) == 0:
+        return self.mlp(x, autouvm.decode_attention(q, kl, vl, d_rows, d_mask, self.scale))
+    parts: List[Tensor] = []
+    if nd > 0:
+        parts.append(autouvm.decode_attention(q.narrow(0, 0, nd), kl, vl, d_rows, d_mask, self.scale))
+    o = self.attend(q[p_index], self.gather(kl, p_rows), self.gather(vl, p_rows), p_mask)
+    parts.append(o.view(-1, o.size(2)).index_select(0, p_flat))
+    return self.mlp(x, torch.cat(parts, 0))
+)JIT";
+
+// Resolves `autouvm` in a module's source to the autouvm:: ops (engine/layer_ops.h), as `torch` is to aten's.
+struct OpsResolver final : torch::jit::Resolver {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction& m,
+                                                         const torch::jit::SourceRange& loc) override {
+    if (name == "autouvm") return std::make_shared<torch::jit::BuiltinModule>("autouvm");
+    return torch::jit::nativeResolver()->resolveValue(name, m, loc);
+  }
+};
+
 // `source` with the def of `name` (from its "def name(" up to the next def or the end) replaced by `def_source`.
 std::string ReplaceDef(const std::string& source, const std::string& name, const std::string& def_source) {
   const size_t at = source.find(absl::StrCat("\ndef ", name, "("));
@@ -197,9 +253,10 @@ std::string ReplaceDef(const std::string& source, const std::string& name, const
 }
 
 std::string WithKernels(std::string source, LayerKernels kernels, bool layer) {
-  if (kernels != LayerKernels::kFused) return source;
-  source = ReplaceDef(source, "rms", kFusedRms);
-  return layer ? ReplaceDef(source, "attend", kFusedAttend) : source;
+  if (kernels == LayerKernels::kPortable) return source;
+  source = ReplaceDef(source, "rms", kernels == LayerKernels::kOwn ? kOwnRms : kFusedRms);
+  // kOwn's prompt rows attend as kFused's where libtorch has SDPA, else as kPortable's.
+  return layer && FusedKernelsAvailable() ? ReplaceDef(source, "attend", kFusedAttend) : source;
 }
 
 // The layer's source, with the projections' biases added where the model has them (in the source, not
@@ -208,11 +265,14 @@ std::string LayerSource(bool attention_bias, LayerKernels kernels, Projections p
   std::string source = WithKernels(kLayerSource, kernels, /*layer=*/true);
   const bool joined = projections == Projections::kJoined;
   if (joined) source = ReplaceDef(ReplaceDef(source, "qkv", kJoinedQkv), "mlp", kJoinedMlp);
+  if (kernels == LayerKernels::kOwn) source = ReplaceDef(ReplaceDef(source, "mlp", kOwnMlp), "step", kOwnStep);
   if (!attention_bias) return source;
   for (const char* w : joined ? std::vector<const char*>{"qkv"} : std::vector<const char*>{"q", "k", "v"}) {
     const std::string plain = absl::StrCat("torch.matmul(h, self.w", w, ".t())");
-    const size_t at = source.find(plain);
-    source.replace(at, plain.size(), absl::StrCat("(", plain, " + self.b", w, ")"));
+    const std::string biased = absl::StrCat("(", plain, " + self.b", w, ")");
+    for (size_t at = source.find(plain); at != std::string::npos; at = source.find(plain, at + biased.size())) {
+      source.replace(at, plain.size(), biased);
+    }
   }
   return source;
 }
@@ -395,7 +455,8 @@ absl::StatusOr<torch::jit::Module> BuildLayer(const ModelConfig& c, int64_t i, c
     ASSIGN_OR_RETURN(torch::Tensor t, Join(c, i, parameter, parts));
     add(group->joined, t);
   }
-  if (first == nullptr) layer.define(LayerSource(c.attention_bias, kernels, projections));
+  if (first == nullptr)
+    layer.define(LayerSource(c.attention_bias, kernels, projections), std::make_shared<OpsResolver>());
   return layer;
 }
 
@@ -429,12 +490,20 @@ bool FusedKernelsAvailable() {
   return TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
 }
 
+bool OwnKernelsAvailable(const ModelConfig& c, bool cuda) {
+  return c.head_dim % 2 == 0 && c.head_dim <= 256 && LayerOpsHaveKernels(cuda);
+}
+
 absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& c, const LlamaParameter& parameter,
                                                     LayerKernels kernels, Projections projections) {
   RETURN_IF_ERROR(ValidateModelConfig(c));
   if (kernels == LayerKernels::kFused && !FusedKernelsAvailable()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the fused layer kernels need libtorch 2.4 or later; this is ", TORCH_VERSION));
+  }
+  if (kernels == LayerKernels::kOwn && (projections != Projections::kJoined || !OwnKernelsAvailable(c, false))) {
+    return absl::FailedPreconditionError(
+        "autouvm's own layer kernels need joined projections and an even head_dim of at most 256");
   }
   torch::NoGradGuard no_grad;
   try {
@@ -457,7 +526,7 @@ absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& c, const 
     auto [cos, sin] = RopeTables(c);
     m.register_buffer("rope_cos", cos);
     m.register_buffer("rope_sin", sin);
-    m.define(TopSource(c.n_layers, kernels));
+    m.define(TopSource(c.n_layers, kernels), std::make_shared<OpsResolver>());
     return m;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("building the TorchScript model failed: ", e.what_without_backtrace()));

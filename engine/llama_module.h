@@ -34,9 +34,12 @@ using LlamaParameter =
     std::function<absl::StatusOr<torch::Tensor>(const std::string& name, const std::vector<int64_t>& shape)>;
 
 // The layer's code (Note [Layer kernels], llama_module.cc): kPortable runs on every libtorch and is what
-// entries hold; kFused computes the same with fewer kernels, where FusedKernelsAvailable().
-enum class LayerKernels { kPortable, kFused };
+// entries hold; kFused computes the same with fewer kernels, where FusedKernelsAvailable(); kOwn with fewer
+// still, autouvm's own (Note [Own layer kernels]; engine/layer_ops.h), with joined projections: on CUDA where
+// OwnKernelsAvailable(config, true), and on the CPU through reference kernels (for tests).
+enum class LayerKernels { kPortable, kFused, kOwn };
 bool FusedKernelsAvailable();
+bool OwnKernelsAvailable(const ModelConfig& config, bool cuda);
 
 // How a layer holds its projections: kSeparate as the model contract names them (wq, wk, wv, w_gate, w_up: what
 // entries hold), kJoined as one wqkv (and bqkv) and one w_gate_up matrix, each part emptied once joined (Note
@@ -44,7 +47,7 @@ bool FusedKernelsAvailable();
 enum class Projections { kSeparate, kJoined };
 
 // INVALID_ARGUMENT for a bad config or a parameter of the wrong shape or dtype (named), or whatever
-// the parameter function returns; FAILED_PRECONDITION for kFused where it is not available.
+// the parameter function returns; FAILED_PRECONDITION for kFused or kOwn where it is not available.
 absl::StatusOr<torch::jit::Module> BuildLlamaModule(const ModelConfig& config, const LlamaParameter& parameter,
                                                     LayerKernels kernels = LayerKernels::kPortable,
                                                     Projections projections = Projections::kSeparate);

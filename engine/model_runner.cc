@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -112,6 +113,20 @@ struct ModelRunner::Impl {
 
 namespace {
 
+// The layer code a rebuilt module runs: kFused where libtorch has it, else kPortable; AUTOUVM_LAYER_KERNELS
+// (portable, fused or own) chooses another, to compare them (bench/step_graphs). Note [Own layer kernels]: kOwn's
+// CUDA kernels have not yet run on a GPU, so they are not the default until measured there.
+absl::StatusOr<LayerKernels> KernelsFor(const ModelConfig& config, bool cuda) {
+  const char* env = std::getenv("AUTOUVM_LAYER_KERNELS");
+  const std::string asked = env != nullptr ? env : "";
+  if (asked.empty()) return FusedKernelsAvailable() ? LayerKernels::kFused : LayerKernels::kPortable;
+  if (asked == "portable") return LayerKernels::kPortable;
+  if (asked == "fused") return LayerKernels::kFused;
+  if (asked == "own" && OwnKernelsAvailable(config, cuda)) return LayerKernels::kOwn;
+  return absl::InvalidArgumentError(
+      absl::StrCat("AUTOUVM_LAYER_KERNELS: '", asked, "' is not one of portable, fused, own, or not available here"));
+}
+
 // The packed step of docs/model-contract.md takes each token's pool row (kv_rows); the earlier one took
 // slots into a max_batch x max_seq cache.
 bool HasPackedBlockStep(torch::jit::Module& module) {
@@ -162,8 +177,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const std::stri
         "earlier model contract; write the entry again with autouvm-mkmodel or autouvm-convert"));
   }
   if (config.module == "autouvm") {
-    // Note [Layer kernels] (engine/llama_module.cc): autouvm's own module runs with this libtorch's fastest code.
-    const LayerKernels kernels = FusedKernelsAvailable() ? LayerKernels::kFused : LayerKernels::kPortable;
+    // Note [Layer kernels] (engine/llama_module.cc): autouvm's own module runs with this build's fastest code.
+    ASSIGN_OR_RETURN(const LayerKernels kernels, KernelsFor(config, cuda));
     auto rebuilt = RebuildLlamaModule(config, impl->module, kernels);
     if (!rebuilt.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": model.yaml says module: autouvm, but its weights do not ",
@@ -358,6 +373,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const KvShare> shares, absl::Span<c
     return RunDecode(rows, d_span, logits);
   }
   if (impl_->graphs != nullptr) impl_->graphs->CountEager();
+  last_step_form_ = "packed";
   std::vector<size_t> order;  // decode rows first
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].decode) order.push_back(i);
@@ -536,10 +552,14 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
       torch::NoGradGuard no_grad;
       auto on = impl_->Enter();
       ASSIGN_OR_RETURN(const at::Tensor out, graphs->Run(bucket, nd, fill));
+      last_step_form_ = graphs->last_form();
       CopyInto(out, logits);
       return absl::OkStatus();
     }
     if (graphs != nullptr) graphs->CountEager();
+    last_step_form_ = graphs == nullptr  ? "decode"
+                      : !graphs_allowed_ ? "decode: eager, observed"
+                                         : "decode: eager, too wide";
     // The same layout as the graph's.
     auto packed = torch::empty({DecodeLayoutSize(bucket)}, torch::kLong);
     ResetDecodeLayout(bucket, packed.data_ptr<int64_t>());

@@ -256,10 +256,11 @@ void Scheduler::Run(const StepPlan& plan) {
   if (base::LogEnabled(base::LogLevel::kDebug)) {
     // Where a pass's time goes on the host, to tell the forward pass from the work around it.
     const absl::Time now = clock_->Now();
-    AUTOUVM_LOG(DEBUG) << "scheduler: pass of " << plan.batch() << " rows: hooks before "
-                       << absl::FormatDuration(before_hooks) << ", step " << absl::FormatDuration(stepping)
-                       << ", hooks after " << absl::FormatDuration(after_hooks) << ", update "
-                       << absl::FormatDuration(now - updating) << "; between the last pass's end and this one's "
+    AUTOUVM_LOG(DEBUG) << "scheduler: pass of " << plan.batch() << " rows (" << runner_->last_step_form()
+                       << "): hooks before " << absl::FormatDuration(before_hooks) << ", step "
+                       << absl::FormatDuration(stepping) << ", hooks after " << absl::FormatDuration(after_hooks)
+                       << ", update " << absl::FormatDuration(now - updating)
+                       << "; between the last pass's end and this one's "
                        << (last_run_end_ == absl::InfinitePast() ? std::string("-")
                                                                  : absl::FormatDuration(started - last_run_end_));
     last_run_end_ = now;

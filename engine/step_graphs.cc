@@ -142,6 +142,7 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
   fill(e.host.data_ptr<int64_t>());
   if (!e.inputs.is_same(e.host)) e.inputs.copy_(e.host, /*non_blocking=*/true);
   at::Tensor out;
+  bool again = false;
   if (e.work != nullptr && e.addresses != Addresses()) {
     // A tensor the graph reads has moved: its capture is stale.
     e.work.reset();
@@ -149,16 +150,22 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
     absl::MutexLock lock(&mu_);
     ++stats_.recaptures;
     --stats_.graphs;
+    again = true;
   }
   if (e.work != nullptr) {
     if (absl::Status s = e.work->Replay(); !s.ok()) return s;
     out = e.out;
+    last_form_ = "decode: replayed";
     absl::MutexLock lock(&mu_);
     ++stats_.replays;
   } else {
     out = forward_(e.views);  // this step's result, and the warm-up of the capture that follows
-    if (!e.failed) Capture(b, e);
+    const bool tried = !e.failed;
+    if (tried) Capture(b, e);
     if (e.failed) CountEager();
+    last_form_ = e.failed ? (tried ? "decode: eager, capture failed" : "decode: eager (its capture failed before)")
+                 : again  ? "decode: eager, captured again"
+                          : "decode: eager, then captured";
   }
   // The copy to the host waits for the step; the next step's fill may then rewrite the pinned copy.
   at::Tensor logits = out.narrow(0, 0, rows).to(at::kCPU);

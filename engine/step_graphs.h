@@ -59,6 +59,9 @@ class StepGraphs {
   absl::StatusOr<at::Tensor> Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill);
   // Called by the runner for a step it ran without a graph while they are on.
   void CountEager();
+  // How Run's last step ran: "decode: replayed", "decode: eager, then captured", "decode: eager, capture
+  // failed", "decode: eager, captured again" (a read storage moved).
+  const char* last_form() const { return last_form_; }
   StepGraphStats stats() const;  // from any thread
 
  private:
@@ -85,6 +88,7 @@ class StepGraphs {
   // Declared before the entries: their captured work and tensors go before the arena they came from.
   std::unique_ptr<runtime::ComputeDevice::CaptureArena> arena_;
   std::map<std::pair<int64_t, int64_t>, Entry> entries_;
+  const char* last_form_ = "";
   mutable absl::Mutex mu_;
   StepGraphStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -64,6 +65,9 @@ class StepRunner {
   // Whether the next steps may run as captured graphs (Note [Captured steps], engine/step_graphs.cc):
   // the scheduler says so before each pass, from IterationHooks::PassMayBeCaptured.
   virtual void set_graphs_allowed(bool /*allowed*/) {}
+  // How the last step ran, for the scheduler's debug line: "packed", "decode", "decode: replayed", ...
+  // (ModelRunner: Note [Captured steps]); empty where the runner does not say.
+  virtual std::string_view last_step_form() const { return {}; }
 
   // The slot's sequence ended: the runner may give back what it holds for it (its KV-cache blocks).
   virtual void Release(int32_t /*slot*/) {}

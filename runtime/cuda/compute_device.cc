@@ -10,6 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/cuda/cuda_backend.h"
+#if AUTOUVM_LAYER_OPS
+#include "runtime/cuda/layer_ops.h"
+#endif
 #include "runtime/cuda/managed_memory.h"
 #include "runtime/serialized_backend.h"
 
@@ -65,6 +68,9 @@ absl::StatusOr<std::unique_ptr<ComputeDevice>> OpenComputeDevice(const ComputeDe
   if (options.backend != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("runtime.backend: '", options.backend, "' is not one of cpu, cuda"));
   }
+#if AUTOUVM_LAYER_OPS
+  cuda::LayerOpsLinked();  // Note [Own layer kernels] (engine/llama_module.cc): its ops are registered
+#endif
   ASSIGN_OR_RETURN(const int64_t cap, cuda::ManagedMemoryPool::CapFromEnvironment());
   ASSIGN_OR_RETURN(auto pool, cuda::ManagedMemoryPool::Create(
                                   0, {.cap_bytes = cap, .allow_oversubscription = options.allow_oversubscription}));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -290,15 +291,19 @@ TEST(ManagedMemoryTest, DecodeStepsRunAsCudaGraphsGiveTheEagerLogits) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto device = OpenComputeDevice({.backend = "cuda", .spec = *spec});
   if (!device.ok()) GTEST_SKIP() << device.status();
-  for (const std::string module : {"", "autouvm"}) {  // as saved, and with this libtorch's layer kernels
-    SCOPED_TRACE(absl::StrCat("module: \"", module, "\""));
+  // As saved, with this libtorch's layer kernels, and with autouvm's own (Note [Own layer kernels]).
+  for (const auto& [module, kernels] :
+       std::vector<std::pair<std::string, std::string>>{{"", ""}, {"autouvm", ""}, {"autouvm", "own"}}) {
+    SCOPED_TRACE(absl::StrCat("module: \"", module, "\", kernels: \"", kernels, "\""));
     testing::TempDir dir;
     engine::ModelConfig c = testing::SmallLlamaConfig("graphs", 2, "bf16");
     c.max_seq = 256;
     c.module = module;
     ASSERT_TRUE(engine::WriteLlamaModel(c, 7, dir.path()).ok());
+    if (!kernels.empty()) setenv("AUTOUVM_LAYER_KERNELS", kernels.c_str(), 1);
     auto eager = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
     auto graphs = engine::ModelRunner::Create(dir.Sub(c.name), c, 8, device->get());
+    unsetenv("AUTOUVM_LAYER_KERNELS");
     ASSERT_TRUE(eager.ok()) << eager.status();
     ASSERT_TRUE(graphs.ok()) << graphs.status();
     ASSERT_TRUE((*graphs)->EnableStepGraphs({.mode = engine::StepGraphMode::kDevice}).ok());

@@ -16,23 +16,17 @@
 #include "engine/model_config.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#include "tests/testing/max_rel_err.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::server {
 namespace {
 
+using testing::MaxRelErr;
+
 engine::ModelConfig SmallConfig(const std::string& name, const std::string& dtype) {
   return testing::SmallLlamaConfig(name, 2, dtype);
-}
-
-double MaxRelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::abs(double(b[i])));
-  }
-  return num / den;
 }
 
 class EngineTest : public ::testing::Test {

@@ -127,8 +127,10 @@ TEST_F(StepGraphsTest, StepsNotAllowedWiderThanTheGraphsOrMixedRunEagerly) {
   std::vector<float> logits;
   const std::vector<ModelRunner::DecodeRow> one = {{0, 5, len[0]}};
   ASSERT_TRUE(graphs->Decode(one, &logits).ok());  // captured
+  EXPECT_EQ(graphs->last_step_form(), "decode: eager, then captured");
   const std::vector<ModelRunner::DecodeRow> one_more = {{0, 6, len[0] + 1}};
   ASSERT_TRUE(graphs->Decode(one_more, &logits).ok());  // replayed
+  EXPECT_EQ(graphs->last_step_form(), "decode: replayed");
   StepGraphStats s = graphs->step_graph_stats();
   ASSERT_EQ(s.captures, 1);
   ASSERT_EQ(s.replays, 1);
@@ -137,14 +139,17 @@ TEST_F(StepGraphsTest, StepsNotAllowedWiderThanTheGraphsOrMixedRunEagerly) {
   graphs->set_graphs_allowed(false);  // the session observes this pass
   const std::vector<ModelRunner::DecodeRow> observed = {{0, 7, len[0] + 2}};
   ASSERT_TRUE(graphs->Decode(observed, &logits).ok());
+  EXPECT_EQ(graphs->last_step_form(), "decode: eager, observed");
   graphs->set_graphs_allowed(true);
   const std::vector<ModelRunner::DecodeRow> three = {{1, 5, len[1]}, {2, 5, len[2]}, {3, 5, len[3]}};
   ASSERT_TRUE(graphs->Decode(three, &logits).ok());  // wider than cuda_graph_max_batch 2
+  EXPECT_EQ(graphs->last_step_form(), "decode: eager, too wide");
   const int32_t chunk[2] = {9, 10};
   const std::vector<StepRunner::Row> mixed = {
       {.slot = 4, .tokens = {&chunk[0], 1}, .start_pos = len[4], .decode = true},
       {.slot = 5, .tokens = chunk, .start_pos = 0}};
   ASSERT_TRUE(graphs->Step(mixed, &logits).ok());
+  EXPECT_EQ(graphs->last_step_form(), "packed");
   s = graphs->step_graph_stats();
   EXPECT_EQ(s.eager_steps, eager_before + 3);
   EXPECT_EQ(s.captures, 1);
@@ -181,6 +186,7 @@ TEST_F(StepGraphsTest, AGraphWhoseWeightMovedIsCapturedAgain) {
   auto binding = graphs->NewTensorBinding();
   ASSERT_TRUE(binding->Bind(addr, reinterpret_cast<uint64_t>(copy.data())).ok());
   step(5);  // captured again, over the copy
+  EXPECT_EQ(graphs->last_step_form(), "decode: eager, captured again");
   StepGraphStats s = graphs->step_graph_stats();
   EXPECT_EQ(s.recaptures, 1);
   EXPECT_EQ(s.captures, 2);
