@@ -32,11 +32,13 @@ std::unique_ptr<ModelRunner> RunnerWith(const char* kernels, const std::string& 
 }
 
 TEST(OwnLayerKernelsTest, GiveThePortableLogitsInPrefillMixedAndDecodeSteps) {
-  for (const int64_t kv_heads : {2, 4}) {  // grouped queries, and one key/value head per query head
-    SCOPED_TRACE(::testing::Message() << kv_heads << " key/value heads");
+  // Grouped queries, one key/value head per query head, and projections with biases (Qwen's).
+  for (const auto& [kv_heads, bias] : std::vector<std::pair<int64_t, bool>>{{2, false}, {4, false}, {2, true}}) {
+    SCOPED_TRACE(::testing::Message() << kv_heads << " key/value heads" << (bias ? ", biases" : ""));
     testing::TempDir dir;
-    ModelConfig c = testing::SmallLlamaConfig(absl::StrCat("own", kv_heads), 2, "fp32");
+    ModelConfig c = testing::SmallLlamaConfig(absl::StrCat("own", kv_heads, bias), 2, "fp32");
     c.n_kv_heads = kv_heads;
+    c.attention_bias = bias;
     ASSERT_TRUE(WriteLlamaModel(c, 11, dir.path()).ok());
     c.module = "autouvm";  // as model.yaml says: rebuilt at load with the kernels asked for
     ASSERT_TRUE(OwnKernelsAvailable(c, /*cuda=*/false));
