@@ -223,8 +223,7 @@ def step(self, x, cos, sin, kc, vc, kv_rows, live: int, d_rows, d_mask, p_index,
     kl = kc.narrow(0, 0, live)
     vl = vc.narrow(0, 0, live)
     h = self.rms(x, self.attn_norm)
-    q = autouvm.rope_store(torch.matmul(h, self.wqkv.t()), cos, sin, kl, vl, kv_rows, self.n_heads,
-                                     self.n_kv_heads)
+    q = autouvm.rope_store(torch.matmul(h, self.wqkv.t()), cos, sin, kl, vl, kv_rows, self.n_heads, self.n_kv_heads)
     nd = d_rows.size(0)
     if p_index.size(0) == 0:
         return self.mlp(x, autouvm.decode_attention(q, kl, vl, d_rows, d_mask, self.scale))
