@@ -59,8 +59,8 @@ class StepGraphs {
   absl::StatusOr<at::Tensor> Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill);
   // Called by the runner for a step it ran without a graph while they are on.
   void CountEager();
-  // How Run's last step ran: "decode: replayed", "decode: eager, then captured", "decode: eager, capture
-  // failed", "decode: eager, captured again" (a read storage moved).
+  // How Run's last step ran: "decode: replayed", "decode: eager, then captured", "decode: eager, captured
+  // again" (a read storage moved), "decode: eager, capture failed", "decode: eager (its capture failed before)".
   const char* last_form() const { return last_form_; }
   StepGraphStats stats() const;  // from any thread
 
