@@ -72,4 +72,24 @@ double MeasureHbmBytesPerS(const runtime::GpuSpec& spec) {
   return static_cast<double>(bytes) / (static_cast<double>(ns) / 1e9);
 }
 
+double MeasureLinkBytesPerS(const runtime::GpuSpec& spec) {
+  const auto [bytes, ns] = InChild([&] {
+    auto device = Check(runtime::OpenComputeDevice({.backend = "cuda", .spec = spec}), "CUDA");
+    auto on = device->Enter();
+    const int64_t n = int64_t{1} << 29;  // bf16: 1 GiB
+    torch::Tensor host = torch::ones({n}, torch::TensorOptions().dtype(torch::kBFloat16).pinned_memory(true));
+    torch::Tensor gpu = torch::empty({n}, torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+    gpu.copy_(host);
+    (void)gpu[0].item<float>();
+    const int kCopies = 8;
+    const auto began = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCopies; ++i) gpu.copy_(host, /*non_blocking=*/true);
+    (void)gpu[0].item<float>();
+    const auto took = std::chrono::steady_clock::now() - began;
+    return std::pair<int64_t, int64_t>{kCopies * n * 2,
+                                       std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()};
+  });
+  return static_cast<double>(bytes) / (static_cast<double>(ns) / 1e9);
+}
+
 }  // namespace autouvm::bench

@@ -38,4 +38,8 @@ std::pair<int64_t, int64_t> InChild(const std::function<std::pair<int64_t, int64
 // device-to-device copies of a 2 GiB tensor in managed memory resident on the GPU (in a forked child).
 double MeasureHbmBytesPerS(const runtime::GpuSpec& spec);
 
+// The link's rate host to device as the staged copies meet it: bytes per second of copies of a 1 GiB
+// pinned host tensor onto the GPU (in a forked child).
+double MeasureLinkBytesPerS(const runtime::GpuSpec& spec);
+
 }  // namespace autouvm::bench

@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,7 +28,6 @@
 #include "bench/daemon_client.h"
 #include "bench/decode_harness.h"
 #include "bench/sized_entry.h"
-#include "engine/llama_module.h"
 #include "engine/model_runner.h"
 #include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
@@ -48,8 +49,23 @@ struct Cell {
   int batch = 0;
   std::vector<Burst> bursts;
   autouvm::v1::StepGraphStatus graph_status;
+  autouvm::v1::ExecutionStatus before, after;  // around the timed bursts
   int exit_code = 0;
 };
+
+// The daemon's device budget at `factor` (named bytes / budget). Resident: the named bytes and room for the
+// activations (the planner sets it aside from the budget).
+int64_t BudgetAt(double factor, int64_t named_bytes) {
+  return factor <= 1.0 ? named_bytes + (int64_t{4} << 30)
+                       : static_cast<int64_t>(static_cast<double>(named_bytes) / factor);
+}
+
+// The layer code the daemon's rebuilt module runs (engine/model_runner.cc's choice; Note [Own layer kernels]).
+std::string LayerKernelsNamed() {
+  const char* env = std::getenv("AUTOUVM_LAYER_KERNELS");
+  if (env != nullptr && *env != '\0') return absl::StrCat(env, " (AUTOUVM_LAYER_KERNELS)");
+  return "the default (own where the shape allows)";
+}
 
 Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, const std::vector<int32_t>& prompt,
                int batch, int tokens) {
@@ -142,6 +158,7 @@ int main(int argc, char** argv) {
   c.module = "autouvm";  // as model.yaml says, so that the engine alone runs the daemon's layer code
   const double hbm = autouvm::bench::MeasureHbmBytesPerS(spec);
   const double roof_s = static_cast<double>(size.weight_bytes) / hbm;
+  const double link = autouvm::bench::MeasureLinkBytesPerS(spec);
   const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
   std::vector<std::pair<int64_t, int64_t>> bare;  // per batch: ns per step, eager and by graphs
   for (const int batch : batches) bare.push_back(BareStepNs(c, repo, spec, batch, max_batch, prompt, tokens));
@@ -156,8 +173,7 @@ int main(int argc, char** argv) {
   for (const std::string& f : std::vector<std::string>(absl::StrSplit(factors_flag, ','))) {
     const double factor = std::stod(f);
     // Resident: the named bytes and room for the activations (the planner sets it aside from the budget).
-    const int64_t budget = factor <= 1.0 ? size.named_bytes + (int64_t{4} << 30)
-                                         : static_cast<int64_t>(static_cast<double>(size.named_bytes) / factor);
+    const int64_t budget = BudgetAt(factor, size.named_bytes);
     for (const bool graphs : {false, true}) {
       const std::string dir = absl::StrCat(root, "/run-", cells.size());
       std::filesystem::create_directories(dir);
@@ -177,8 +193,11 @@ int main(int argc, char** argv) {
       for (const int batch : batches) {
         Cell cell{.factor = factor, .graphs = graphs, .batch = batch};
         for (int i = 0; i < 2; ++i) RunBurst(d, c.name, prompt, batch, tokens);  // records, plans, captures
+        cell.before = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
         for (int i = 0; i < repeats; ++i) cell.bursts.push_back(RunBurst(d, c.name, prompt, batch, tokens));
-        cell.graph_status = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).step_graphs();
+        const autouvm::v1::ModelStatus after = autouvm::bench::ModelStatusOf(d.admin.get(), c.name);
+        cell.graph_status = after.step_graphs();
+        cell.after = after.execution();
         cells.push_back(std::move(cell));
       }
       const int exit_code = autouvm::bench::StopDaemon(&d);
@@ -194,14 +213,21 @@ int main(int argc, char** argv) {
 
   std::printf(
       "%s on CUDA (%s): %.2f GiB of weights, %.2f GiB named (KV cache for %d streams); HBM measured %.0f GB/s, the "
-      "weights' roof %.2f ms; %d prompt tokens, %d generated, %d timed bursts per batch; %s layer kernels\n\n",
+      "weights' roof %.2f ms; link measured %.1f GB/s; %d prompt tokens, %d generated, %d timed bursts per batch; "
+      "layer kernels: %s\n\n",
       c.name.c_str(), spec.name.c_str(), static_cast<double>(size.weight_bytes) / (1 << 30),
-      static_cast<double>(size.named_bytes) / (1 << 30), max_batch, hbm / 1e9, 1e3 * roof_s, prompt_len, tokens,
-      repeats, autouvm::engine::FusedKernelsAvailable() ? "fused" : "portable");
+      static_cast<double>(size.named_bytes) / (1 << 30), max_batch, hbm / 1e9, 1e3 * roof_s, link / 1e9, prompt_len,
+      tokens, repeats, LayerKernelsNamed().c_str());
   std::printf(
-      "| factor | graphs | batch | step ms | step / HBM roof | step / eager step | aggregate tok/s | tokens = eager | "
-      "replays | captures | failures | capture ms | graphs' MiB | exit |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "The floor: max(HBM roof, the weights the plan streams (kept as host copies: staged) / the link). H2D per "
+      "pass: the timed bursts' host-to-device bytes over their passes (%d a burst, prefill and mixed ones "
+      "included).\n\n"
+      "| factor | graphs | batch | step ms | step / HBM roof | streamed GiB | H2D GB / pass | floor ms | floor / step "
+      "| "
+      "step / eager step | aggregate tok/s | tokens = eager | replays | captures | failures | capture ms | graphs' MiB "
+      "| exit |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      tokens + 1);
   for (const Cell& cell : cells) {
     std::vector<double> steps, aggregates;
     for (const Burst& b : cell.bursts) {
@@ -245,12 +271,20 @@ int main(int argc, char** argv) {
       same = differing == 0 ? "yes" : absl::StrFormat("NO: %d of %d, from token %d", differing, runs, earliest);
     }
     const auto& g = cell.graph_status;
-    std::printf("| %.2f | %s | %d | %.2f | %.2f | %s | %.1f | %s | %llu | %llu | %llu | %.0f | %.0f | %d |\n",
-                cell.factor, cell.graphs ? "on" : "off", cell.batch, 1e3 * step_s, step_s / roof_s,
-                cell.graphs && eager_s > 0 ? absl::StrFormat("%.3f", step_s / eager_s).c_str() : "-",
-                Median(aggregates), same.c_str(), static_cast<unsigned long long>(g.replays()),
-                static_cast<unsigned long long>(g.captures()), static_cast<unsigned long long>(g.capture_failures()),
-                1e3 * g.capture_seconds(), static_cast<double>(g.bytes()) / (1 << 20), cell.exit_code);
+    const double streamed = static_cast<double>(cell.after.staged_bytes());
+    const double h2d_per_pass = static_cast<double>(cell.after.h2d_bytes() - cell.before.h2d_bytes()) /
+                                (static_cast<double>(cell.bursts.size()) * (tokens + 1));
+    const double floor_s = std::max(roof_s, streamed / link);
+    std::printf(
+        "| %.2f | %s | %d | %.2f | %.2f | %.2f | %.3f | %.2f | %.3f | %s | %.1f | %s | %llu | %llu | %llu | %.0f | "
+        "%.0f | "
+        "%d |\n",
+        cell.factor, cell.graphs ? "on" : "off", cell.batch, 1e3 * step_s, step_s / roof_s, streamed / (1 << 30),
+        h2d_per_pass / 1e9, 1e3 * floor_s, floor_s / step_s,
+        cell.graphs && eager_s > 0 ? absl::StrFormat("%.3f", step_s / eager_s).c_str() : "-", Median(aggregates),
+        same.c_str(), static_cast<unsigned long long>(g.replays()), static_cast<unsigned long long>(g.captures()),
+        static_cast<unsigned long long>(g.capture_failures()), 1e3 * g.capture_seconds(),
+        static_cast<double>(g.bytes()) / (1 << 20), cell.exit_code);
   }
   std::printf(
       "\nThe engine alone (a ModelRunner in a child process, no daemon, %d decode steps, host packing and the "

@@ -119,7 +119,11 @@ namespace {
 absl::StatusOr<LayerKernels> KernelsFor(const ModelConfig& config, bool cuda) {
   const char* env = std::getenv("AUTOUVM_LAYER_KERNELS");
   const std::string asked = env != nullptr ? env : "";
-  if (asked.empty()) return FusedKernelsAvailable() ? LayerKernels::kFused : LayerKernels::kPortable;
+  if (asked.empty()) {
+    // Note [Own layer kernels]: on a GPU autouvm's own ops where the model's shape allows them.
+    if (cuda && OwnKernelsAvailable(config, true)) return LayerKernels::kOwn;
+    return FusedKernelsAvailable() ? LayerKernels::kFused : LayerKernels::kPortable;
+  }
   if (asked == "portable") return LayerKernels::kPortable;
   if (asked == "fused") return LayerKernels::kFused;
   if (asked == "own" && OwnKernelsAvailable(config, cuda)) return LayerKernels::kOwn;

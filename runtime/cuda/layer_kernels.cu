@@ -100,8 +100,12 @@ __global__ void RopeStoreKernel(const T* __restrict__ qkv, const T* __restrict__
   const T* s = sin + t * head_dim;
   for (int d = threadIdx.x; d < half; d += blockDim.x) {
     const float x1 = Cvt<T>::From(src[d]), x2 = Cvt<T>::From(src[d + half]);
-    dst[d] = Cvt<T>::To(Round<T>(x1 * Cvt<T>::From(c[d])) + Round<T>(x2 * Cvt<T>::From(s[d])));
-    dst[d + half] = Cvt<T>::To(Round<T>(x2 * Cvt<T>::From(c[d + half])) + Round<T>(x1 * Cvt<T>::From(s[d + half])));
+    // __fmul_rn/__fadd_rn: never contracted into an fma, so each product is rounded as the reference's is
+    // (for float, Round is the identity and would not stop the contraction).
+    dst[d] =
+        Cvt<T>::To(__fadd_rn(Round<T>(__fmul_rn(x1, Cvt<T>::From(c[d]))), Round<T>(__fmul_rn(x2, Cvt<T>::From(s[d])))));
+    dst[d + half] = Cvt<T>::To(__fadd_rn(Round<T>(__fmul_rn(x2, Cvt<T>::From(c[d + half]))),
+                                         Round<T>(__fmul_rn(x1, Cvt<T>::From(s[d + half])))));
   }
 }
 
