@@ -205,7 +205,7 @@ def mlp(self, x, o):
 // (OpsResolver). On the CPU the ops' reference kernels run it, which is how CI checks this code against the
 // portable form (tests/integration/own_layer_kernels_test.cc). ModelRunner chooses kOwn by default for a model on
 // a GPU whose shape allows it (AUTOUVM_LAYER_KERNELS overrides): on an H100 it took the 7B's captured decode step
-// from 7.43 to 6.09 ms at batch 1 and from 10.00 to 6.93 ms at batch 16 (bench/results/2026-12-05-own-kernels.md).
+// from 7.43 to 6.09 ms at batch 1 and from 10.00 to 6.93 ms at batch 16 (bench/results/2026-12-05-own-kernels-h100.md).
 constexpr const char* kOwnRms = R"JIT(
 def rms(self, x, w):
     return autouvm.rms_norm(x, w, self.eps)
