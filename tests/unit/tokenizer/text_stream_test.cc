@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -204,6 +206,105 @@ TEST(TextStreamBpeTest, ByteFallbackCharactersStreamOutWhole) {
   out += ts.Flush();
   EXPECT_EQ(out, "he\xF0\x9F\x98\x80 hello");
   EXPECT_EQ(ts.text(), out);
+}
+
+// Note [Decoding a window]: a Tokenizer around another that counts the ids it is given to decode.
+class CountingTokenizer final : public Tokenizer {
+ public:
+  explicit CountingTokenizer(const Tokenizer* inner) : inner_(inner) {}
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override { return inner_->Encode(text); }
+  std::string Decode(absl::Span<const int32_t> ids) const override {
+    decoded_ids += static_cast<int64_t>(ids.size());
+    return inner_->Decode(ids);
+  }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  std::string kind() const override { return inner_->kind(); }
+  mutable int64_t decoded_ids = 0;
+
+ private:
+  const Tokenizer* inner_;
+};
+
+// Every kind of tokenizer TextStream meets here: bytes, byte-level BPE (Llama 3's kind), and
+// sentencepiece's kind as tokenizer.json spells it (Llama 2's decoders; Metaspace). The sentencepiece
+// library's own decoding is checked the same way in tokenizer_test.cc.
+std::vector<std::pair<std::string, std::unique_ptr<Tokenizer>>> EveryKind() {
+  std::vector<std::pair<std::string, std::unique_ptr<Tokenizer>>> kinds;
+  kinds.emplace_back("byte", std::make_unique<ByteTokenizer>(320, kByteBosId, kByteEosId));
+  for (const auto& [name, json] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"byte-level BPE", testing::TokenizerJson()},
+           {"llama2", testing::SentencePieceStyleJson("llama2")},
+           {"metaspace", testing::SentencePieceStyleJson("metaspace")}}) {
+    auto bpe = BpeTokenizer::Parse(json.dump(), "tokenizer.json");
+    EXPECT_TRUE(bpe.ok()) << name << ": " << bpe.status();
+    if (bpe.ok()) kinds.emplace_back(name, *std::move(bpe));
+  }
+  return kinds;
+}
+
+// Pushes `ids` one by one; after each, what the stream holds decoded must be the whole decode of the ids
+// so far. (What it emits follows from that as it did when each push decoded every id; where the decoder
+// revises text already sent, what was sent stands, so the emitted text is compared only in the tests above.)
+void ExpectWholeDecodesAfterEveryPush(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::string& what) {
+  TextStream ts(&tok, {});
+  std::vector<int32_t> so_far;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    so_far.push_back(ids[i]);
+    ts.Push(ids[i]);
+    ASSERT_EQ(ts.decoded(), tok.Decode(so_far)) << what << ": after push " << i << " (id " << ids[i] << ")";
+  }
+}
+
+const std::string kVariedText =
+    "Hello hello, he said.  Two  spaces;\ttab\nnew line \xC3\xA9t\xC3\xA9 \xE2\x9C\x93 \xF0\x9F\x98\x80 "
+    "end hello  hello\n\n \xE4\xBD\xA0\xE5\xA5\xBD ";
+
+TEST(TextStreamWindowTest, EncodedTextDecodesAsAWholeAfterEveryPushInAFewIdsEach) {
+  for (const auto& [name, tok] : EveryKind()) {
+    std::string text;
+    for (int i = 0; i < 20; ++i) text += kVariedText;  // about 2000 ids for the byte tokenizer
+    auto ids = tok->Encode(text);
+    ASSERT_TRUE(ids.ok()) << name << ": " << ids.status();
+    ExpectWholeDecodesAfterEveryPush(*tok, *ids, name);
+    // The cost: decoding every id at each push gives n (n + 1) / 2 ids to the tokenizer; a window, a few
+    // per push.
+    CountingTokenizer counting(tok.get());
+    TextStream ts(&counting, {});
+    for (const int32_t id : *ids) ts.Push(id);
+    EXPECT_LE(counting.decoded_ids, 8 * static_cast<int64_t>(ids->size())) << name << ": " << ids->size() << " ids";
+    EXPECT_EQ(ts.decoded(), tok->Decode(*ids)) << name;
+  }
+}
+
+// Any ids at all, special ones, lone bytes of characters cut short and invalid bytes included: the
+// window's result is still the whole decode's (where a decode would not extend the window's, the stream
+// decodes every id).
+TEST(TextStreamWindowTest, RandomIdsDecodeAsAWholeAfterEveryPush) {
+  std::mt19937 rng(29);
+  for (const auto& [name, tok] : EveryKind()) {
+    std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(tok->vocab_size()) - 1);
+    for (int round = 0; round < 20; ++round) {
+      std::vector<int32_t> ids(200);
+      for (int32_t& id : ids) id = any(rng);
+      ExpectWholeDecodesAfterEveryPush(*tok, ids, name + ", round " + std::to_string(round));
+    }
+  }
+}
+
+// Sentencepiece's kind: the first token's leading space is dropped only at the start of the text, and a
+// character spelled in byte tokens comes out whole, the window starting on a token of its own.
+TEST(TextStreamWindowTest, LeadingSpacesAndByteRunsComeOutAsTheWholeDecodeHasThem) {
+  auto bpe = BpeTokenizer::Parse(testing::SentencePieceStyleJson("llama2").dump(), "tokenizer.json");
+  ASSERT_TRUE(bpe.ok()) << bpe.status();
+  const std::vector<int32_t> ids = {testing::kSpMetaHello, testing::kSpMetaHello, testing::kSpMeta,
+                                    testing::kSpMetaMeta,  testing::SpByte(0xE4), testing::SpByte(0xBD),
+                                    testing::SpByte(0xA0), testing::kSpMetaHe,    testing::kSpL};
+  TextStream ts(bpe->get(), {});
+  std::string out;
+  for (const int32_t id : ids) out += ts.Push(id);
+  out += ts.Flush();
+  EXPECT_EQ(out, "hello hello   \xE4\xBD\xA0 hel");
+  ExpectWholeDecodesAfterEveryPush(**bpe, ids, "llama2");
 }
 
 TEST(Utf8Test, SanitizeKeepsValidText) {

@@ -6,12 +6,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "engine/llama_builder.h"
 #include "tests/testing/temp_dir.h"
 #include "tokenizer/sentencepiece_model.h"
+#include "tokenizer/text_stream.h"
 
 namespace autouvm::tokenizer {
 namespace {
@@ -118,6 +120,37 @@ TEST_F(SentencePieceTokenizerTest, RoundTripsUnseenMultibyteTextThroughByteFallb
   auto ids = (*tok)->Encode(text);
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_EQ((*tok)->Decode(*ids), text);
+}
+
+// Note [Decoding a window] (tokenizer/text_stream.cc) with the sentencepiece library's own decoding: after
+// every push the stream holds the whole decode of the ids so far — leading spaces, byte-fallback
+// characters, unseen text and ids drawn at random alike.
+TEST_F(SentencePieceTokenizerTest, AStreamDecodesFromItsAnchorsAsTheWholeIdsDecode) {
+  ASSERT_NO_FATAL_FAILURE(TrainAndInstall());
+  auto tok = CreateTokenizer(engine::TokenizerSpecOf(config_), entry_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::vector<std::vector<int32_t>> sequences;
+  auto encoded = (*tok)->Encode(
+      "hello world,  the quick  brown fox h\xC3\xA9llo w\xC3\xB6rld \xE2\x9C\x93 \xE4\xBD\xA0\xE5\xA5\xBD"
+      "\xF0\x9F\x98\x80 generation   streams text 0123 ( ) - _");
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  sequences.push_back(*encoded);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> any(0, kTrainedVocab - 1);
+  for (int round = 0; round < 10; ++round) {
+    std::vector<int32_t> ids(150);
+    for (int32_t& id : ids) id = any(rng);
+    sequences.push_back(ids);
+  }
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    TextStream ts(tok->get(), {});
+    std::vector<int32_t> so_far;
+    for (const int32_t id : sequences[k]) {
+      so_far.push_back(id);
+      ts.Push(id);
+      ASSERT_EQ(ts.decoded(), (*tok)->Decode(so_far)) << "sequence " << k << ", after " << so_far.size() << " ids";
+    }
+  }
 }
 
 TEST_F(SentencePieceTokenizerTest, MissingModelFileIsNotFoundNamingThePath) {
