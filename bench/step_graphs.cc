@@ -220,13 +220,14 @@ int main(int argc, char** argv) {
       tokens, repeats, LayerKernelsNamed().c_str());
   std::printf(
       "Streamed: the weights the plan keeps as host copies (staged). H2D per pass: the timed bursts' host-to-device "
-      "bytes over their passes (%d a burst, prefill and mixed ones included). The floor: max(HBM roof, H2D per pass "
-      "/ the link).\n\n"
-      "| factor | graphs | batch | step ms | step / HBM roof | streamed GiB | H2D GB / pass | floor ms | floor / step "
-      "| "
+      "bytes over their passes (%d a burst, prefill and mixed ones included); in place per pass: the weights the "
+      "GPU read from host memory over the link, likewise (pinned weights displaced by KV rows). The floor: "
+      "max(HBM roof, (H2D + in place) per pass / the link).\n\n"
+      "| factor | graphs | batch | step ms | step / HBM roof | streamed GiB | H2D GB / pass | in place GB / pass "
+      "| floor ms | floor / step | "
       "step / eager step | aggregate tok/s | tokens = eager | replays | captures | failures | capture ms | graphs' MiB "
       "| exit |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       tokens + 1);
   for (const Cell& cell : cells) {
     std::vector<double> steps, aggregates;
@@ -272,15 +273,17 @@ int main(int argc, char** argv) {
     }
     const auto& g = cell.graph_status;
     const double streamed = static_cast<double>(cell.after.staged_bytes());
-    const double h2d_per_pass = static_cast<double>(cell.after.h2d_bytes() - cell.before.h2d_bytes()) /
-                                (static_cast<double>(cell.bursts.size()) * (tokens + 1));
-    const double floor_s = std::max(roof_s, h2d_per_pass / link);
+    const double passes = static_cast<double>(cell.bursts.size()) * (tokens + 1);
+    const double h2d_per_pass = static_cast<double>(cell.after.h2d_bytes() - cell.before.h2d_bytes()) / passes;
+    const double in_place_per_pass =
+        static_cast<double>(cell.after.in_place_read_bytes() - cell.before.in_place_read_bytes()) / passes;
+    const double floor_s = std::max(roof_s, (h2d_per_pass + in_place_per_pass) / link);
     std::printf(
-        "| %.2f | %s | %d | %.2f | %.2f | %.2f | %.3f | %.2f | %.3f | %s | %.1f | %s | %llu | %llu | %llu | %.0f | "
-        "%.0f | "
+        "| %.2f | %s | %d | %.2f | %.2f | %.2f | %.3f | %.3f | %.2f | %.3f | %s | %.1f | %s | %llu | %llu | %llu | "
+        "%.0f | %.0f | "
         "%d |\n",
         cell.factor, cell.graphs ? "on" : "off", cell.batch, 1e3 * step_s, step_s / roof_s, streamed / (1 << 30),
-        h2d_per_pass / 1e9, 1e3 * floor_s, floor_s / step_s,
+        h2d_per_pass / 1e9, in_place_per_pass / 1e9, 1e3 * floor_s, floor_s / step_s,
         cell.graphs && eager_s > 0 ? absl::StrFormat("%.3f", step_s / eager_s).c_str() : "-", Median(aggregates),
         same.c_str(), static_cast<unsigned long long>(g.replays()), static_cast<unsigned long long>(g.captures()),
         static_cast<unsigned long long>(g.capture_failures()), 1e3 * g.capture_seconds(),

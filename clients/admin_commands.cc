@@ -105,6 +105,7 @@ void PrintStatus(const ModelStatus& status) {
     line("execution.host_copy_bytes", e.host_copy_bytes());
     line("execution.in_place_bytes", e.in_place_bytes());
     line("execution.displaced_bytes", e.displaced_bytes());
+    line("execution.in_place_read_bytes", e.in_place_read_bytes());
     line("execution.peak_resident_bytes", e.peak_resident_bytes());
     line("execution.gpu_fault_groups", e.gpu_fault_groups());
     line("execution.h2d_bytes", e.h2d_bytes());

@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 
@@ -82,6 +83,7 @@ struct ModelRunner::Impl {
   // Runs the module's step on `packed` (RunStep below, on the host); logits [L, V] on the host.
   torch::Tensor Step(const torch::Tensor& packed, int64_t n, int64_t nd, int64_t d_span, int64_t rp, int64_t tp,
                      int64_t np, int64_t p_span, int64_t nl) {
+    const auto started = std::chrono::steady_clock::now();
     torch::NoGradGuard no_grad;
     auto on = Enter();
     const torch::Tensor all = On(packed);  // one copy to the device, then views
@@ -107,8 +109,11 @@ struct ModelRunner::Impl {
                                            blocks.live_rows(),
                                            c10::List<at::Tensor>(k_pools),
                                            c10::List<at::Tensor>(v_pools)};
-    return module.get_method("step")(std::move(inputs)).toTensor().to(torch::kCPU);
+    const torch::Tensor out = module.get_method("step")(std::move(inputs)).toTensor();
+    launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return out.to(torch::kCPU);
   }
+  double launch_s = -1;  // the last Step's, from its start to its forward pass launched
 };
 
 namespace {
@@ -428,6 +433,7 @@ absl::Status ModelRunner::RunStep(absl::Span<const KvShare> shares, absl::Span<c
   }
   try {
     CopyInto(impl_->Step(packed, n, nd, d_span, rp, tp, np, p_span, nl), logits);
+    last_step_launch_s_ = impl_->launch_s;
   } catch (const std::exception& e) {
     return TorchError("forward pass", e);
   }
@@ -557,6 +563,7 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
       auto on = impl_->Enter();
       ASSIGN_OR_RETURN(const at::Tensor out, graphs->Run(bucket, nd, fill));
       last_step_form_ = graphs->last_form();
+      last_step_launch_s_ = -1;  // a replay is launched at once
       CopyInto(out, logits);
       return absl::OkStatus();
     }
@@ -569,6 +576,7 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
     ResetDecodeLayout(bucket, packed.data_ptr<int64_t>());
     fill(packed.data_ptr<int64_t>());
     CopyInto(impl_->Step(packed, B, B, S, 0, 0, 0, 0, B).narrow(0, 0, nd), logits);
+    last_step_launch_s_ = impl_->launch_s;
   } catch (const std::exception& e) {
     return TorchError("forward pass", e);
   }

@@ -73,6 +73,7 @@ class ModelRunner final : public StepRunner {
   absl::Status EnableStepGraphs(const StepGraphOptions& options);
   void set_graphs_allowed(bool allowed) override { graphs_allowed_ = allowed; }
   std::string_view last_step_form() const override { return last_step_form_; }
+  double last_step_launch_s() const override { return last_step_launch_s_; }
   StepGraphStats step_graph_stats() const;  // zeros while graphs are off; from any thread
   // Called in every step once its KV blocks are taken, before the forward pass, and after a Release:
   // the pools' rows in use
@@ -132,6 +133,7 @@ class ModelRunner final : public StepRunner {
   std::function<void(int64_t, int64_t)> kv_rows_listener_;
   bool graphs_allowed_ = true;
   const char* last_step_form_ = "";
+  double last_step_launch_s_ = -1;
 };
 
 // Sets libtorch's intra-op thread pool size for the process (call once, before models run).

@@ -258,9 +258,13 @@ void Scheduler::Run(const StepPlan& plan) {
     const absl::Time now = clock_->Now();
     AUTOUVM_LOG(DEBUG) << "scheduler: pass of " << plan.batch() << " rows (" << runner_->last_step_form()
                        << "): hooks before " << absl::FormatDuration(before_hooks) << ", step "
-                       << absl::FormatDuration(stepping) << ", hooks after " << absl::FormatDuration(after_hooks)
-                       << ", update " << absl::FormatDuration(now - updating)
-                       << "; between the last pass's end and this one's "
+                       << absl::FormatDuration(stepping)
+                       << (runner_->last_step_launch_s() >= 0
+                               ? absl::StrCat(" (launched in ",
+                                              absl::FormatDuration(absl::Seconds(runner_->last_step_launch_s())), ")")
+                               : std::string())
+                       << ", hooks after " << absl::FormatDuration(after_hooks) << ", update "
+                       << absl::FormatDuration(now - updating) << "; between the last pass's end and this one's "
                        << (last_run_end_ == absl::InfinitePast() ? std::string("-")
                                                                  : absl::FormatDuration(started - last_run_end_));
     last_run_end_ = now;

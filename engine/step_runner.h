@@ -68,6 +68,10 @@ class StepRunner {
   // How the last step ran, for the scheduler's debug line: "packed", "decode", "decode: replayed", ...
   // (ModelRunner: Note [Captured steps]); empty where the runner does not say.
   virtual std::string_view last_step_form() const { return {}; }
+  // Of the last step: seconds from its start until its forward pass was launched (the host's dispatch,
+  // before its logits are waited for); negative where the runner does not say. Against the step's whole
+  // time it tells a step the host holds up from one the device (compute, or the link's copies) does.
+  virtual double last_step_launch_s() const { return -1; }
 
   // The slot's sequence ended: the runner may give back what it holds for it (its KV-cache blocks).
   virtual void Release(int32_t /*slot*/) {}

@@ -195,6 +195,8 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       plan_ = std::move(plan);
       executor_ = std::make_unique<runtime::Executor>(backend_, plan_->plan, plan_->trace, ranges_);
       executor_->set_binding(binding_.get());
+      // The pass's debug line says how its copies and compute overlapped (timed events on both streams).
+      executor_->set_time_copies(base::LogEnabled(base::LogLevel::kDebug));
       if (options_.driver_eviction != nullptr) executor_->set_driver_eviction(options_.driver_eviction);
       executor_->AdoptPinned(pinned);
       s = executor_->SetKvRows(kv_live_rows_, kv_pool_rows_);
@@ -229,7 +231,11 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                          << ": released in " << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(released - started))
                          << " ms, prepared in "
                          << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(absl::Now() - released)) << " ms, "
-                         << kept << " pinned bytes handed on, " << executor_->prefetched_bytes() << " prefetched";
+                         << kept << " pinned bytes handed on, " << executor_->prefetched_bytes()
+                         << " prefetched; it pins " << plan_->plan.pinned_bytes << ", stages "
+                         << plan_->plan.streamed_bytes << " in " << plan_->plan.prefetches.size()
+                         << " fetches through a window of " << plan_->plan.window_bytes << ", reads "
+                         << plan_->plan.remote_bytes << " in place";
     }
     absl::MutexLock lock(&mu_);
     ++stats_.plan_switches;
@@ -277,6 +283,7 @@ absl::Status ModelExecution::End() {
   kv_error_ = absl::OkStatus();
   differing_ops_ = op_by_op_ ? follower_->last_differing_ops() : 0;
   ops_compared_ = op_by_op_ ? follower_->last_ops_compared() : 0;
+  fetch_counts_ = executor_->TakeFetchCounts();
   untrusted_ = !why.ok() && executor_->stages();
   if (timed_) {
     timed_ = false;
@@ -301,6 +308,7 @@ absl::Status ModelExecution::End() {
   stats_.staged_bytes = executor_->staged_bytes();
   stats_.in_place_bytes = executor_->in_place_bytes();
   stats_.displaced_bytes = executor_->displaced_bytes();
+  stats_.in_place_read_bytes += executor_->in_place_bytes();
   return why;
 }
 

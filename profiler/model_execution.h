@@ -89,6 +89,8 @@ struct ExecutionStats {
   // Of those, pinned weights read in place to make room for KV rows in use (Note [KV pools follow the
   // rows in use], runtime/executor_kv_rows.cc), by the plan followed now.
   int64_t displaced_bytes = 0;
+  // in_place_bytes at each pass that followed a plan, summed: what in-place reads moved over the link.
+  int64_t in_place_read_bytes = 0;
   int64_t sampled_iterations = 0;  // timed op by op for the runtime monitor
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
   int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone
@@ -155,6 +157,8 @@ class ModelExecution {
   // it followed, or stopped for another reason: the backend's).
   int64_t last_differing_ops() const { return differing_ops_; }
   int64_t last_ops_compared() const { return ops_compared_; }
+  // Its fetches, issued ahead of their ops and at them (Executor::TakeFetchCounts).
+  runtime::Executor::FetchCounts last_fetch_counts() const { return fetch_counts_; }
   // Before an iteration that follows no plan: a plan that stages gives up the residency, what a dropped
   // plan left staged goes back to managed memory, and the weights take their unplanned placement.
   absl::Status Suspend();
@@ -236,6 +240,7 @@ class ModelExecution {
   absl::Status kv_error_;                        // SetKvRows' for the iteration in progress
   int64_t differing_ops_ = 0;
   int64_t ops_compared_ = 0;
+  runtime::Executor::FetchCounts fetch_counts_;
   bool op_by_op_ = false;  // the iteration Begin() prepared is observed op by op
   // Note [Counters per model]: the counters when the open window began, and its iterations so far.
   static constexpr int64_t kCounterWindow = 64;

@@ -187,11 +187,21 @@ bool ModelSession::EndFollowing(const absl::Status& status) {
   for (runtime::OpSubscriber* sub : following_) obs->RemoveSubscriber(sub);
   following_.clear();
   absl::Status followed = execution_->End();
+  if (const runtime::Executor::FetchCounts f = execution_->last_fetch_counts(); f.ahead + f.at_op > 0) {
+    pass_outcome_ = absl::StrCat(", fetches ", f.ahead, " ahead, ", f.at_op, " at their op, ", f.in_place_bytes,
+                                 " bytes read in place");
+    if (f.copying_s >= 0) {
+      absl::StrAppend(&pass_outcome_,
+                      absl::StrFormat(": copies %.2f ms over a span of %.2f ms, the compute waited "
+                                      "%.2f ms for them, ops %.2f ms on the device",
+                                      1e3 * f.copying_s, 1e3 * f.copy_span_s, 1e3 * f.waited_s, 1e3 * f.pass_s));
+    }
+  }
   // A failed iteration says nothing about the plan; one that ran other ops than the plan's does
   // (Note [A shape whose ops move], profiler/profile_jobs.cc).
   if (!followed.ok() && status.ok()) {
     const int64_t differing = execution_->last_differing_ops();
-    pass_outcome_ = absl::StrCat(", stopped: ", followed.message());
+    absl::StrAppend(&pass_outcome_, ", stopped: ", followed.message());
     if (borrowed_) {
       AUTOUVM_LOG(INFO) << "executor: " << EncodeKey(key_) << " followed the plan of " << plan_key_
                         << " until it stopped (" << followed.message() << "); it borrows that plan no more";

@@ -339,6 +339,7 @@ absl::Status Executor::Release(Staged staged) {
 }
 
 absl::Status Executor::Issue(Fetch& f) {
+  if (time_copies_) f.copy_from = backend_->RecordTimedEvent(Stream::kCopy);
   for (size_t t : f.tensors) {
     const TensorRange& r = ranges_list_[t];
     RETURN_IF_ERROR(staged_[t] ? backend_->StageIn(r.addr, r.bytes, Stream::kCopy)
@@ -346,6 +347,7 @@ absl::Status Executor::Issue(Fetch& f) {
     prefetched_bytes_ += r.bytes;
     Count(t, true);
   }
+  if (time_copies_) f.copy_to = backend_->RecordTimedEvent(Stream::kCopy);
   f.done = backend_->RecordEvent(Stream::kCopy);
   f.issued = true;
   return absl::OkStatus();
@@ -400,6 +402,7 @@ absl::StatusOr<bool> Executor::IssueIntoBuffer(Fetch& f, bool must) {
   }
   buffer_state_ = std::move(next);
   if (wait >= 0) backend_->WaitEvent(Stream::kCopy, wait);
+  if (time_copies_) f.copy_from = backend_->RecordTimedEvent(Stream::kCopy);
   for (size_t k = 0; k < f.tensors.size(); ++k) {
     const size_t t = f.tensors[k];
     const TensorRange& r = ranges_list_[t];
@@ -408,6 +411,7 @@ absl::StatusOr<bool> Executor::IssueIntoBuffer(Fetch& f, bool must) {
     prefetched_bytes_ += r.bytes;
     Count(t, true);
   }
+  if (time_copies_) f.copy_to = backend_->RecordTimedEvent(Stream::kCopy);
   f.done = backend_->RecordEvent(Stream::kCopy);
   f.issued = true;
   return true;
@@ -433,6 +437,7 @@ absl::Status Executor::IssueAhead() {
 // therefore waits for the compute stream to reach op i before the fetches issued there.
 absl::Status Executor::BeforeOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();  // an op the plan does not know: left to the driver
+  if (time_copies_ && index == 0) pass_from_ = backend_->RecordTimedEvent(Stream::kCompute);
   std::vector<size_t> here;  // fetches issued at their issue point (those not through the buffer)
   for (size_t f : issue_at_[static_cast<size_t>(index)]) {
     if (!InBuffer(fetches_[f]) && !fetches_[f].issued) here.push_back(f);
@@ -452,8 +457,17 @@ absl::Status Executor::BeforeOp(int64_t index) {
     // buffer had no room for it before: now.
     if (!fetch.issued) {
       RETURN_IF_ERROR(InBuffer(fetch) ? IssueIntoBuffer(fetch, /*must=*/true).status() : Issue(fetch));
+      ++fetch_counts_.at_op;
+    } else {
+      ++fetch_counts_.ahead;
     }
-    backend_->WaitEvent(Stream::kCompute, fetch.done);
+    if (time_copies_) {
+      const EventId before = backend_->RecordTimedEvent(Stream::kCompute);
+      backend_->WaitEvent(Stream::kCompute, fetch.done);
+      timed_fetches_.push_back({fetch.copy_from, fetch.copy_to, before, backend_->RecordTimedEvent(Stream::kCompute)});
+    } else {
+      backend_->WaitEvent(Stream::kCompute, fetch.done);
+    }
     fetch.issued = false;  // the next iteration issues it again
     if (fetch_order_[next_ahead_] == f) next_ahead_ = (fetch.order + 1) % fetch_order_.size();
     if (binding_ == nullptr) continue;
@@ -477,6 +491,7 @@ absl::Status Executor::BeforeOp(int64_t index) {
 // discarded there (3.4 ms of the stream per GiB on the H200, nothing copied back).
 absl::Status Executor::AfterOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();
+  if (time_copies_ && index == ops_ - 1) pass_to_ = backend_->RecordTimedEvent(Stream::kCompute);
   EventId released = -1;
   for (size_t t : evict_after_[static_cast<size_t>(index)]) {
     const TensorRange& r = ranges_list_[t];

@@ -18,9 +18,11 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -108,6 +110,20 @@ class Executor {
   // The named bytes the executor has placed on the device and not yet evicted (pinned, and streamed
   // tensors between their fetch and their eviction), now and at most since Prepare().
   int64_t resident_bytes() const { return resident_bytes_; }
+  // Fetches issued since the last call: ahead of their op (at their issue point, or into the device
+  // buffer as soon as it had room) and at their op (the compute stream waits for the whole copy there:
+  // the copy did not overlap the compute before it). For the daemon's debug line, a pass at a time.
+  // With set_time_copies(true), also the device's times over the fetches the pass used (seconds; -1:
+  // not timed): the copy stream busy with their copies, from the first copy's start to the last one's
+  // end, the compute stream held waiting for them, and the compute stream from the first op to the last.
+  struct FetchCounts {
+    int64_t ahead = 0, at_op = 0;
+    double copying_s = -1, copy_span_s = -1, waited_s = -1, pass_s = -1;
+    int64_t in_place_bytes = 0;  // in_place_bytes() when taken
+  };
+  FetchCounts TakeFetchCounts();
+  // Times the fetches with events on both streams (TakeFetchCounts): a diagnostic, off by default.
+  void set_time_copies(bool on) { time_copies_ = on; }
   int64_t peak_resident_bytes() const { return peak_resident_bytes_; }
 
  private:
@@ -117,13 +133,17 @@ class Executor {
     size_t order = 0;  // its place in fetch_order_
     EventId done = 0;
     bool issued = false;
+    EventId copy_from = -1, copy_to = -1;  // timed events around its copies (set_time_copies)
   };
   absl::Status Issue(Fetch& f);
   void Count(size_t tensor, bool on_device);
   // Pinned bytes (on the device, or to be pinned by Prepare()) plus the plan's window, over its budget.
   int64_t Overshoot() const;
-  // Reads pinned weights in place, displaceable_ in order, until the footprint is within the budget.
+  // Reads pinned weights in place until the footprint is within the budget (NextToDisplace).
   absl::Status Displace();
+  // Of displaceable_, the index of the weight Displace() takes next when `over` bytes are over the
+  // budget (Note [Displace the fewest bytes]); displaceable_.size() where none is left.
+  size_t NextToDisplace(int64_t over) const;
   // The device buffer (Note [Streaming through a device buffer]): where a tensor of `bytes` would go
   // next, or -1 while the space is still held by a tensor whose last op has not been launched.
   struct Slot {
@@ -190,6 +210,11 @@ class Executor {
   int64_t displaced_bytes_ = 0;
   int64_t resident_bytes_ = 0;
   int64_t peak_resident_bytes_ = 0;
+  FetchCounts fetch_counts_;
+  bool time_copies_ = false;
+  // Per fetch used this pass: its copy's timed events, and the compute stream's around its wait.
+  std::vector<std::array<EventId, 4>> timed_fetches_;
+  EventId pass_from_ = -1, pass_to_ = -1;  // the compute stream at the first op and after the last
 };
 
 // Drives an Executor from the Observer's op boundaries during observed iterations, checking each op

@@ -35,11 +35,34 @@ int64_t Executor::Overshoot() const {
   return pinned + window_bytes_ - std::max(budget_bytes_, footprint_bytes_);
 }
 
-absl::Status Executor::Displace() {
-  if (Overshoot() <= 0) return absl::OkStatus();
-  for (size_t i = 0; i < displaceable_.size() && Overshoot() > 0; ++i) {
+// Note [Displace the fewest bytes]: a displaced weight crosses the link every step from then on, beside
+// the plan's staged copies, and holds its op while it does. Taking the weights in displaceable_'s order
+// alone displaced the 7B's 250 MiB output projection for a few 8 MiB KV blocks at factor 1.1 on an H100:
+// 262 MB read in place a step on top of 608 MB staged, the link saturated (55 GB/s by nvidia-smi dmon)
+// and the step 1.45 times what the staged bytes alone take. So each weight taken is the smallest one
+// that covers what is still over, or, where none does, the largest (then the next); ties in that order.
+size_t Executor::NextToDisplace(int64_t over) const {
+  size_t best = displaceable_.size();
+  int64_t best_bytes = 0;
+  for (size_t i = 0; i < displaceable_.size(); ++i) {
     const size_t t = displaceable_[i];
     if (displaced_[t] || (prepared_ && !on_device_[t])) continue;
+    const int64_t b = ranges_list_[t].bytes;
+    const bool covers = b >= over, best_covers = best_bytes >= over;
+    if (best == displaceable_.size() || (covers && (!best_covers || b < best_bytes)) ||
+        (!covers && !best_covers && b > best_bytes)) {
+      best = i;
+      best_bytes = b;
+    }
+  }
+  return best;
+}
+
+absl::Status Executor::Displace() {
+  for (int64_t over = Overshoot(); over > 0; over = Overshoot()) {
+    const size_t i = NextToDisplace(over);
+    if (i == displaceable_.size()) break;
+    const size_t t = displaceable_[i];
     const TensorRange& r = ranges_list_[t];
     RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kPreferredLocation, true, Location::kHost));
     RETURN_IF_ERROR(backend_->Advise(r.addr, r.bytes, Advice::kAccessedBy, true, Location::kDevice));

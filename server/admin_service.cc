@@ -209,6 +209,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_host_copy_bytes(e.host_copy_bytes);
     x->set_in_place_bytes(e.in_place_bytes);
     x->set_displaced_bytes(e.displaced_bytes);
+    x->set_in_place_read_bytes(e.in_place_read_bytes);
     x->set_peak_resident_bytes(e.peak_resident_bytes);
     x->set_sleeps(e.sleeps);
     x->set_wakes(e.wakes);

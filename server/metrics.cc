@@ -162,6 +162,9 @@ std::string Metrics::Scrape() const {
       s.Family("autouvm_in_place_bytes", "Streamed weights the executor could not stage and reads in place", T::Gauge);
   auto* displaced =
       s.Family("autouvm_displaced_bytes", "Pinned weights read in place to make room for the KV rows in use", T::Gauge);
+  auto* in_place_read =
+      s.Family("autouvm_in_place_read_bytes_total",
+               "Weights read in place over the link, summed over the passes that followed a plan", T::Counter);
   auto* peak =
       s.Family("autouvm_peak_resident_bytes", "The most named bytes the executor has held on the device", T::Gauge);
   auto* faults = s.Family("autouvm_gpu_page_fault_groups_total", "Batches of GPU page faults serviced", T::Counter);
@@ -255,6 +258,7 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(host_copies, uvm, e.host_copy_bytes);
     Snapshot::Add(in_place, uvm, e.in_place_bytes);
     Snapshot::Add(displaced, uvm, e.displaced_bytes);
+    Snapshot::Add(in_place_read, uvm, e.in_place_read_bytes);
     Snapshot::Add(peak, uvm, e.peak_resident_bytes);
     Snapshot::Add(faults, uvm, e.counters.gpu_fault_groups);
     for (int c = 0; c < runtime::kMigrationCauses; ++c) {

@@ -119,6 +119,7 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
                                  "autouvm_host_copy_bytes",
                                  "autouvm_in_place_bytes",
                                  "autouvm_displaced_bytes",
+                                 "autouvm_in_place_read_bytes_total",
                                  "autouvm_peak_resident_bytes",
                                  "autouvm_gpu_page_fault_groups_total",
                                  "autouvm_migrated_bytes_total",

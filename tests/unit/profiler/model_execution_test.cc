@@ -142,12 +142,14 @@ TEST_F(ModelExecutionTest, StreamedWeightsTheBackendCannotStageAreReadInPlaceAnd
   const ExecutionStats s = ex->stats();
   EXPECT_EQ(s.followed_iterations, 2);
   EXPECT_EQ(s.in_place_bytes, static_cast<int64_t>(streamed.size()) * kWeight);
+  EXPECT_EQ(s.in_place_read_bytes, 2 * s.in_place_bytes) << "they crossed the link in each of the two passes";
   EXPECT_EQ(s.staged_bytes, 0);
   EXPECT_EQ(s.prefetched_bytes, plan.plan.pinned_bytes);  // the pinned weights, once
   EXPECT_EQ(s.resident_bytes, plan.plan.pinned_bytes);
   EXPECT_LE(s.resident_bytes, kBudget);
   ASSERT_TRUE(ex->Drop("k").ok());
   EXPECT_EQ(ex->stats().in_place_bytes, 0);
+  EXPECT_EQ(ex->stats().in_place_read_bytes, s.in_place_read_bytes) << "a sum since the daemon started";
 }
 
 TEST_F(ModelExecutionTest, TheMonitorBringsBackAPinnedWeightEvictedBehindTheExecutor) {

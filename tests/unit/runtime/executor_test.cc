@@ -42,6 +42,30 @@ TEST(ExecutorTest, FollowingAPlanKeepsTheDeviceUnderItsBudget) {
   EXPECT_EQ(f.sim->ReadCounters()->gpu_faults, 0);  // each weight arrived before its op
 }
 
+// The pass's debug line (ModelSession): with set_time_copies, TakeFetchCounts says how long the copy
+// stream spent on the pass's fetches, over what span, how long the compute stream waited for them and
+// how long the pass's ops took, all from the backend's timed events; a second take, with no pass
+// between, has nothing to time.
+TEST(ExecutorTest, TimedFetchesSayHowLongTheirCopiesTookAndHowLongTheComputeWaited) {
+  const AccessTrace t = DecodeLike(16, 64, /*rows=*/512);
+  const int64_t budget = 16 * 64 * kMiB * 2 / 3;
+  Fixture f(t);
+  Executor ex(f.sim.get(), PlanFor(t, budget), t, f.ranges);
+  ex.set_time_copies(true);
+  ASSERT_TRUE(ex.Prepare().ok());
+  f.RunWithin(t, ex, 1, budget);
+  const Executor::FetchCounts c = ex.TakeFetchCounts();
+  EXPECT_GT(c.ahead + c.at_op, 0);
+  EXPECT_GT(c.copying_s, 0);
+  EXPECT_GE(c.copy_span_s, c.copying_s * 0.999);
+  EXPECT_GE(c.waited_s, 0);
+  EXPECT_GT(c.pass_s, 0);
+  const Executor::FetchCounts none = ex.TakeFetchCounts();
+  EXPECT_EQ(none.ahead + none.at_op, 0);
+  EXPECT_EQ(none.copying_s, -1);
+  EXPECT_EQ(none.pass_s, -1);
+}
+
 // Note [KV pools by their live rows]: a pool of 160 MiB of which the profiled iteration reached 5 MiB
 // (its live rows, at its start) is planned and placed as those 5 MiB: pinning it whole would take what
 // the budget has for the weights.
@@ -61,87 +85,6 @@ TEST(ExecutorTest, AKvPoolIsPlacedByTheRowsItsTraceReachedNotItsWholeStorage) {
   ASSERT_TRUE(ex.Prepare().ok());
   EXPECT_EQ(ex.resident_bytes(), 15 * kMiB);
   EXPECT_EQ(f.Resident("param:kv_cache.layer0.k"), 5 * kMiB) << "only the rows the trace reached came in";
-}
-
-// Note [KV pools follow the rows in use]: four weights of 16 MiB (a decode step's products, read by one
-// op each) and a pool of 64 rows of 1 MiB whose profiled step reached 5 rows, planned within exactly
-// what they need. Told that 21 rows are in use, the executor brings the 16 new rows in before the step
-// and reads the last pinned weight in place to make room for them: the device never holds more than the
-// budget, and the step raises no fault.
-TEST(ExecutorTest, KvRowsInUseComeInBeforeTheStepAndDisplaceTheLastPinnedWeightToStayWithinTheBudget) {
-  AccessTrace t;
-  const std::string kv = "param:kv_cache.layer0.k";
-  for (int i = 0; i < 4; ++i) {
-    const std::string w = absl::StrCat("param:w", i);
-    t.named.push_back({w, 16 * kMiB});
-    OpRecord op{.index = i, .op = "aten::mm", .kernel = absl::StrCat("aten::mm#", i)};
-    op.reads = {{w, 16 * kMiB, 0, 16 * kMiB}};
-    op.flops = 16.0 * kMiB;  // 1 FLOP per byte: a matrix-vector product
-    if (i == 1) {
-      op.reads.push_back({kv, 4 * kMiB, 0, 4 * kMiB});
-      op.writes = {{kv, kMiB, 4 * kMiB, kMiB}};
-    }
-    t.ops.push_back(op);
-  }
-  t.named.push_back({kv, 64 * kMiB});
-  const int64_t budget = 69 * kMiB;
-  const Plan plan = PlanFor(t, budget);
-  ASSERT_EQ(plan.pinned_bytes, budget) << "everything the step reaches is pinned";
-  Fixture f(t);
-  // The step's kernels over the rows in use, not the pool's storage.
-  auto step = [&](Executor& ex, int64_t rows) {
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
-      sim::SimKernel k{t.ops[i].kernel, {}, t.ops[i].flops};
-      k.ranges.push_back({f.ranges[absl::StrCat("param:w", i)].addr, 16 * kMiB});
-      if (i == 1) k.ranges.push_back({f.ranges[kv].addr, rows * kMiB});
-      f.sim->Launch(k);
-      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
-    }
-    ASSERT_TRUE(f.sim->Synchronize().ok());
-  };
-  {
-    Executor ex(f.sim.get(), plan, t, f.ranges);
-    ASSERT_TRUE(ex.Prepare().ok());
-    EXPECT_EQ(ex.resident_bytes(), budget);
-    step(ex, 5);
-    ASSERT_TRUE(ex.SetKvRows(21, 64).ok());
-    ASSERT_TRUE(f.sim->Synchronize().ok());
-    EXPECT_EQ(f.Resident(kv), 21 * kMiB) << "the rows in use came in before the step";
-    EXPECT_EQ(f.Resident("param:w3"), 0) << "the last weight pinned is read in place";
-    EXPECT_EQ(f.Resident("param:w0"), 16 * kMiB);
-    EXPECT_EQ(ex.displaced_bytes(), 16 * kMiB);
-    EXPECT_EQ(ex.in_place_bytes(), 16 * kMiB);
-    EXPECT_EQ(ex.resident_bytes(), budget);
-    const UvmCounters before = *f.sim->ReadCounters();
-    step(ex, 21);
-    const UvmCounters moved = *f.sim->ReadCounters() - before;
-    EXPECT_EQ(moved.gpu_faults, 0);
-    EXPECT_EQ(moved.remote_bytes, 16 * kMiB) << "w3, read over the link in place";
-    EXPECT_LE(f.AllResident(), budget);
-    // Rows that fall out of use stay: the next sequences take those blocks first.
-    ASSERT_TRUE(ex.SetKvRows(8, 64).ok());
-    EXPECT_EQ(f.Resident(kv), 21 * kMiB);
-    EXPECT_EQ(ex.displaced_bytes(), 16 * kMiB);
-    ASSERT_TRUE(ex.Release().ok());
-  }
-  // A plan prepared while 21 rows are in use places them and never brings the displaced weight in.
-  Fixture g(t);
-  Executor fresh(g.sim.get(), plan, t, g.ranges);
-  ASSERT_TRUE(fresh.SetKvRows(21, 64).ok());
-  ASSERT_TRUE(fresh.Prepare().ok());
-  ASSERT_TRUE(g.sim->Synchronize().ok());
-  EXPECT_EQ(g.Resident(kv), 21 * kMiB);
-  EXPECT_EQ(g.Resident("param:w3"), 0);
-  EXPECT_EQ(fresh.resident_bytes(), budget);
-  EXPECT_EQ(g.sim->ReadCounters()->h2d_total(), budget) << "w3 never crossed";
-  // With room in its budget the same growth displaces nothing.
-  Fixture h(t);
-  Executor roomy(h.sim.get(), PlanFor(t, 100 * kMiB), t, h.ranges);
-  ASSERT_TRUE(roomy.Prepare().ok());
-  ASSERT_TRUE(roomy.SetKvRows(21, 64).ok());
-  EXPECT_EQ(roomy.displaced_bytes(), 0);
-  EXPECT_EQ(roomy.resident_bytes(), 85 * kMiB);
 }
 
 TEST(ExecutorTest, TheFollowerStopsAtTheFirstOpThePlanDoesNotKnow) {
