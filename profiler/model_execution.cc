@@ -284,6 +284,7 @@ absl::Status ModelExecution::End() {
   differing_ops_ = op_by_op_ ? follower_->last_differing_ops() : 0;
   ops_compared_ = op_by_op_ ? follower_->last_ops_compared() : 0;
   fetch_counts_ = executor_->TakeFetchCounts();
+  const int64_t read_in_place = fetch_counts_.in_place_bytes;
   untrusted_ = !why.ok() && executor_->stages();
   if (timed_) {
     timed_ = false;
@@ -308,7 +309,7 @@ absl::Status ModelExecution::End() {
   stats_.staged_bytes = executor_->staged_bytes();
   stats_.in_place_bytes = executor_->in_place_bytes();
   stats_.displaced_bytes = executor_->displaced_bytes();
-  stats_.in_place_read_bytes += executor_->in_place_bytes();
+  stats_.in_place_read_bytes += read_in_place;
   return why;
 }
 

@@ -89,7 +89,8 @@ struct ExecutionStats {
   // Of those, pinned weights read in place to make room for KV rows in use (Note [KV pools follow the
   // rows in use], runtime/executor_kv_rows.cc), by the plan followed now.
   int64_t displaced_bytes = 0;
-  // in_place_bytes at each pass that followed a plan, summed: what in-place reads moved over the link.
+  // The weights each pass that followed a plan read in place (the plan's own, Plan.remote, and
+  // in_place_bytes), summed: what in-place reads moved over the link.
   int64_t in_place_read_bytes = 0;
   int64_t sampled_iterations = 0;  // timed op by op for the runtime monitor
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples

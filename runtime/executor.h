@@ -119,7 +119,8 @@ class Executor {
   struct FetchCounts {
     int64_t ahead = 0, at_op = 0;
     double copying_s = -1, copy_span_s = -1, waited_s = -1, pass_s = -1;
-    int64_t in_place_bytes = 0;  // in_place_bytes() when taken
+    // Weights the pass read in place from host memory: the plan's (Plan.remote) and in_place_bytes().
+    int64_t in_place_bytes = 0;
   };
   FetchCounts TakeFetchCounts();
   // Times the fetches with events on both streams (TakeFetchCounts): a diagnostic, off by default.

@@ -11,6 +11,7 @@ namespace autouvm::runtime {
 Executor::FetchCounts Executor::TakeFetchCounts() {
   FetchCounts out = std::exchange(fetch_counts_, FetchCounts{});
   out.in_place_bytes = in_place_bytes_;
+  for (size_t t : remote_) out.in_place_bytes += ranges_list_[t].bytes;
   std::vector<std::array<EventId, 4>> timed = std::exchange(timed_fetches_, {});
   const EventId from = std::exchange(pass_from_, -1), to = std::exchange(pass_to_, -1);
   if (!time_copies_) return out;

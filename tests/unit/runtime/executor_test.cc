@@ -158,6 +158,7 @@ TEST(ExecutorTest, WithoutStagingADecodeStepReadsWhatIsNotPinnedInPlace) {
   const UvmCounters moved = *f.sim->ReadCounters();
   EXPECT_EQ(moved.gpu_faults, 0);
   EXPECT_GE(moved.remote_bytes, 2 * plan.remote_bytes);
+  EXPECT_EQ(ex.TakeFetchCounts().in_place_bytes, plan.remote_bytes) << "the plan's own in-place reads, counted";
 }
 
 TEST(ExecutorTest, StagedWeightsStreamThroughTheBudgetWithNothingMigratedAndComeBackOnRelease) {
