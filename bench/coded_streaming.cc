@@ -145,8 +145,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nbf16 floor: the bytes the plain run streams each step (its staged weights) over the spec's link rate "
-      "(%.1f GB/s). H2D, coded and decode per step: counter deltas over the timed requests, whose windows of "
-      "64 iterations need not line up with them (bench/models_at_once.cc says how they are counted); the step and its "
+      "(%.1f GB/s). H2D, coded and decode per step: counter deltas over the timed requests, as far as the "
+      "backend had delivered them (bench/models_at_once.cc says how they are counted); the step and its "
       "ratios are exact.\n",
       spec.link_bytes_per_s / 1e9);
   std::filesystem::remove_all(root);

@@ -10,9 +10,10 @@
 // model runs --repeats timed requests at the same time as the others. For each model: decode tokens/s
 // and TTFT (medians), and what its execution status says happened over the timed requests (deltas):
 // iterations followed and abandoned, plan switches, and the backend's unified-memory counters over its
-// followed iterations (fault groups and host->device bytes; counted per window of 64 iterations, so a
-// delta covers whole windows; the counters are the device's, so one model's window also holds what the
-// others moved meanwhile: 0 fault groups for each means none on the device at all).
+// followed iterations (fault groups and host->device bytes; added at each iteration's end as far as the
+// backend has delivered them, up to its counter lag behind; the counters are the device's, so one model's
+// window also holds what the others moved meanwhile: 0 fault groups for each means none on the device at
+// all).
 //
 // With --idle-sleep MS (models.<name>.idle_sleep, Note [A model asleep]), each model is then left idle
 // until it sleeps and woken by one request: its TTFT, the pass that woke it, and the bytes it brought

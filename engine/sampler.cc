@@ -8,15 +8,37 @@
 namespace autouvm::engine {
 
 int32_t ArgMax(absl::Span<const float> values) {
-  // The best value in a register and no bounds check: greedy decoding runs this over the vocabulary for
-  // every row of every step, on the model's scheduler thread (on a 32000-word vocabulary at batch 16 it
-  // was an eighth of that thread's time). The first of equal maxima wins; a NaN never does, unless it is
-  // the first value.
+  // Greedy decoding runs this over the vocabulary for every row of every step, on the model's scheduler
+  // thread (on a 32000-word vocabulary at batch 16 a plain loop took ~23 us a row, a tenth of a resident
+  // 7B's step on an H100). So blocks of kBlock values: each block's maximum in kLanes independent lanes
+  // (which the compiler vectorizes), and only a block whose maximum beats the best so far is scanned for
+  // its index. The first of equal maxima wins; a NaN never does (no comparison with it holds), unless it
+  // is the first value.
+  constexpr size_t kLanes = 16, kBlock = 4 * kLanes;
   if (values.empty()) return 0;
   const float* v = values.data();
+  const size_t n = values.size();
   float best_value = v[0];
   int32_t best = 0;
-  for (size_t i = 1; i < values.size(); ++i) {
+  size_t i = 1;
+  for (; i + kBlock <= n; i += kBlock) {
+    float lanes[kLanes];
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
+    for (size_t k = 0; k < kBlock; k += kLanes) {
+      for (size_t j = 0; j < kLanes; ++j) lanes[j] = v[i + k + j] > lanes[j] ? v[i + k + j] : lanes[j];
+    }
+    float block_max = lanes[0];
+    for (size_t j = 1; j < kLanes; ++j) block_max = lanes[j] > block_max ? lanes[j] : block_max;
+    if (!(block_max > best_value)) continue;
+    for (size_t k = i;; ++k) {
+      if (v[k] == block_max) {
+        best_value = block_max;
+        best = static_cast<int32_t>(k);
+        break;
+      }
+    }
+  }
+  for (; i < n; ++i) {
     if (v[i] > best_value) {
       best_value = v[i];
       best = static_cast<int32_t>(i);

@@ -137,10 +137,10 @@ absl::Status ModelExecution::PutBackLeftovers() {
   return first;
 }
 
-absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged) {
+absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged, Window window) {
   if (executor_ == nullptr) return absl::OkStatus();
   absl::Status released = executor_->Release(staged);
-  CloseCounterWindow();  // what the release moved belongs to this model
+  if (window == Window::kClose) CloseCounterWindow();  // what the release moved belongs to this model
   const int64_t host_copies = HostCopyBytes();
   {
     absl::MutexLock lock(&mu_);
@@ -171,13 +171,15 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
   differing_ops_ = 0;
   ops_compared_ = 0;
   // Note [Counters per model]: the backend's counters are the device's (on CUDA one backend serves every
-  // model), so each model counts what moved during windows of its followed iterations: a window opens
-  // at the start of an iteration (before a switch's preparation) and closes at the end of the
-  // kCounterWindow-th, at an abandoned iteration, or when the plan is released. Reading CUDA's counters
-  // forces a CUPTI flush: once per iteration cost a 7B decode step ~10% on the H200 (two flushes per
-  // step: 4.9 tok/s against 5.4-5.6 with one), so they are read per window, not per iteration.
+  // model), so each model counts what moved while its window was open: from the start of a followed
+  // iteration (before a switch's preparation) through the iterations and plan switches that follow, to
+  // an abandoned iteration or a release of the plan that no other plan follows at once (Drop, Suspend,
+  // Sleep, unload). Each iteration's end adds what was delivered since the last reading, so the totals
+  // are current to the backend's counter_lag_s(); the window's close waits for every record. On CUDA
+  // an exact reading forces a CUPTI flush (10-20 ms: Note [Counters without waiting],
+  // runtime/cuda/cupti_counters.h), so none is taken on the way of a pass or a switch.
   if (!counters_before_.has_value()) {
-    auto before = backend_->ReadCounters();
+    auto before = backend_->DeliveredCounters();
     if (before.ok()) counters_before_ = *before;
   }
   const bool switching = key != key_ || executor_ == nullptr;
@@ -187,7 +189,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     // Note [Plans hand pinned weights on] (runtime/executor.cc).
     std::vector<runtime::TensorRange> pinned;
     if (executor_ != nullptr) pinned = executor_->PinnedOnDevice();
-    absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
+    absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged, Window::kKeepOpen);
     const absl::Time released = absl::Now();
     // The plan places the weights its own way (Note [The budget from load], runtime/unplanned_placement.cc).
     if (s.ok()) s = placement_->Lift();
@@ -294,7 +296,11 @@ absl::Status ModelExecution::End() {
     if (monitored.ok() && why.ok() && !seconds->empty()) monitored = Monitor(*seconds);
     if (!monitored.ok() && why.ok()) why = monitored;
   }
-  if (++window_iterations_ >= kCounterWindow || !why.ok()) CloseCounterWindow();
+  if (why.ok()) {
+    AddDeliveredCounters();
+  } else {
+    CloseCounterWindow();
+  }
   absl::MutexLock lock(&mu_);
   if (why.ok()) {
     ++stats_.followed_iterations;
@@ -313,6 +319,15 @@ absl::Status ModelExecution::End() {
   return why;
 }
 
+void ModelExecution::AddDeliveredCounters() {
+  if (!counters_before_.has_value()) return;
+  auto now = backend_->DeliveredCounters();
+  if (!now.ok()) return;
+  absl::MutexLock lock(&mu_);
+  stats_.counters += *now - *counters_before_;
+  counters_before_ = *now;
+}
+
 void ModelExecution::CloseCounterWindow() {
   if (!counters_before_.has_value()) return;
   auto now = backend_->ReadCounters();
@@ -321,7 +336,6 @@ void ModelExecution::CloseCounterWindow() {
     stats_.counters += *now - *counters_before_;
   }
   counters_before_.reset();
-  window_iterations_ = 0;
 }
 
 absl::Status ModelExecution::Monitor(const std::vector<double>& op_seconds) {

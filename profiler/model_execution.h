@@ -96,8 +96,8 @@ struct ExecutionStats {
   int64_t reclassified_ops = 0;    // ops whose measured class differed from the plan's, over the samples
   int64_t repinned_bytes = 0;      // pinned tensors brought back after the monitor found them gone
   std::string last_error;          // why the last abandoned iteration or failed switch did not follow
-  // What the backend moved during this model's followed iterations, as of the last closed window
-  // (Note [Counters per model]: up to 64 iterations behind).
+  // What the backend moved during this model's followed iterations, as of the last one's end and the
+  // backend's counter_lag_s() (Note [Counters per model]).
   runtime::UvmCounters counters;
   // Note [A model asleep] (model_execution.cc): times the idle model gave its device memory back, times
   // a pass woke it, whether it sleeps now, and how long the pass that last woke it took (seconds).
@@ -211,10 +211,14 @@ class ModelExecution {
   absl::Status Monitor(const std::vector<double>& op_seconds);
   // Folds its figures into the totals; kKeepStaged only when another plan is prepared at once
   // (Note [Plans hand staged weights on], runtime/executor.cc).
-  absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack);
+  // kKeepOpen: the counter window goes on through the switch (Note [Counters per model]).
+  enum class Window { kClose, kKeepOpen };
+  absl::Status ReleaseExecutor(runtime::Executor::Staged staged = runtime::Executor::Staged::kPutBack,
+                               Window window = Window::kClose);
   // Puts back in managed memory whatever a released plan left staged that no plan holds now.
   absl::Status PutBackLeftovers();
-  void CloseCounterWindow();      // adds what the backend moved since the window opened
+  void AddDeliveredCounters();    // what the backend delivered since the last reading, the window left open
+  void CloseCounterWindow();      // adds what the backend moved since the last reading, all of it, and closes
   int64_t HostCopyBytes() const;  // of the model's ranges, from the backend
 
   runtime::DeviceBackend* const backend_;
@@ -243,10 +247,8 @@ class ModelExecution {
   int64_t ops_compared_ = 0;
   runtime::Executor::FetchCounts fetch_counts_;
   bool op_by_op_ = false;  // the iteration Begin() prepared is observed op by op
-  // Note [Counters per model]: the counters when the open window began, and its iterations so far.
-  static constexpr int64_t kCounterWindow = 64;
+  // Note [Counters per model]: the counters at the open window's last reading.
   std::optional<runtime::UvmCounters> counters_before_;
-  int64_t window_iterations_ = 0;
   int64_t released_prefetched_ = 0;  // by executors released since
   int64_t released_evicted_ = 0;
 

@@ -173,8 +173,14 @@ class DeviceBackend {
   virtual EventId RecordTimedEvent(Stream stream) = 0;
   virtual absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) = 0;
 
-  // Counters as of the last completed work (Synchronize first for exact figures).
+  // Counters as of the last completed work (Synchronize first for exact figures). On CUDA this waits for
+  // CUPTI's buffered records (a forced flush: 10-20 ms on the H100 and H200): not for every pass.
   virtual absl::StatusOr<UvmCounters> ReadCounters() = 0;
+  // Counters as far as their records have been delivered, without waiting for any: what a caller reads
+  // per pass (Note [Counters per model], profiler/model_execution.cc). A backend that buffers its records
+  // delivers them at least every counter_lag_s() seconds; the others give ReadCounters().
+  virtual absl::StatusOr<UvmCounters> DeliveredCounters() { return ReadCounters(); }
+  virtual double counter_lag_s() const { return 0; }
 };
 
 }  // namespace autouvm::runtime

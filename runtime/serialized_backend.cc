@@ -117,4 +117,9 @@ absl::StatusOr<UvmCounters> SerializedBackend::ReadCounters() {
   return backend_->ReadCounters();
 }
 
+absl::StatusOr<UvmCounters> SerializedBackend::DeliveredCounters() {
+  absl::MutexLock lock(&mu_);
+  return backend_->DeliveredCounters();
+}
+
 }  // namespace autouvm::runtime

@@ -54,6 +54,8 @@ class SerializedBackend final : public DeviceBackend {
   EventId RecordTimedEvent(Stream stream) override;
   absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) override;
   absl::StatusOr<UvmCounters> ReadCounters() override;
+  absl::StatusOr<UvmCounters> DeliveredCounters() override;
+  double counter_lag_s() const override { return backend_->counter_lag_s(); }  // immutable
 
  private:
   const std::unique_ptr<DeviceBackend> backend_;

@@ -297,9 +297,15 @@ absl::Status CudaBackend::Synchronize() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UvmCounters> CudaBackend::ReadCounters() {
+absl::StatusOr<UvmCounters> CudaBackend::ReadCounters() { return Counters(/*flush=*/true); }
+
+absl::StatusOr<UvmCounters> CudaBackend::DeliveredCounters() { return Counters(/*flush=*/false); }
+
+double CudaBackend::counter_lag_s() const { return CuptiUvmCounters::kFlushPeriodS; }
+
+absl::StatusOr<UvmCounters> CudaBackend::Counters(bool flush) {
   if (counters_ == nullptr) return absl::UnavailableError(counters_error_);
-  UvmCounters c = counters_->Read();
+  UvmCounters c = counters_->Read(flush);
   c.h2d_bytes[static_cast<int>(MigrationCause::kStaged)] += staged_in_bytes_;
   c.coded_bytes = coded_bytes_;
   c.decoded_bytes = decoded_bytes_;

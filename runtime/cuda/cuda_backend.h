@@ -73,6 +73,9 @@ class CudaBackend final : public DeviceBackend {
   EventId RecordTimedEvent(Stream stream) override;
   absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) override;
   absl::StatusOr<UvmCounters> ReadCounters() override;
+  // Without a flush (CuptiUvmCounters' own thread flushes every kFlushPeriodS).
+  absl::StatusOr<UvmCounters> DeliveredCounters() override;
+  double counter_lag_s() const override;
   // Staging (Note [Staged streaming] in device_backend.h): host copies in pinned memory, one per range;
   // needs CUDA 13 (cudaMemDiscardBatchAsync). The range may be any managed memory, the backend's or not.
   bool can_stage() const override;
@@ -107,6 +110,7 @@ class CudaBackend final : public DeviceBackend {
 
  private:
   CudaBackend(CudaBackendOptions options, int64_t cap, int64_t free_at_start);
+  absl::StatusOr<UvmCounters> Counters(bool flush);  // ReadCounters (flush) or DeliveredCounters
 
   CudaBackendOptions options_;
   int64_t cap_ = 0;

@@ -3,6 +3,7 @@
 #include <cupti.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <vector>
 
@@ -125,18 +126,38 @@ absl::StatusOr<std::unique_ptr<CuptiUvmCounters>> CuptiUvmCounters::Start(int de
   if (r != CUPTI_SUCCESS) return fail("configuring", r);
   r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
   if (r != CUPTI_SUCCESS) return fail("enabling", r);
+  // Note [Counters without waiting] (cupti_counters.h).
+  counters->flusher_ = std::thread([c = counters.get()] { c->FlushEveryPeriod(); });
   return counters;
 }
 
+void CuptiUvmCounters::FlushEveryPeriod() {
+  const auto period = std::chrono::duration<double>(kFlushPeriodS);
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // unchecked: the next period tries again
+    lock.lock();
+  }
+}
+
 CuptiUvmCounters::~CuptiUvmCounters() {
+  if (flusher_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    flusher_.join();
+  }
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);  // ignored: shutting down
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);           // ignored: shutting down
   CuptiUvmCounters* self = this;
   g_active.compare_exchange_strong(self, nullptr);
 }
 
-UvmCounters CuptiUvmCounters::Read() {
-  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // warned by its absence: totals lag a flush
+UvmCounters CuptiUvmCounters::Read(bool flush) {
+  if (flush) cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // warned by its absence: totals lag a flush
   std::lock_guard<std::mutex> lock(mu_);
   return totals_;
 }

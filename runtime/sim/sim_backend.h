@@ -88,6 +88,10 @@ class SimBackend final : public DeviceBackend {
   EventId RecordTimedEvent(Stream stream) override { return RecordEvent(stream); }
   absl::StatusOr<double> ElapsedSeconds(EventId from, EventId to) override;
   absl::StatusOr<UvmCounters> ReadCounters() override;
+  // The same figures (the simulator delivers at once), not counted in exact_counter_reads().
+  absl::StatusOr<UvmCounters> DeliveredCounters() override;
+  // ReadCounters calls: each one a forced CUPTI flush on CUDA (Note [Counters without waiting]).
+  int64_t exact_counter_reads() const { return exact_counter_reads_; }
   // Staging (Note [Staged streaming] in device_backend.h) where the spec has a staged copy rate.
   bool can_stage() const override { return options_.spec.uvm.staged_copy_bytes_per_s > 0; }
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
@@ -170,7 +174,8 @@ class SimBackend final : public DeviceBackend {
   std::map<uint64_t, int64_t> reusable_;  // addr → bytes of each host copy kept after Unstage
   int64_t host_copies_filled_bytes_ = 0;
   int64_t put_back_bytes_ = 0;
-  int64_t staged_in_bytes_ = 0;                  // bytes StageIn copied (MigrationCause::kStaged)
+  int64_t staged_in_bytes_ = 0;  // bytes StageIn copied (MigrationCause::kStaged)
+  int64_t exact_counter_reads_ = 0;
   int64_t coded_bytes_ = 0, decoded_bytes_ = 0;  // Note [Coded host copies]
   double decode_s_ = 0;
   double decode_clock_ = 0;                     // the decode lane

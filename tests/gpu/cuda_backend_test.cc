@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "tests/gpu/have_device.h"
@@ -97,6 +99,20 @@ TEST(CudaBackendTest, TheCountersSeeExactlyTheBytesAPrefetchMoves) {
   moved = *gpu->ReadCounters() - mid;
   EXPECT_EQ(moved.d2h(MigrationCause::kUserPrefetch), bytes);
   EXPECT_EQ(*gpu->ResidentBytes(*a, bytes), 0);
+
+  // Note [Counters without waiting]: without a flush of its own, a reading has what the backend's thread
+  // delivered; within a few of its periods, the prefetch's bytes.
+  const UvmCounters delivered_before = *gpu->DeliveredCounters();
+  ASSERT_TRUE(gpu->Prefetch(*a, bytes, Location::kDevice, Stream::kCopy).ok());
+  ASSERT_TRUE(gpu->Synchronize().ok());
+  ASSERT_GT(gpu->counter_lag_s(), 0);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(10 * gpu->counter_lag_s());
+  int64_t delivered = 0;
+  while ((delivered = (*gpu->DeliveredCounters() - delivered_before).h2d(MigrationCause::kUserPrefetch)) < bytes &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(delivered, bytes);
 }
 
 TEST(CudaBackendTest, EndingReadDuplicationWithTheHostPreferredCopiesNothingBack) {

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -59,6 +61,35 @@ TEST(ArgMaxTest, PicksLargestAndLowestIndexOnTies) {
   EXPECT_EQ(ArgMax(std::vector<float>{1.0f, 3.0f, 3.0f, 2.0f}), 1);
   EXPECT_EQ(ArgMax(std::vector<float>{7.0f, 7.0f, 7.0f}), 0);
   EXPECT_EQ(ArgMax(std::vector<float>{-5.0f, -2.0f, -3.0f}), 1);
+}
+
+// ArgMax works in blocks (engine/sampler.cc): against a plain loop over lengths around the blocks'
+// size, with ties across blocks, NaNs (first or not) and infinities.
+TEST(ArgMaxTest, AgreesWithAPlainLoopAcrossBlocksTiesNaNsAndInfinities) {
+  auto plain = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i) best = v[i] > v[best] ? static_cast<int32_t>(i) : best;
+    return best;
+  };
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> coarse(-4, 4);  // few distinct values: ties within and across blocks
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  int checked = 0;
+  for (size_t n : {1, 2, 63, 64, 65, 66, 127, 128, 129, 1000, 32000, 32003}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> v(n);
+      for (float& x : v) x = static_cast<float>(coarse(rng)) / 2;
+      std::uniform_int_distribution<size_t> at(0, n - 1);
+      if (trial % 5 == 1) v[at(rng)] = nan;
+      if (trial % 5 == 2) v[0] = nan;
+      if (trial % 5 == 3) v[at(rng)] = inf;
+      if (trial % 5 == 4) v.assign(n, -inf);
+      if (trial % 7 == 6) v[at(rng)] = 100, v[at(rng)] = 100;  // two equal maxima far apart
+      ASSERT_EQ(ArgMax(v), plain(v)) << "n " << n << " trial " << trial;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12 * 40);
 }
 
 TEST(SamplerTest, GreedyIsArgMaxWithLowestIndexOnTies) {
