@@ -8,7 +8,7 @@
 //
 // Note [Counters without waiting]: a forced flush (cuptiActivityFlushAll) took 10-20 ms on the H100 and
 // the H200, and one at each end of a counter window, with a window closed at every plan switch, cost a
-// request ~5 of them on the scheduler's thread (a 7B's prefill and first two decode passes 15-23 ms
+// request ~5 of them on the scheduler's thread (a 7B's prefill and first two decode passes 13-25 ms
 // longer each at factor 1.0, bench/results/2026-12-06-counter-flush-h100.md). So a thread of the
 // instance's own flushes every kFlushPeriodS, and Read(false) gives what it has delivered: callers per
 // pass see the device's counters at most that late, and wait for nothing.
