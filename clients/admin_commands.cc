@@ -86,6 +86,8 @@ void PrintStatus(const ModelStatus& status) {
     line("step_graphs.recaptures", g.recaptures());
     line("step_graphs.replays", g.replays());
     line("step_graphs.eager_steps", g.eager_steps());
+    line("step_graphs.staged_captures", g.staged_captures());
+    line("step_graphs.staged_replays", g.staged_replays());
     line("step_graphs.capture_seconds", g.capture_seconds());
     line("step_graphs.bytes", g.bytes());
     if (!g.last_error().empty()) line("step_graphs.last_error", g.last_error());

@@ -324,6 +324,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::ForwardAll(int32_t slot, absl::S
 
 absl::Status ModelRunner::Step(absl::Span<const KvShare> shares, absl::Span<const Row> rows,
                                std::vector<float>* logits) {
+  last_pass_graph_ = profiler::PassGraph::kNone;
   return RunStep(shares, rows, /*every_position=*/false, logits);
 }
 
@@ -531,8 +532,8 @@ absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
   // The runner's own tensors, which outlive its graphs: not referenced (StepGraphs::Create).
   std::vector<const c10::StorageImpl*> reads;
   for (const c10::Storage& s : impl->Storages()) reads.push_back(s.unsafeGetStorageImpl());
-  ASSIGN_OR_RETURN(impl->graphs,
-                   StepGraphs::Create(options, impl->device, impl->torch_device, std::move(reads), std::move(forward)));
+  ASSIGN_OR_RETURN(impl->graphs, StepGraphs::Create(options, impl->device, impl->torch_device, std::move(reads),
+                                                    std::move(forward), config_.vocab_size));
   return absl::OkStatus();
 }
 
@@ -558,6 +559,20 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
   };
   StepGraphs* graphs = impl_->graphs.get();
   try {
+    // Note [Staged passes captured] (runtime/executor_capture.cc): an observed step whose plan's state
+    // repeats runs as the graph of its pass, copies included.
+    const uint64_t staged_key =
+        graphs != nullptr && !graphs_allowed_ && staged_key_ && graphs->TakesStaged(bucket) ? staged_key_() : 0;
+    if (staged_key != 0) {
+      torch::NoGradGuard no_grad;
+      auto on = impl_->Enter();
+      absl::StatusOr<at::Tensor> out = graphs->RunStaged(bucket, staged_key, nd, fill, &last_pass_graph_);
+      last_step_form_ = graphs->last_form();
+      last_step_launch_s_ = -1;
+      if (!out.ok()) return out.status();
+      CopyInto(*out, logits);
+      return absl::OkStatus();
+    }
     if (graphs != nullptr && graphs_allowed_ && graphs->Takes(bucket)) {
       torch::NoGradGuard no_grad;
       auto on = impl_->Enter();

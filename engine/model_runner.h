@@ -72,6 +72,8 @@ class ModelRunner final : public StepRunner {
   // on the CPU); kEmulated runs the same path eagerly, for tests. Call before the first step.
   absl::Status EnableStepGraphs(const StepGraphOptions& options);
   void set_graphs_allowed(bool allowed) override { graphs_allowed_ = allowed; }
+  void set_staged_capture_key(std::function<uint64_t()> key) override { staged_key_ = std::move(key); }
+  profiler::PassGraph last_pass_graph() const override { return last_pass_graph_; }
   std::string_view last_step_form() const override { return last_step_form_; }
   double last_step_launch_s() const override { return last_step_launch_s_; }
   StepGraphStats step_graph_stats() const;  // zeros while graphs are off; from any thread
@@ -132,6 +134,8 @@ class ModelRunner final : public StepRunner {
   std::string compute_dtype_;
   std::function<void(int64_t, int64_t)> kv_rows_listener_;
   bool graphs_allowed_ = true;
+  std::function<uint64_t()> staged_key_;
+  profiler::PassGraph last_pass_graph_ = profiler::PassGraph::kNone;
   const char* last_step_form_ = "";
   double last_step_launch_s_ = -1;
 };

@@ -232,6 +232,10 @@ void Scheduler::Run(const StepPlan& plan) {
     if (options_.hooks) options_.hooks->BeforeIteration(plan.phase, plan.batch(), plan.prompt_len());
     // Note [Captured steps] (engine/step_graphs.cc): only a pass nothing observes may run as a graph.
     runner_->set_graphs_allowed(options_.hooks == nullptr || options_.hooks->PassMayBeCaptured());
+    // Note [Staged passes captured] (runtime/executor_capture.cc): asked by the runner at the launch.
+    if (options_.hooks != nullptr) {
+      runner_->set_staged_capture_key([hooks = options_.hooks] { return hooks->StagedCaptureKey(); });
+    }
     const absl::Time asked = clock_->Now();
     before_hooks = asked - hooked;
     if (options_.turns != nullptr) options_.turns->turns()->Begin(options_.turns->id());
@@ -241,6 +245,7 @@ void Scheduler::Run(const StepPlan& plan) {
     const absl::Time stepped = clock_->Now();
     stepping = stepped - began;
     if (options_.turns != nullptr) options_.turns->turns()->End(options_.turns->id(), stepped - began);
+    if (options_.hooks) options_.hooks->RanAsGraph(runner_->last_pass_graph());
     const bool again = options_.hooks && options_.hooks->AfterIteration(result.status) && attempt == 0;
     after_hooks = clock_->Now() - stepped;
     if (!again) break;

@@ -69,7 +69,11 @@ struct StepGraphStats {
   int64_t eager_steps = 0;       // steps run eagerly while graphs were on (not decode, not allowed, too wide)
   double capture_seconds = 0;    // spent capturing (not the eager step each capture follows)
   int64_t bytes = 0;             // device memory the captured steps hold (their activations)
-  std::string last_error;        // why the last capture failed
+  // Of the captures and replays, those of passes that follow a plan through the device buffer, their
+  // copies captured with them (Note [Staged passes captured], runtime/executor_capture.cc).
+  int64_t staged_captures = 0;
+  int64_t staged_replays = 0;
+  std::string last_error;  // why the last capture failed
 };
 
 }  // namespace autouvm::engine

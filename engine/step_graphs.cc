@@ -1,12 +1,14 @@
 #include "engine/step_graphs.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include <chrono>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 
 namespace autouvm::engine {
 
@@ -35,7 +37,11 @@ namespace {
 class EmulatedWork final : public runtime::ComputeDevice::CapturedWork {
  public:
   explicit EmulatedWork(std::function<absl::Status()> body) : body_(std::move(body)) {}
-  absl::Status Replay() override { return body_(); }
+  absl::Status Replay() override {
+    // A graph's replay dispatches no op: nothing observes it (a staged pass's observer is live).
+    at::RecordFunctionGuard unobserved(/*is_enabled=*/false);
+    return body_();
+  }
 
  private:
   const std::function<absl::Status()> body_;
@@ -46,7 +52,7 @@ class EmulatedWork final : public runtime::ComputeDevice::CapturedWork {
 absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOptions& options,
                                                                runtime::ComputeDevice* device, at::Device on,
                                                                std::vector<const c10::StorageImpl*> reads,
-                                                               Forward forward) {
+                                                               Forward forward, int64_t vocab) {
   if (options.mode == StepGraphMode::kOff) return absl::InvalidArgumentError("step graphs: the mode is off");
   if (options.max_batch < 1) return absl::InvalidArgumentError("cuda_graph_max_batch: must be at least 1");
   if (options.mode == StepGraphMode::kDevice && device == nullptr) {
@@ -54,12 +60,17 @@ absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOp
   }
   // The arena is made by the first capture: a model whose steps are never captured (under a budget
   // every decode step is observed) holds none.
-  return std::unique_ptr<StepGraphs>(new StepGraphs(options, device, on, std::move(reads), std::move(forward)));
+  return std::unique_ptr<StepGraphs>(new StepGraphs(options, device, on, std::move(reads), std::move(forward), vocab));
 }
 
 StepGraphs::StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
-                       std::vector<const c10::StorageImpl*> reads, Forward forward)
-    : options_(options), device_(device), on_(on), reads_(std::move(reads)), forward_(std::move(forward)) {}
+                       std::vector<const c10::StorageImpl*> reads, Forward forward, int64_t vocab)
+    : options_(options),
+      device_(device),
+      on_(on),
+      reads_(std::move(reads)),
+      forward_(std::move(forward)),
+      vocab_(vocab) {}
 
 StepGraphs::~StepGraphs() {
   // The captured work and its tensors go back to the arena before it goes.
@@ -76,7 +87,11 @@ std::vector<const void*> StepGraphs::Addresses() const {
 
 StepGraphs::Entry& StepGraphs::EntryOf(Bucket b) {
   Entry& e = entries_[{b.batch, b.span}];
-  if (e.host.defined()) return e;
+  if (!e.host.defined()) MakeEntry(b, e);
+  return e;
+}
+
+void StepGraphs::MakeEntry(Bucket b, Entry& e) {
   const int64_t n = DecodeLayoutSize(b);
   const bool device = options_.mode == StepGraphMode::kDevice;
   e.host = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device));
@@ -92,29 +107,24 @@ StepGraphs::Entry& StepGraphs::EntryOf(Bucket b) {
   e.views.p_index = at::empty({0, 0}, long_on);
   e.views.p_flat = at::empty({0}, long_on);
   e.views.p_rows = at::empty({0, 0}, long_on);
-  return e;
+}
+
+absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> StepGraphs::CaptureWork(
+    const std::function<absl::Status()>& body) {
+  if (options_.mode == StepGraphMode::kEmulated) return std::make_unique<EmulatedWork>(body);
+  if (arena_ == nullptr) {
+    ASSIGN_OR_RETURN(arena_, device_->NewCaptureArena());
+  }
+  return arena_->Capture(body);
 }
 
 void StepGraphs::Capture(Bucket b, Entry& e) {
   const auto began = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> work;
-  auto body = [this, &e]() -> absl::Status {
-    e.out = forward_(e.views);
-    return absl::OkStatus();
-  };
-  if (options_.mode == StepGraphMode::kEmulated) {
-    work = std::make_unique<EmulatedWork>(body);
-  } else {
-    if (arena_ == nullptr) {
-      auto arena = device_->NewCaptureArena();
-      if (arena.ok()) {
-        arena_ = std::move(*arena);
-      } else {
-        work = arena.status();
-      }
-    }
-    if (arena_ != nullptr) work = arena_->Capture(body);
-  }
+  absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> work =
+      CaptureWork([this, &e]() -> absl::Status {
+        e.out = forward_(e.views);
+        return absl::OkStatus();
+      });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   absl::MutexLock lock(&mu_);
   stats_.capture_seconds += seconds;
@@ -174,6 +184,101 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
     stats_.bytes = arena_->bytes();
   }
   return logits;
+}
+
+absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t rows,
+                                                 const std::function<void(int64_t* host)>& fill,
+                                                 profiler::PassGraph* how) {
+  *how = profiler::PassGraph::kNone;
+  if (rows < 1 || rows > b.batch) {
+    return absl::InvalidArgumentError(absl::StrCat("a step of ", rows, " rows in a bucket of ", b.batch));
+  }
+  const bool device = options_.mode == StepGraphMode::kDevice;
+  StagedEntry& staged = staged_[{b.batch, b.span}];
+  Entry& e = staged.entry;
+  if (!e.host.defined()) MakeEntry(b, e);
+  if (e.work != nullptr && (staged.key != key || e.addresses != Addresses())) {
+    // Another state of the plan (or another plan), or a tensor it reads has moved: captured again.
+    e.work.reset();
+    absl::MutexLock lock(&mu_);
+    ++stats_.recaptures;
+    --stats_.graphs;
+  }
+  staged.key = key;
+  ResetDecodeLayout(b, e.host.data_ptr<int64_t>());
+  fill(e.host.data_ptr<int64_t>());
+  if (e.work == nullptr) {
+    // The pass itself, observed: on a device, its input and output copies are in the graph, as the
+    // eager step's are in its ops (one copy to the device, one back: Note [Leaf ops] counts both).
+    auto body = [this, &e, device]() -> absl::Status {
+      if (device) e.inputs.copy_(e.host, /*non_blocking=*/true);
+      e.out = forward_(e.views);
+      if (!device) {
+        e.out_host = e.out;
+      } else {
+        if (!e.out_host.defined() || !e.out_host.sizes().equals(e.out.sizes())) {
+          return absl::InternalError("the staged step's logits have no host buffer of their shape");
+        }
+        e.out_host.copy_(e.out, /*non_blocking=*/true);
+      }
+      return absl::OkStatus();
+    };
+    if (device && !e.out_host.defined()) {
+      // Pinned, made before the capture (an allocation of pinned memory cannot be captured); the logits'
+      // shape is the bucket's rows by the vocabulary, which the first capture learns below.
+      e.out_host = at::empty({b.batch, vocab_}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    }
+    const auto began = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> work;
+    if (device) {
+      work = CaptureWork(body);
+    } else {
+      // Emulated: the pass runs here, observed, as the capture would have issued it; replays run it
+      // unobserved.
+      absl::Status ran = body();
+      work = ran.ok() ? CaptureWork(body) : ran;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    absl::MutexLock lock(&mu_);
+    stats_.capture_seconds += seconds;
+    if (!work.ok()) {
+      staged_failed_.insert({b.batch, b.span});
+      staged_.erase({b.batch, b.span});
+      ++stats_.capture_failures;
+      stats_.last_error =
+          absl::StrCat("a staged pass of batch ", b.batch, ", span ", b.span, ": ", work.status().message());
+      AUTOUVM_LOG(WARNING) << "capturing a staged decode pass of batch " << b.batch << ", span " << b.span
+                           << " failed (" << work.status().message() << "); that bucket's staged passes run eagerly";
+      *how = profiler::PassGraph::kCaptureFailed;
+      last_form_ = "decode: staged, capture failed";
+      return absl::Status(work.status().code(), absl::StrCat("capturing a staged pass: ", work.status().message()));
+    }
+    e.work = std::move(*work);
+    e.addresses = Addresses();
+    ++stats_.captures;
+    ++stats_.staged_captures;
+    ++stats_.graphs;
+    *how = profiler::PassGraph::kCaptured;
+    last_form_ = "decode: staged, captured";
+  } else {
+    *how = profiler::PassGraph::kReplayed;
+    last_form_ = "decode: staged, replayed";
+    absl::MutexLock lock(&mu_);
+    ++stats_.replays;
+    ++stats_.staged_replays;
+  }
+  // A device's capture ran nothing: the captured pass runs now, as every replay does.
+  if (device) {
+    RETURN_IF_ERROR(e.work->Replay());
+    RETURN_IF_ERROR(e.work->Wait());
+  } else if (*how == profiler::PassGraph::kReplayed) {
+    RETURN_IF_ERROR(e.work->Replay());
+  }
+  if (arena_ != nullptr) {
+    absl::MutexLock lock(&mu_);
+    stats_.bytes = arena_->bytes();
+  }
+  return e.out_host.narrow(0, 0, rows);
 }
 
 void StepGraphs::CountEager() {

@@ -18,12 +18,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/step_graph_options.h"
+#include "profiler/iteration_hooks.h"
 #include "runtime/compute_device.h"
 
 namespace autouvm::engine {
@@ -42,11 +44,12 @@ class StepGraphs {
   // `reads`: the storages of every tensor the step reads or writes but its inputs (weights, buffers, KV
   // pools), which the caller keeps alive while this lives (not owned: a reference here would keep a
   // staged weight's storage past the execution that staged it); a graph is replayed only while each is
-  // where it was at the capture. kDevice needs `device`.
+  // where it was at the capture. kDevice needs `device`. `vocab`: the logits' width (float32, as the
+  // module's step returns them).
   static absl::StatusOr<std::unique_ptr<StepGraphs>> Create(const StepGraphOptions& options,
                                                             runtime::ComputeDevice* device, at::Device on,
-                                                            std::vector<const c10::StorageImpl*> reads,
-                                                            Forward forward);
+                                                            std::vector<const c10::StorageImpl*> reads, Forward forward,
+                                                            int64_t vocab);
   ~StepGraphs();
 
   // Whether steps of bucket `b` (Note [Decode steps by bucket]) run by graphs: not wider than
@@ -57,6 +60,17 @@ class StepGraphs {
   // it zeroed but for logit_ix (0..batch-1); the logits of those rows, on the host. The step runs eagerly
   // the first time (and is then captured), by its graph after, and eagerly for good if its capture failed.
   absl::StatusOr<at::Tensor> Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill);
+  // Note [Staged passes captured] (runtime/executor_capture.cc): one decode step of bucket `b` that
+  // follows a plan through the device buffer, observed, from the plan's state `key` (nonzero). The pass
+  // itself is captured — its input copy, forward pass and logits' copy to pinned host memory, and the
+  // copies the executor issues at its op boundaries meanwhile — then launched; a later step of the same
+  // bucket and key replays it, and another key captures again (one graph per bucket). `how` says which:
+  // kCaptured, kReplayed, or kCaptureFailed, when the error returned is the capture's (nothing ran, the
+  // bucket's staged steps then run eagerly: Takes() is false for them).
+  absl::StatusOr<at::Tensor> RunStaged(Bucket b, uint64_t key, int64_t rows,
+                                       const std::function<void(int64_t* host)>& fill, profiler::PassGraph* how);
+  // Whether staged steps of bucket `b` may run by RunStaged (none of its captures failed).
+  bool TakesStaged(Bucket b) const { return Takes(b) && !staged_failed_.contains({b.batch, b.span}); }
   // Called by the runner for a step it ran without a graph while they are on.
   void CountEager();
   // How Run's last step ran: "decode: replayed", "decode: eager, then captured", "decode: eager, captured
@@ -69,14 +83,18 @@ class StepGraphs {
     at::Tensor host;    // the layout on the host (pinned on a device)
     at::Tensor inputs;  // where the graph reads it (the host tensor itself when emulated)
     Inputs views;
-    at::Tensor out;  // the captured step's logits
+    at::Tensor out;       // the captured step's logits
+    at::Tensor out_host;  // a staged pass's, copied to pinned host memory by its graph
     std::unique_ptr<runtime::ComputeDevice::CapturedWork> work;
     std::vector<const void*> addresses;  // of `reads_` at the capture
     bool failed = false;
   };
   StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
-             std::vector<const c10::StorageImpl*> reads, Forward forward);
+             std::vector<const c10::StorageImpl*> reads, Forward forward, int64_t vocab);
   Entry& EntryOf(Bucket b);
+  void MakeEntry(Bucket b, Entry& e);
+  absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> CaptureWork(
+      const std::function<absl::Status()>& body);
   std::vector<const void*> Addresses() const;
   void Capture(Bucket b, Entry& e);
 
@@ -85,9 +103,16 @@ class StepGraphs {
   const at::Device on_;
   const std::vector<const c10::StorageImpl*> reads_;
   const Forward forward_;
+  const int64_t vocab_;
   // Declared before the entries: their captured work and tensors go before the arena they came from.
   std::unique_ptr<runtime::ComputeDevice::CaptureArena> arena_;
   std::map<std::pair<int64_t, int64_t>, Entry> entries_;
+  struct StagedEntry {
+    uint64_t key = 0;
+    Entry entry;
+  };
+  std::map<std::pair<int64_t, int64_t>, StagedEntry> staged_;
+  std::set<std::pair<int64_t, int64_t>> staged_failed_;
   const char* last_form_ = "";
   mutable absl::Mutex mu_;
   StepGraphStats stats_ ABSL_GUARDED_BY(mu_);

@@ -19,12 +19,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/kv_blocks.h"
+#include "profiler/iteration_hooks.h"
 
 namespace autouvm::engine {
 
@@ -65,6 +67,12 @@ class StepRunner {
   // Whether the next steps may run as captured graphs (Note [Captured steps], engine/step_graphs.cc):
   // the scheduler says so before each pass, from IterationHooks::PassMayBeCaptured.
   virtual void set_graphs_allowed(bool /*allowed*/) {}
+  // Asked at a decode step's launch, after its KV rows are placed: nonzero where the observed step may run
+  // as a graph with its plan's copies (IterationHooks::StagedCaptureKey; Note [Staged passes captured],
+  // runtime/executor_capture.cc). Null: never.
+  virtual void set_staged_capture_key(std::function<uint64_t()> /*key*/) {}
+  // How the last step used such a graph (IterationHooks::RanAsGraph).
+  virtual profiler::PassGraph last_pass_graph() const { return profiler::PassGraph::kNone; }
   // How the last step ran, for the scheduler's debug line: "packed", "decode", "decode: replayed", ...
   // (ModelRunner: Note [Captured steps]); empty where the runner does not say.
   virtual std::string_view last_step_form() const { return {}; }

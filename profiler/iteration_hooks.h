@@ -14,6 +14,11 @@ namespace autouvm::profiler {
 // kMixed: a pass with decode rows and prompt chunks both (engine/step_policy.h).
 enum class IterationPhase { kPrefill, kDecode, kMixed };
 
+// How an observed pass ran as a CUDA graph with its plan's copies (Note [Staged passes captured],
+// runtime/executor_capture.cc): not at all, captured (its ops observed as they were captured, then the
+// graph launched), replayed (no op observed), or its capture failed (nothing ran).
+enum class PassGraph { kNone, kCaptured, kReplayed, kCaptureFailed };
+
 class IterationHooks {
  public:
   virtual ~IterationHooks() = default;
@@ -23,6 +28,12 @@ class IterationHooks {
   // captured graph, which launches its ops without the observer seeing them (Note [Captured steps],
   // engine/step_graphs.cc).
   virtual bool PassMayBeCaptured() const { return false; }
+  // After BeforeIteration, asked by the runner as the pass is launched (its KV rows placed): nonzero where
+  // the pass, observed, may be captured as a graph with the copies its plan issues, or replayed from a
+  // graph captured under the same key (Note [Staged passes captured]): the key of the plan's state.
+  virtual uint64_t StagedCaptureKey() const { return 0; }
+  // How the pass just run used such a graph; before AfterIteration.
+  virtual void RanAsGraph(PassGraph /*how*/) {}
   // True: the iteration's result must not be used, run it again (once; its hooks are called again).
   virtual bool AfterIteration(const absl::Status& status) = 0;
   // The model has had nothing to run for SchedulerOptions::idle_sleep: it may give its device memory

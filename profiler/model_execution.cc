@@ -1,6 +1,8 @@
 #include "profiler/model_execution.h"
 
 #include <algorithm>
+#include <functional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -197,8 +199,10 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       plan_ = std::move(plan);
       executor_ = std::make_unique<runtime::Executor>(backend_, plan_->plan, plan_->trace, ranges_);
       executor_->set_binding(binding_.get());
-      // The pass's debug line says how its copies and compute overlapped (timed events on both streams).
-      executor_->set_time_copies(base::LogEnabled(base::LogLevel::kDebug));
+      // The pass's debug line says how its copies and compute overlapped (timed events on both streams),
+      // but for passes that may be captured (Note [Staged passes captured]: a graph times nothing).
+      executor_->set_time_copies(base::LogEnabled(base::LogLevel::kDebug) && !options_.capture_passes);
+      executor_->set_periodic_ring(options_.capture_passes);
       if (options_.driver_eviction != nullptr) executor_->set_driver_eviction(options_.driver_eviction);
       executor_->AdoptPinned(pinned);
       s = executor_->SetKvRows(kv_live_rows_, kv_pool_rows_);
@@ -317,6 +321,33 @@ absl::Status ModelExecution::End() {
   stats_.displaced_bytes = executor_->displaced_bytes();
   stats_.in_place_read_bytes += read_in_place;
   return why;
+}
+
+uint64_t ModelExecution::StagedCaptureKey() const {
+  if (!options_.capture_passes || executor_ == nullptr || !op_by_op_ || timed_ || !kv_error_.ok()) return 0;
+  if (!executor_->PassRepeats()) return 0;
+  // The plan's key too: another plan's executor may come to the same state (its buffer where this one's was).
+  const uint64_t key = executor_->PassKey() ^ (std::hash<std::string>{}(key_)*0x9e3779b97f4a7c15ull);
+  return key == 0 ? 1 : key;
+}
+
+void ModelExecution::RanAsGraph(PassGraph how) {
+  if (executor_ == nullptr || follower_ == nullptr) return;
+  switch (how) {
+    case PassGraph::kNone:
+      return;
+    case PassGraph::kCaptured:
+      executor_->AfterCapture();
+      return;
+    case PassGraph::kReplayed:
+      follower_->Replayed();
+      if (absl::Status s = executor_->Replayed(); !s.ok()) follower_->Abandon(s);
+      return;
+    case PassGraph::kCaptureFailed:
+      // Nothing ran: the executor starts afresh and the pass runs again (last_iteration_untrusted).
+      follower_->Abandon(absl::AbortedError("the pass's capture as a CUDA graph failed; it runs again eagerly"));
+      return;
+  }
 }
 
 void ModelExecution::AddDeliveredCounters() {

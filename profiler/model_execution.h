@@ -52,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "profiler/iteration_hooks.h"
 #include "profiler/profile_jobs.h"
 #include "runtime/device_backend.h"
 #include "runtime/driver_eviction.h"
@@ -119,6 +120,10 @@ struct ExecutionOptions {
   int64_t budget_bytes = 0;
   // What an idle model keeps on the device while it sleeps (Note [A model asleep], model_execution.cc).
   int64_t sleep_keep_bytes = 0;
+  // The model's decode steps run as CUDA graphs (runtime.cuda_graphs): those that follow a plan through
+  // the device buffer may be captured with its copies (Note [Staged passes captured],
+  // runtime/executor_capture.cc) — the executors keep a periodic ring and do not time their copies.
+  bool capture_passes = false;
 };
 
 class ModelExecution {
@@ -158,6 +163,12 @@ class ModelExecution {
   // it followed, or stopped for another reason: the backend's).
   int64_t last_differing_ops() const { return differing_ops_; }
   int64_t last_ops_compared() const { return ops_compared_; }
+  // Note [Staged passes captured]: for the iteration Begin() prepared, nonzero where it may run as a
+  // graph with its plan's copies (observed for the plan alone, not timed, its executor's passes
+  // repeating): the key of the plan and its state. Asked as the pass is launched.
+  uint64_t StagedCaptureKey() const;
+  // How that iteration used such a graph (before End()).
+  void RanAsGraph(PassGraph how);
   // Its fetches, issued ahead of their ops and at them (Executor::TakeFetchCounts).
   runtime::Executor::FetchCounts last_fetch_counts() const { return fetch_counts_; }
   // Before an iteration that follows no plan: a plan that stages gives up the residency, what a dropped

@@ -181,6 +181,16 @@ bool ModelSession::Observed() const {
 
 bool ModelSession::PassMayBeCaptured() const { return !Observed(); }
 
+// Note [Staged passes captured] (runtime/executor_capture.cc): only an iteration that follows its plan
+// and nothing else (a checked one gives its kernels to the check, a recorded one its trace).
+uint64_t ModelSession::StagedCaptureKey() const {
+  return mode_ == Mode::kFollow && !following_.empty() && execution_ != nullptr ? execution_->StagedCaptureKey() : 0;
+}
+
+void ModelSession::RanAsGraph(PassGraph how) {
+  if (mode_ == Mode::kFollow && !following_.empty() && execution_ != nullptr) execution_->RanAsGraph(how);
+}
+
 bool ModelSession::EndFollowing(const absl::Status& status) {
   if (plan_key_.empty()) return false;
   runtime::Observer* obs = observer_.get();

@@ -76,6 +76,8 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   void BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) override;
   // A pass that follows a plan with nothing to do per op, or follows none unobserved.
   bool PassMayBeCaptured() const override;
+  uint64_t StagedCaptureKey() const override;
+  void RanAsGraph(PassGraph how) override;
   bool AfterIteration(const absl::Status& status) override;
   // Note [A model asleep] (profiler/model_execution.cc): the execution gives the device memory back; the
   // next pass wakes it and is timed as its wake.

@@ -51,6 +51,8 @@ class ComputeDevice {
     virtual ~CapturedWork() = default;
     // Launches the captured work again on the compute stream (inside Enter()).
     virtual absl::Status Replay() = 0;
+    // Waits for the last replay to finish (its outputs in host memory may then be read).
+    virtual absl::Status Wait() { return absl::OkStatus(); }
   };
   class CaptureArena {
    public:
@@ -58,7 +60,10 @@ class ComputeDevice {
     // Captures what `body` launches from the calling thread (inside Enter()): while it runs, that
     // thread's current stream is one of the arena's own, so other threads' work on the compute stream
     // stays out of the graph. Nothing of it runs. An error from `body` or from CUDA (something it
-    // launched cannot be captured) leaves nothing captured and the streams as they were.
+    // launched cannot be captured) leaves nothing captured and the streams as they were. What the
+    // thread asks of backend() meanwhile is captured too (DeviceBackend::BeginCapture: the executor's
+    // copies into its device buffer, Note [Staged passes captured]); a replay starts after the work
+    // queued on the backend's streams before it, and their next work waits for it.
     virtual absl::StatusOr<std::unique_ptr<CapturedWork>> Capture(const std::function<absl::Status()>& body) = 0;
     virtual int64_t bytes() const = 0;  // managed memory the arena holds for its captured work
   };

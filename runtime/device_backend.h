@@ -181,6 +181,20 @@ class DeviceBackend {
   // delivers them at least every counter_lag_s() seconds; the others give ReadCounters().
   virtual absl::StatusOr<UvmCounters> DeliveredCounters() { return ReadCounters(); }
   virtual double counter_lag_s() const { return 0; }
+
+  // Note [Staged passes captured] (runtime/executor_capture.cc): while the calling thread captures a CUDA
+  // graph on `stream` (a cudaStream_t in capture), its calls here go into the graph: kCompute is that
+  // stream, kCopy a copy stream of the capture's own that joins the graph at EndCapture(), a wait on an
+  // event recorded before BeginCapture is left out (a replay is launched after both streams' work), and
+  // what a graph cannot hold (a prefetch, an advice, a discard, a coded copy) is refused. Other threads
+  // keep the usual streams. UNIMPLEMENTED on a backend that captures nothing.
+  virtual absl::Status BeginCapture(void* /*stream*/) {
+    return absl::UnimplementedError("this backend captures no graphs");
+  }
+  virtual void EndCapture() {}
+  // A captured pass was replayed: its copies carried `staged_bytes` into device buffers (counted as
+  // staged h2d bytes, as StageInto counts them).
+  virtual void CountReplayedStaging(int64_t /*staged_bytes*/) {}
 };
 
 }  // namespace autouvm::runtime

@@ -367,9 +367,9 @@ bool Executor::InBuffer(const Fetch& f) const {
   return true;
 }
 
-bool Executor::Place(BufferState& state, int64_t bytes, int64_t* offset, EventId* wait) const {
+bool Executor::Place(BufferState& state, int64_t bytes, int64_t* offset, EventId* wait, bool at_start) const {
   if (bytes > window_bytes_) return false;
-  const int64_t at = state.tail + bytes <= window_bytes_ ? state.tail : 0;
+  const int64_t at = !at_start && state.tail + bytes <= window_bytes_ ? state.tail : 0;
   std::vector<Slot> kept;
   for (const Slot& s : state.slots) {
     if (s.offset < at + bytes && at < s.offset + s.bytes) {
@@ -391,7 +391,9 @@ absl::StatusOr<bool> Executor::IssueIntoBuffer(Fetch& f, bool must) {
   std::vector<int64_t> offsets;
   for (size_t t : f.tensors) {
     int64_t at = 0;
-    if (!Place(next, ranges_list_[t].bytes, &at, &wait)) {
+    // Note [Staged passes captured] (executor_capture.cc): a periodic ring starts each pass at 0.
+    const bool at_start = periodic_ring_ && f.order == 0 && t == f.tensors.front();
+    if (!Place(next, ranges_list_[t].bytes, &at, &wait, at_start)) {
       if (!must) return false;
       return absl::ResourceExhaustedError(
           absl::StrCat("the device buffer of ", window_bytes_, " bytes has no room for ", ids_[t], " (",
@@ -438,6 +440,7 @@ absl::Status Executor::IssueAhead() {
 absl::Status Executor::BeforeOp(int64_t index) {
   if (index < 0 || index >= ops_) return absl::OkStatus();  // an op the plan does not know: left to the driver
   if (time_copies_ && index == 0) pass_from_ = backend_->RecordTimedEvent(Stream::kCompute);
+  if (index == 0) BeginPass();
   std::vector<size_t> here;  // fetches issued at their issue point (those not through the buffer)
   for (size_t f : issue_at_[static_cast<size_t>(index)]) {
     if (!InBuffer(fetches_[f]) && !fetches_[f].issued) here.push_back(f);
@@ -511,10 +514,13 @@ absl::Status Executor::AfterOp(int64_t index) {
     Count(t, false);
   }
   if (released >= 0) RETURN_IF_ERROR(IssueAhead());
+  if (index == ops_ - 1) EndPass();
   return absl::OkStatus();
 }
 
 void Executor::AbandonIteration() {
+  pass_ = PassRecord();  // Note [Staged passes captured]: a pass cut short repeats nothing
+  last_pass_ = PassRecord();
   for (Fetch& f : fetches_) f.issued = false;
   next_ahead_ = 0;
   if (buffer_ == 0) return;
@@ -529,73 +535,6 @@ void Executor::AbandonIteration() {
   }
   const EventId done = backend_->RecordEvent(Stream::kCompute);
   for (Slot& s : buffer_state_.slots) s.released = done;
-}
-
-PlanFollower::PlanFollower(Executor* executor, const AccessTrace& trace) : executor_(executor) {
-  kernels_.reserve(trace.ops.size());
-  for (const OpRecord& op : trace.ops) kernels_.push_back(op.kernel);
-}
-
-// Note [Stopping with staged weights]: a staged weight's managed range holds nothing until the executor
-// brings it in, so ops left to the driver after following stops would read discarded pages, not fault
-// the weight in. Stopping therefore puts every staged weight back in managed memory first (synchronous:
-// ~1 s per GiB on the H200). The op whose kernel differed has already been launched and may have read
-// such a range: the iteration's result is not to be trusted (its status says so).
-void PlanFollower::Stop(absl::Status why) {
-  stopped_ = true;
-  if (executor_->stages()) {
-    if (absl::Status released = executor_->Release(); !released.ok()) {
-      why = absl::Status(why.code(),
-                         absl::StrCat(why.message(), "; putting the staged weights back: ", released.message()));
-    }
-  }
-  status_ = std::move(why);
-}
-
-void PlanFollower::BeforeOp(int64_t index) {
-  if (stopped_) return;
-  if (absl::Status s = executor_->BeforeOp(index); !s.ok()) Stop(s);
-}
-
-void PlanFollower::OnOp(const OpEvent& op) {
-  const size_t i = static_cast<size_t>(op.index);
-  const bool differs = i >= kernels_.size() || kernels_[i] != op.kernel;
-  ++ops_seen_;
-  if (differs) ++differing_ops_;  // counted after stopping too: how far the iteration is from the plan
-  if (stopped_) return;
-  if (differs) {
-    ++mismatches_;
-    Stop(absl::FailedPreconditionError(absl::StrCat(
-        "op ", op.index, " is ", std::string(op.kernel), ", the plan expected ",
-        i < kernels_.size() ? kernels_[i]
-                            : std::string("none (the plan has ") + std::to_string(kernels_.size()) + " ops)")));
-    return;
-  }
-  if (absl::Status s = executor_->AfterOp(op.index); !s.ok()) {
-    Stop(s);
-    return;
-  }
-  ++ops_followed_;
-}
-
-absl::Status PlanFollower::EndIteration() {
-  const int64_t planned = static_cast<int64_t>(kernels_.size());
-  if (ops_seen_ < planned) differing_ops_ += planned - ops_seen_;  // the plan's ops that never ran
-  if (!stopped_ && ops_followed_ != planned) {
-    ++mismatches_;
-    Stop(absl::FailedPreconditionError(
-        absl::StrCat("the iteration ran ", ops_followed_, " ops, the plan has ", kernels_.size())));
-  }
-  last_differing_ops_ = differing_ops_;
-  last_ops_compared_ = std::max(ops_seen_, planned);
-  ops_seen_ = 0;
-  differing_ops_ = 0;
-  if (stopped_) executor_->AbandonIteration();
-  absl::Status why = std::move(status_);
-  status_ = absl::OkStatus();
-  stopped_ = false;
-  ops_followed_ = 0;
-  return why;
 }
 
 }  // namespace autouvm::runtime

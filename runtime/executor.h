@@ -125,6 +125,26 @@ class Executor {
   FetchCounts TakeFetchCounts();
   // Times the fetches with events on both streams (TakeFetchCounts): a diagnostic, off by default.
   void set_time_copies(bool on) { time_copies_ = on; }
+
+  // Note [Staged passes captured] (executor_capture.cc): a pass through the device buffer issued as a
+  // CUDA graph. With a periodic ring (set before Prepare()) every pass starts the buffer at 0, so that
+  // passes from the same state issue the same copies into the same places.
+  void set_periodic_ring(bool on) { periodic_ring_ = on; }
+  // A key of the state the next pass starts from, which decides all it will issue, bind and wait for
+  // (the plan's fetches, the buffer's base and slots, what is issued ahead): 0 when its passes cannot be
+  // captured (a fetch outside the device buffer or none at all, timed copies, an emulated driver, no
+  // periodic ring).
+  uint64_t PassKey() const;
+  // Whether the pass about to start would issue what the last one did: the last pass ran whole, from a
+  // state of this key, and ended in it again.
+  bool PassRepeats() const;
+  // The pass just captured (its calls into the backend made in the capture) was then launched: the
+  // events the executor holds, the graph's, are replaced by one recorded after its launch.
+  void AfterCapture();
+  // A pass ran as the replay of a graph captured from this state (PassRepeats() was true): it is
+  // counted as the captured pass was, its copies' bytes told to the backend (CountReplayedStaging), and
+  // its events replaced as by AfterCapture(). FAILED_PRECONDITION when the passes do not repeat.
+  absl::Status Replayed();
   int64_t peak_resident_bytes() const { return peak_resident_bytes_; }
 
  private:
@@ -160,7 +180,8 @@ class Executor {
   // Places `bytes` in `state` (Note [Streaming through a device buffer]): at its tail, or at 0 when it
   // does not fit there, over the slots whose tensors' last ops were launched (the latest of their
   // events goes to `wait`); false while a slot it needs is still held.
-  bool Place(BufferState& state, int64_t bytes, int64_t* offset, EventId* wait) const;
+  // `at_start`: at 0 whatever the tail (Note [Staged passes captured]).
+  bool Place(BufferState& state, int64_t bytes, int64_t* offset, EventId* wait, bool at_start = false) const;
   // Issues `f` into the buffer; false (nothing issued) when there is no room yet, an error when `must`.
   absl::StatusOr<bool> IssueIntoBuffer(Fetch& f, bool must);
   absl::Status IssueAhead();  // as many fetches, in op order, as the buffer has room for
@@ -216,6 +237,19 @@ class Executor {
   // Per fetch used this pass: its copy's timed events, and the compute stream's around its wait.
   std::vector<std::array<EventId, 4>> timed_fetches_;
   EventId pass_from_ = -1, pass_to_ = -1;  // the compute stream at the first op and after the last
+
+  // Note [Staged passes captured]: the pass in progress and the last whole one — the keys of the state
+  // each started from and ended in, and what it counted.
+  struct PassRecord {
+    uint64_t start = 0, end = 0;
+    int64_t prefetched = 0, evicted = 0, ahead = 0, at_op = 0;
+    bool whole = false;
+  };
+  void BeginPass();  // at the first op
+  void EndPass();    // after the last
+  void ReplaceEvents();
+  bool periodic_ring_ = false;
+  PassRecord pass_, last_pass_;
 };
 
 // Drives an Executor from the Observer's op boundaries during observed iterations, checking each op
@@ -240,6 +274,12 @@ class PlanFollower final : public OpSubscriber {
 
   int64_t mismatches() const { return mismatches_; }
   int64_t ops_followed() const { return ops_followed_; }
+  // Note [Staged passes captured] (executor_capture.cc): the iteration ran as a graph's replay — no op was
+  // seen, and it followed the plan as the captured pass did.
+  void Replayed();
+  // The iteration's pass did not run (its capture failed): following stops for it with `why`, staged
+  // weights left as they are (nothing read them).
+  void Abandon(absl::Status why);
   // Of the iteration that ended last: the ops that differed from the plan's, position by position (those
   // past the shorter of the two sequences included; 0 when the two agree or the backend stopped it), and
   // the longer sequence's length.

@@ -122,4 +122,19 @@ absl::StatusOr<UvmCounters> SerializedBackend::DeliveredCounters() {
   return backend_->DeliveredCounters();
 }
 
+absl::Status SerializedBackend::BeginCapture(void* stream) {
+  absl::MutexLock lock(&mu_);
+  return backend_->BeginCapture(stream);
+}
+
+void SerializedBackend::EndCapture() {
+  absl::MutexLock lock(&mu_);
+  backend_->EndCapture();
+}
+
+void SerializedBackend::CountReplayedStaging(int64_t staged_bytes) {
+  absl::MutexLock lock(&mu_);
+  backend_->CountReplayedStaging(staged_bytes);
+}
+
 }  // namespace autouvm::runtime

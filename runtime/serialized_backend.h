@@ -56,6 +56,9 @@ class SerializedBackend final : public DeviceBackend {
   absl::StatusOr<UvmCounters> ReadCounters() override;
   absl::StatusOr<UvmCounters> DeliveredCounters() override;
   double counter_lag_s() const override { return backend_->counter_lag_s(); }  // immutable
+  absl::Status BeginCapture(void* stream) override;
+  void EndCapture() override;
+  void CountReplayedStaging(int64_t staged_bytes) override;
 
  private:
   const std::unique_ptr<DeviceBackend> backend_;

@@ -27,6 +27,55 @@ class StreamScope final : public ComputeDevice::ThreadScope {
   c10::cuda::CUDAStreamGuard guard_;
 };
 
+// Note [Staged passes captured] (runtime/executor_capture.cc): every capture on the device lets the backend
+// capture what the capturing thread asks of it, and every replay is ordered after the work queued on the
+// backend's two streams and before their next work, as the captured calls would have been.
+class BackendCapturedWork final : public ComputeDevice::CapturedWork {
+ public:
+  BackendCapturedWork(std::unique_ptr<ComputeDevice::CapturedWork> work, DeviceBackend* backend)
+      : work_(std::move(work)), backend_(backend) {}
+  absl::Status Replay() override {
+    backend_->WaitEvent(Stream::kCompute, backend_->RecordEvent(Stream::kCopy));
+    RETURN_IF_ERROR(work_->Replay());
+    backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
+    return absl::OkStatus();
+  }
+  absl::Status Wait() override { return work_->Wait(); }
+
+ private:
+  const std::unique_ptr<ComputeDevice::CapturedWork> work_;
+  DeviceBackend* const backend_;
+};
+
+class BackendCaptureArena final : public ComputeDevice::CaptureArena {
+ public:
+  BackendCaptureArena(std::unique_ptr<ComputeDevice::CaptureArena> arena, DeviceBackend* backend)
+      : arena_(std::move(arena)), backend_(backend) {}
+  absl::StatusOr<std::unique_ptr<ComputeDevice::CapturedWork>> Capture(
+      const std::function<absl::Status()>& body) override {
+    auto work = arena_->Capture([&]() -> absl::Status {
+      // Inside the arena's capture: the current stream is the one captured.
+      RETURN_IF_ERROR(backend_->BeginCapture(c10::cuda::getCurrentCUDAStream().stream()));
+      absl::Status s;
+      try {
+        s = body();
+      } catch (...) {
+        backend_->EndCapture();
+        throw;
+      }
+      backend_->EndCapture();
+      return s;
+    });
+    if (!work.ok()) return work.status();
+    return std::make_unique<BackendCapturedWork>(std::move(*work), backend_);
+  }
+  int64_t bytes() const override { return arena_->bytes(); }
+
+ private:
+  const std::unique_ptr<ComputeDevice::CaptureArena> arena_;
+  DeviceBackend* const backend_;
+};
+
 class CudaDevice final : public ComputeDevice {
  public:
   CudaDevice(std::unique_ptr<cuda::ManagedMemoryPool> pool, c10::cuda::CUDAStream stream)
@@ -44,7 +93,9 @@ class CudaDevice final : public ComputeDevice {
   DeviceBackend* backend() override { return backend_.get(); }
   int64_t managed_bytes() const override { return pool_->allocated_bytes(); }
   std::unique_ptr<ThreadScope> Enter() override { return std::make_unique<StreamScope>(stream_); }
-  absl::StatusOr<std::unique_ptr<CaptureArena>> NewCaptureArena() override { return pool_->NewCaptureArena(); }
+  absl::StatusOr<std::unique_ptr<CaptureArena>> NewCaptureArena() override {
+    return std::make_unique<BackendCaptureArena>(pool_->NewCaptureArena(), backend_.get());
+  }
 
   // The CUDA backend, behind one lock: each model's session drives it from the model's own thread
   // (runtime/serialized_backend.h).

@@ -139,6 +139,11 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t ev : streams_->events) {
     if (ev != nullptr) cudaEventDestroy(ev);
   }
+  for (const CaptureStreams& c : capture_streams_) {
+    if (c.copy != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(c.copy));
+    if (c.fork != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(c.fork));
+    if (c.join != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(c.join));
+  }
   if (streams_->copy != nullptr) cudaStreamDestroy(streams_->copy);
   if (streams_->own_compute && streams_->compute != nullptr) cudaStreamDestroy(streams_->compute);
 }
@@ -180,6 +185,7 @@ absl::Status CudaBackend::FreeManaged(uint64_t addr) {
 }
 
 absl::Status CudaBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, Stream stream) {
+  RETURN_IF_ERROR(RefuseInCapture("a prefetch"));
   const void* ptr = reinterpret_cast<const void*>(addr);
 #if CUDART_VERSION >= 13000
   CUDA_RETURN_IF_ERROR(
@@ -195,6 +201,7 @@ absl::Status CudaBackend::Prefetch(uint64_t addr, int64_t bytes, Location to, St
 }
 
 absl::Status CudaBackend::Advise(uint64_t addr, int64_t bytes, Advice advice, bool set, Location location) {
+  RETURN_IF_ERROR(RefuseInCapture("an advice"));
   cudaMemoryAdvise a = cudaMemAdviseSetReadMostly;
   switch (advice) {
     case Advice::kReadMostly:
@@ -222,6 +229,7 @@ absl::Status CudaBackend::Advise(uint64_t addr, int64_t bytes, Advice advice, bo
 }
 
 absl::Status CudaBackend::Discard(uint64_t addr, int64_t bytes, Stream stream) {
+  RETURN_IF_ERROR(RefuseInCapture("a discard"));
 #if CUDART_VERSION >= 13000
   // Note [Discard needs a created stream]: cudaMemDiscardBatchAsync refuses the legacy default stream
   // (cudaErrorInvalidValue); both of this backend's streams are created ones unless the caller passed
@@ -253,18 +261,23 @@ EventId CudaBackend::RecordEvent(Stream stream) {
   const EventId id = next_event_++;
   // Checked by its absence of consequence: an event that fails to record completes at once, so a
   // stream waiting on it does not wait — the same as the sim backend's unknown events.
-  cudaEventRecord(streams_->events[static_cast<size_t>(id % kEventRing)],
-                  stream == Stream::kCopy ? static_cast<cudaStream_t>(CopyTail()) : streams_->Of(stream));
+  cudaEventRecord(
+      streams_->events[static_cast<size_t>(id % kEventRing)],
+      static_cast<cudaStream_t>(stream == Stream::kCopy && Capturing() == nullptr ? CopyTail() : StreamOf(stream)));
   return id;
 }
 
 void CudaBackend::WaitEvent(Stream stream, EventId event) {
   if (event < 0 || event >= next_event_ || event < next_event_ - kEventRing) return;
-  cudaStreamWaitEvent(streams_->Of(stream), streams_->events[static_cast<size_t>(event % kEventRing)], 0);  // see above
+  // Recorded before the calling thread's capture: done before a replay starts (Note [Staged passes captured]).
+  if (const Capture* c = Capturing(); c != nullptr && event < c->first) return;
+  cudaStreamWaitEvent(static_cast<cudaStream_t>(StreamOf(stream)),
+                      streams_->events[static_cast<size_t>(event % kEventRing)], 0);  // see above
 }
 
 EventId CudaBackend::RecordTimedEvent(Stream stream) {
   if (streams_->timed.empty()) streams_->timed.resize(kTimedEventRing, nullptr);
+  if (Capturing() != nullptr) return -1;  // a graph's marks time nothing: ElapsedSeconds says NOT_FOUND
   const EventId id = next_timed_event_++;
   cudaEvent_t& ev = streams_->timed[static_cast<size_t>(id % kTimedEventRing)];
   // A failure here surfaces in ElapsedSeconds (an event never recorded has no time).
@@ -289,6 +302,7 @@ absl::StatusOr<double> CudaBackend::ElapsedSeconds(EventId from, EventId to) {
 }
 
 absl::Status CudaBackend::Synchronize() {
+  RETURN_IF_ERROR(RefuseInCapture("a synchronization"));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(streams_->copy), "synchronizing the copy stream");
 #if AUTOUVM_CUDA_KERNELS
   if (stager_ != nullptr) RETURN_IF_ERROR(stager_->Synchronize());
@@ -403,6 +417,7 @@ absl::StatusOr<CudaBackend::StagedCopy*> CudaBackend::FindStaged(uint64_t addr, 
 }
 
 absl::Status CudaBackend::StageIn(uint64_t addr, int64_t bytes, Stream stream) {
+  RETURN_IF_ERROR(RefuseInCapture("a copy into managed memory"));
   ASSIGN_OR_RETURN(StagedCopy * copy, FindStaged(addr, bytes));
   if (copy->staging != Staging::kDiscarded) {  // KeepHostCopy's: into device buffers only
     return absl::FailedPreconditionError(absl::StrCat("no staged range of ", bytes, " bytes at 0x", absl::Hex(addr)));
@@ -496,6 +511,7 @@ absl::Status CudaBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t devic
 #if AUTOUVM_CUDA_KERNELS
   if (copy->coding == StagedCopy::Coding::kCoded && stream == Stream::kCopy &&
       reinterpret_cast<uintptr_t>(device_addr) % 16 == 0) {
+    RETURN_IF_ERROR(RefuseInCapture("a coded copy"));
     RETURN_IF_ERROR(stager_->Stage(*copy->coded, reinterpret_cast<uint16_t*>(device_addr)));
     staged_in_bytes_ += copy->coded->link_bytes;
     coded_bytes_ += copy->coded->link_bytes;
@@ -504,7 +520,7 @@ absl::Status CudaBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t devic
   }
 #endif
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<void*>(device_addr), copy->host, static_cast<size_t>(bytes),
-                                       cudaMemcpyHostToDevice, streams_->Of(stream)),
+                                       cudaMemcpyHostToDevice, static_cast<cudaStream_t>(StreamOf(stream))),
                        "cudaMemcpyAsync (a staged tensor into a device buffer)");
   staged_in_bytes_ += bytes;
   return absl::OkStatus();
@@ -550,6 +566,11 @@ void CudaBackend::FreeHostCopy(uint64_t addr, StagedCopy& copy) {
   copy.coded.reset();
   copy.coding = StagedCopy::Coding::kNone;
   FreePinnedHost(copy.host, copy.mapped);
+}
+
+void* CudaBackend::StreamOf(Stream stream) const {
+  if (const Capture* c = Capturing(); c != nullptr) return stream == Stream::kCompute ? c->compute : c->copy;
+  return streams_->Of(stream);
 }
 
 void* CudaBackend::CopyTail() {

@@ -17,6 +17,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/device_backend.h"
@@ -75,6 +77,10 @@ class CudaBackend final : public DeviceBackend {
   absl::StatusOr<UvmCounters> ReadCounters() override;
   // Without a flush (CuptiUvmCounters' own thread flushes every kFlushPeriodS).
   absl::StatusOr<UvmCounters> DeliveredCounters() override;
+  // Note [Staged passes captured] (runtime/executor_capture.cc; cuda_backend_capture.cc).
+  absl::Status BeginCapture(void* stream) override;
+  void EndCapture() override;
+  void CountReplayedStaging(int64_t staged_bytes) override { staged_in_bytes_ += staged_bytes; }
   double counter_lag_s() const override;
   // Staging (Note [Staged streaming] in device_backend.h): host copies in pinned memory, one per range;
   // needs CUDA 13 (cudaMemDiscardBatchAsync). The range may be any managed memory, the backend's or not.
@@ -140,6 +146,28 @@ class CudaBackend final : public DeviceBackend {
   void AdoptCoded(uint64_t addr, StagedCopy& copy);
   // The stream on which an event covers all the copy side's work (copies and decodes).
   void* CopyTail();
+  // A thread capturing a graph through this backend (BeginCapture): its capture stream, the copy stream
+  // of its own that joins the graph, and the first event recorded in the capture.
+  struct Capture {
+    std::thread::id thread;
+    void* compute = nullptr;
+    void* copy = nullptr;
+    EventId first = 0;
+  };
+  const Capture* Capturing() const;     // the calling thread's, null when it captures nothing
+  void* StreamOf(Stream stream) const;  // a cudaStream_t: the calling thread's capture's, else the backend's
+  // FAILED_PRECONDITION naming `what` while the calling thread captures (a graph cannot hold it).
+  absl::Status RefuseInCapture(const char* what) const;
+  std::vector<Capture> captures_;
+  // Per thread that has captured: its copy stream and the events that fork it from the capture stream and
+  // join it back (cudaStream_t, cudaEvent_t), kept for its next capture, destroyed with the backend.
+  struct CaptureStreams {
+    std::thread::id thread;
+    void* copy = nullptr;
+    void* fork = nullptr;
+    void* join = nullptr;
+  };
+  std::vector<CaptureStreams> capture_streams_;
   absl::Status CopyToHost(uint64_t addr, int64_t bytes, Staging staging);
   // The host copy of the range StageOut or KeepHostCopy was given; FAILED_PRECONDITION for any other.
   absl::StatusOr<StagedCopy*> FindStaged(uint64_t addr, int64_t bytes);

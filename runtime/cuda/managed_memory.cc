@@ -46,6 +46,11 @@ class ManagedCapturedWork final : public ComputeDevice::CapturedWork {
     if (e != cudaSuccess) return absl::InternalError(CudaError("cudaGraphLaunch", e));  // checked
     return absl::OkStatus();
   }
+  absl::Status Wait() override {
+    const cudaError_t e = cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream());
+    if (e != cudaSuccess) return absl::InternalError(CudaError("waiting for a replay", e));  // checked
+    return absl::OkStatus();
+  }
 
  private:
   const cudaGraphExec_t exec_;

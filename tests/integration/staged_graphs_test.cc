@@ -1,0 +1,165 @@
+// Note [Staged passes captured] (runtime/executor_capture.cc), on the CPU: decode passes that follow a plan
+// through the device buffer on the simulated mirror, run by kEmulated step graphs (engine/step_graphs.h),
+// whose capture is the observed pass itself and whose replay runs the step again unobserved. Against the
+// same model and plan run eagerly, step by step: the logits bit for bit, every pass followed, and the
+// executor's counts (what it fetched) the same although replays call nothing of it. The GPU host runs the
+// same path as CUDA graphs (bench/step_graphs at factors above 1).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "engine/llama_builder.h"
+#include "engine/model_runner.h"
+#include "profiler/model_session.h"
+#include "profiler/profile_repository.h"
+#include "profiler/profile_store.h"
+#include "runtime/observer.h"
+#include "tests/testing/small_model.h"
+#include "tests/testing/temp_dir.h"
+
+namespace autouvm::profiler {
+namespace {
+
+struct Model {
+  std::unique_ptr<engine::ModelRunner> runner;
+  std::unique_ptr<ModelSession> session;
+  std::vector<PassGraph> graphs;  // how each pass ran
+};
+
+class StagedGraphsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { runtime::Observer::MakeExecutionRepeatable(); }
+
+  void SetUp() override {
+    auto store = OpenRocksDbProfileStore(dir_.Sub("profiles"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    repository_ = std::make_unique<ProfileRepository>(store_.get());
+    jobs_ = std::make_unique<ProfileJobs>(repository_.get(), spec_, &clock_);
+    // Weights of 1-4 MiB each: the simulator's replay, which chooses the plan, stages whole pages.
+    config_ = testing::SmallLlamaConfig("staged", 2, "fp32");
+    config_.dim = 512;
+    config_.n_heads = 8;
+    config_.n_kv_heads = 4;
+    config_.head_dim = 64;
+    config_.ffn_dim = 1024;
+    config_.vocab_size = 1024;
+    ASSERT_TRUE(engine::WriteLlamaModel(config_, 5, dir_.path()).ok());
+  }
+
+  // The model under half its weights' bytes, following plans on the mirror; `graphs`: its decode steps by
+  // (emulated) graphs, and its passes through the device buffer captured with their copies.
+  Model Load(bool graphs) {
+    Model m;
+    auto runner = engine::ModelRunner::Create(dir_.Sub(config_.name), config_, 4);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    if (!runner.ok()) return m;
+    m.runner = std::move(*runner);
+    if (graphs) EXPECT_TRUE(m.runner->EnableStepGraphs({.mode = engine::StepGraphMode::kEmulated}).ok());
+    const std::vector<runtime::NamedTensor> named = m.runner->NamedTensors();
+    int64_t bytes = 0;  // the weights' (the KV pools are placed by the rows in use: a few here)
+    for (const runtime::NamedTensor& t : named) {
+      if (!t.name.starts_with("kv_cache")) bytes += t.bytes;
+    }
+    auto execution = ModelExecution::Mirror(spec_, named, {.monitor_every = 0, .capture_passes = graphs});
+    EXPECT_TRUE(execution.ok()) << execution.status();
+    // Both models share the jobs: the second follows the plan the first had recorded.
+    auto session = ModelSession::Create({std::string(64, 's'), spec_.name, bytes / 2, "autouvm"}, jobs_.get(), named,
+                                        std::move(*execution));
+    EXPECT_TRUE(session.ok()) << session.status();
+    if (!session.ok()) return m;
+    m.session = std::move(*session);
+    ModelSession* s = m.session.get();
+    m.runner->set_kv_rows_listener([s](int64_t live, int64_t pool) { s->execution()->SetKvRows(live, pool); });
+    m.runner->set_staged_capture_key([s] { return s->StagedCaptureKey(); });
+    return m;
+  }
+
+  // One decode step of `rows` sequences as the scheduler runs it (engine/scheduler.cc): the hooks around
+  // the pass, graphs allowed only where nothing observes it, how it ran told before the pass's end.
+  static absl::Status Step(Model& m, int rows, int64_t pos, std::vector<float>* logits) {
+    std::vector<engine::ModelRunner::DecodeRow> batch;
+    for (int r = 0; r < rows; ++r) batch.push_back({r, 100 + r + static_cast<int32_t>(pos) % 7, pos});
+    absl::Status s;
+    for (int attempt = 0;; ++attempt) {
+      m.session->BeforeIteration(IterationPhase::kDecode, rows, 0);
+      m.runner->set_graphs_allowed(m.session->PassMayBeCaptured());
+      s = m.runner->Decode(batch, logits);
+      m.graphs.push_back(m.runner->last_pass_graph());
+      m.session->RanAsGraph(m.runner->last_pass_graph());
+      if (!m.session->AfterIteration(s) || attempt > 0) break;
+    }
+    return s;
+  }
+
+  testing::TempDir dir_;
+  base::RealClock clock_;
+  // The H200 with in-place reads made slow: the plans stream the weights through the device buffer rather
+  // than read those an op reads once in place (Note [Staged or in place], profiler/planner.cc).
+  const runtime::GpuSpec spec_ = [] {
+    runtime::GpuSpec s = *runtime::FindGpuSpec("h200-pcie5");
+    s.uvm.remote_bytes_per_s = 1e3;
+    s.uvm.remote_matrix_bytes_per_s = 1e3;
+    return s;
+  }();
+  std::unique_ptr<ProfileStore> store_;
+  std::unique_ptr<ProfileRepository> repository_;
+  std::unique_ptr<ProfileJobs> jobs_;
+  engine::ModelConfig config_;
+};
+
+TEST_F(StagedGraphsTest, PassesThroughTheDeviceBufferAreCapturedOnceTheyRepeatAndReplayedWithTheEagerLogitsAndCounts) {
+  Model eager = Load(/*graphs=*/false);
+  ASSERT_NE(eager.session, nullptr);
+  std::vector<float> logits, expected;
+  // The shape's first pass is recorded; its plan is made before the next. Each sequence starts at
+  // position 0: a row attends to its positions so far, which an earlier step must have written.
+  ASSERT_TRUE(Step(eager, 2, 0, &logits).ok());
+  jobs_->Drain();
+  Model graphs = Load(/*graphs=*/true);
+  ASSERT_NE(graphs.session, nullptr);
+  // The graphs' model has no pass to record: its first one follows the plan, as the eager model's does
+  // from now on (position 0 written again, with the same values).
+  const int kSteps = 12;
+  for (int64_t pos = 0; pos < kSteps; ++pos) {
+    ASSERT_TRUE(Step(eager, 2, pos, &expected).ok());
+    ASSERT_TRUE(Step(graphs, 2, pos, &logits).ok());
+    ASSERT_EQ(logits.size(), expected.size());
+    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step at " << pos << ", " << i;
+  }
+  const ExecutionStats e = eager.session->execution()->stats(), g = graphs.session->execution()->stats();
+  ASSERT_TRUE(g.following == e.following && !g.following.empty()) << g.following << " / " << e.following;
+  EXPECT_GT(g.staged_bytes, 0);  // the plan streams, through the device buffer
+  EXPECT_EQ(g.followed_iterations, kSteps) << g.last_error;
+  EXPECT_EQ(g.abandoned_iterations, 0) << g.last_error;
+  EXPECT_EQ(e.followed_iterations, kSteps);  // and its first pass, recorded
+  // Every pass fetched what the eager one did, replays included.
+  EXPECT_EQ(g.prefetched_bytes, e.prefetched_bytes);
+  EXPECT_GT(g.prefetched_bytes, 0);
+
+  // The first passes run eagerly until one starts where the last one started and ended (the first issues
+  // nothing ahead, the second starts from what the first did); that one is captured, the rest replay.
+  int captured = 0, replayed = 0, first_captured = -1;
+  for (size_t i = 0; i < graphs.graphs.size(); ++i) {
+    if (graphs.graphs[i] == PassGraph::kCaptured) {
+      ++captured;
+      if (first_captured < 0) first_captured = static_cast<int>(i);
+    }
+    if (graphs.graphs[i] == PassGraph::kReplayed) ++replayed;
+    EXPECT_NE(graphs.graphs[i], PassGraph::kCaptureFailed) << "pass " << i;
+  }
+  EXPECT_EQ(captured, 1);
+  EXPECT_EQ(replayed, kSteps - 1 - first_captured);
+  EXPECT_GE(first_captured, 1);
+  EXPECT_LE(first_captured, 3);
+  const engine::StepGraphStats stats = graphs.runner->step_graph_stats();
+  EXPECT_EQ(stats.staged_captures, 1);
+  EXPECT_EQ(stats.staged_replays, replayed);
+  EXPECT_EQ(stats.capture_failures, 0) << stats.last_error;
+}
+
+}  // namespace
+}  // namespace autouvm::profiler

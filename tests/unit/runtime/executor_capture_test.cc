@@ -1,0 +1,136 @@
+// Note [Staged passes captured] (runtime/executor_capture.cc), the executor's part on the simulated backend:
+// with a periodic ring its passes come to repeat — each starts in the state the last started and ended
+// in — where a ring carried over from pass to pass places each pass elsewhere; a replayed pass counts
+// what the captured one fetched; and a pass from a state that does not repeat cannot be replayed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/executor.h"
+#include "runtime/sim/sim_backend.h"
+#include "tests/testing/decode_like_trace.h"
+#include "tests/testing/executor_fixture.h"
+
+namespace autouvm::runtime {
+namespace {
+
+using testing_executor::Fixture;
+using testing_executor::kMiB;
+using testing_executor::PlanFor;
+
+// Each pass's first op's key and whether it repeated, and what the pass fetched.
+struct Pass {
+  uint64_t key = 0;
+  bool repeats = false;
+  int64_t fetched = 0;
+};
+
+std::vector<Pass> RunPasses(const AccessTrace& t, const Plan& plan, bool periodic, int passes) {
+  Fixture f(t);
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ex.set_periodic_ring(periodic);
+  EXPECT_TRUE(ex.Prepare().ok());
+  EXPECT_TRUE(ex.uses_device_buffer());
+  std::vector<Pass> out;
+  for (int pass = 0; pass < passes; ++pass) {
+    Pass p{.key = ex.PassKey(), .repeats = ex.PassRepeats()};
+    const int64_t before = ex.prefetched_bytes();
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      EXPECT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+      f.Launch(t.ops[i]);
+      EXPECT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+    }
+    p.fetched = ex.prefetched_bytes() - before;
+    out.push_back(p);
+  }
+  return out;
+}
+
+// A plan whose passes stream seven 64 MiB weights through a window of three (the planner's holds one and
+// some: every weight goes at 0): carried over, the ring's tail would move by 64 MiB a pass.
+Plan DriftingPlan(const AccessTrace& t) {
+  Plan plan = PlanFor(t, 8 * 64 * kMiB / 2);
+  EXPECT_TRUE(plan.device_buffer);
+  plan.window_bytes = 3 * 64 * kMiB;
+  return plan;
+}
+
+TEST(ExecutorCaptureTest, WithAPeriodicRingPassesRepeatFromTheThirdWithoutItTheyDoNot) {
+  const AccessTrace t = testing::DecodeLikeTrace(8, 64, 1, /*elementwise=*/200);
+  const Plan plan = DriftingPlan(t);
+  int64_t streamed_per_pass = 0;
+  for (const Prefetch& p : plan.prefetches) streamed_per_pass += static_cast<int64_t>(p.tensors.size()) * 64 * kMiB;
+  ASSERT_NE(streamed_per_pass % plan.window_bytes, 0) << "the ring must drift for this test to mean anything";
+
+  const std::vector<Pass> periodic = RunPasses(t, plan, /*periodic=*/true, 8);
+  EXPECT_FALSE(periodic[0].repeats);  // nothing ran yet
+  int first = -1;
+  for (int k = 0; k < 8; ++k) {
+    if (periodic[static_cast<size_t>(k)].repeats && first < 0) first = k;
+    if (first >= 0) {
+      EXPECT_TRUE(periodic[static_cast<size_t>(k)].repeats) << "pass " << k;
+      EXPECT_EQ(periodic[static_cast<size_t>(k)].key, periodic[static_cast<size_t>(first)].key) << "pass " << k;
+    }
+    EXPECT_NE(periodic[static_cast<size_t>(k)].key, 0u);
+    // The first pass also fetches the next one's first weight ahead; from then on each fetches its own.
+    if (k > 0) EXPECT_EQ(periodic[static_cast<size_t>(k)].fetched, streamed_per_pass) << "pass " << k;
+  }
+  EXPECT_GE(first, 1);
+  EXPECT_LE(first, 2);
+
+  // Carried over, the ring places each pass elsewhere: no pass can be captured (nor is asked for a key).
+  const std::vector<Pass> carried = RunPasses(t, plan, /*periodic=*/false, 8);
+  for (const Pass& p : carried) {
+    EXPECT_EQ(p.key, 0u);
+    EXPECT_FALSE(p.repeats);
+  }
+}
+
+TEST(ExecutorCaptureTest, AReplayedPassCountsWhatTheCapturedOneFetchedAndOnlyAPassThatRepeatsCanBeReplayed) {
+  const AccessTrace t = testing::DecodeLikeTrace(8, 64, 1, /*elementwise=*/200);
+  const Plan plan = DriftingPlan(t);
+  Fixture f(t);
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ex.set_periodic_ring(true);
+  ASSERT_TRUE(ex.Prepare().ok());
+  EXPECT_EQ(ex.Replayed().code(), absl::StatusCode::kFailedPrecondition);  // no pass ran
+  auto run = [&] {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+      f.Launch(t.ops[i]);
+      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+    }
+  };
+  for (int pass = 0; pass < 3 && !ex.PassRepeats(); ++pass) run();
+  ASSERT_TRUE(ex.PassRepeats());
+  const uint64_t key = ex.PassKey();
+  int64_t before = ex.prefetched_bytes();
+  (void)ex.TakeFetchCounts();
+  run();  // the pass a graph would capture
+  const int64_t fetched = ex.prefetched_bytes() - before;
+  const Executor::FetchCounts captured = ex.TakeFetchCounts();
+  ex.AfterCapture();
+  EXPECT_GT(fetched, 0);
+  for (int replay = 0; replay < 3; ++replay) {
+    before = ex.prefetched_bytes();
+    ASSERT_TRUE(ex.Replayed().ok());
+    EXPECT_EQ(ex.prefetched_bytes() - before, fetched);
+    const Executor::FetchCounts counts = ex.TakeFetchCounts();
+    EXPECT_EQ(counts.ahead, captured.ahead);
+    EXPECT_EQ(counts.at_op, captured.at_op);
+    EXPECT_EQ(ex.PassKey(), key);  // a replay leaves the state where it found it
+  }
+  // An eager pass after the replays runs as the captured one did, from the events the replays left.
+  before = ex.prefetched_bytes();
+  run();
+  EXPECT_EQ(ex.prefetched_bytes() - before, fetched);
+  EXPECT_TRUE(ex.PassRepeats());
+  // A pass cut short repeats nothing: the next cannot be replayed.
+  ex.AbandonIteration();
+  EXPECT_FALSE(ex.PassRepeats());
+  EXPECT_EQ(ex.Replayed().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace autouvm::runtime
