@@ -144,6 +144,9 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", prompt_len, "prompt tokens");
   app.add_option("--repeats", repeats, "timed bursts per batch");
   app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  bool streaming = true;
+  app.add_option("--streaming", streaming,
+                 "the graphs' daemon captures the steps that stream weights too (runtime.cuda_graphs_streaming)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<int> batches;
@@ -180,11 +183,12 @@ int main(int argc, char** argv) {
     for (const bool graphs : {false, true}) {
       const std::string dir = absl::StrCat(root, "/run-", cells.size());
       std::filesystem::create_directories(dir);
-      const std::string config =
-          autouvm::bench::WriteCudaDaemonConfig(dir, repo, spec.name,
-                                                absl::StrCat("models: {", c.name, ": {max_batch: ", max_batch,
-                                                             ", policy: autouvm, device_budget: ", budget, "}}"),
-                                                absl::StrCat("cuda_graphs: ", graphs ? "true" : "false"));
+      const std::string config = autouvm::bench::WriteCudaDaemonConfig(
+          dir, repo, spec.name,
+          absl::StrCat("models: {", c.name, ": {max_batch: ", max_batch, ", policy: autouvm, device_budget: ", budget,
+                       "}}"),
+          absl::StrCat("cuda_graphs: ", graphs ? "true" : "false",
+                       ", cuda_graphs_streaming: ", graphs && streaming ? "true" : "false"));
       autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(
           daemon_path, config, dir,
           log_dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--log-level", "debug"});

@@ -515,7 +515,7 @@ absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
   Impl* impl = impl_.get();
   // `live` is the whole pool in a graph (Note [Captured steps]).
   const int64_t pool_rows = impl->k_pools.empty() ? 0 : impl->k_pools[0].size(0);
-  auto forward = [impl, pool_rows](const StepGraphs::Inputs& in) {
+  auto forward = [impl, pool_rows](const StepGraphs::Inputs& in, int64_t live) {
     std::vector<torch::jit::IValue> inputs{in.tokens,
                                            in.positions,
                                            in.kv_rows,
@@ -524,7 +524,7 @@ absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
                                            in.p_flat,
                                            in.p_rows,
                                            in.logit_ix,
-                                           pool_rows,
+                                           live < 0 ? pool_rows : live,
                                            c10::List<at::Tensor>(impl->k_pools),
                                            c10::List<at::Tensor>(impl->v_pools)};
     return impl->module.get_method("step")(std::move(inputs)).toTensor();
@@ -566,7 +566,8 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
     if (staged_key != 0) {
       torch::NoGradGuard no_grad;
       auto on = impl_->Enter();
-      absl::StatusOr<at::Tensor> out = graphs->RunStaged(bucket, staged_key, nd, fill, &last_pass_graph_);
+      absl::StatusOr<at::Tensor> out =
+          graphs->RunStaged(bucket, staged_key, blocks.live_rows(), nd, fill, &last_pass_graph_);
       last_step_form_ = graphs->last_form();
       last_step_launch_s_ = -1;
       if (!out.ok()) return out.status();

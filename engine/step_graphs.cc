@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 
@@ -122,7 +123,7 @@ void StepGraphs::Capture(Bucket b, Entry& e) {
   const auto began = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> work =
       CaptureWork([this, &e]() -> absl::Status {
-        e.out = forward_(e.views);
+        e.out = forward_(e.views, -1);
         return absl::OkStatus();
       });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
@@ -169,7 +170,7 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
     absl::MutexLock lock(&mu_);
     ++stats_.replays;
   } else {
-    out = forward_(e.views);  // this step's result, and the warm-up of the capture that follows
+    out = forward_(e.views, -1);  // this step's result, and the warm-up of the capture that follows
     const bool tried = !e.failed;
     if (tried) Capture(b, e);
     if (e.failed) CountEager();
@@ -186,7 +187,7 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
   return logits;
 }
 
-absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t rows,
+absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t live, int64_t rows,
                                                  const std::function<void(int64_t* host)>& fill,
                                                  profiler::PassGraph* how) {
   *how = profiler::PassGraph::kNone;
@@ -197,7 +198,7 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
   StagedEntry& staged = staged_[{b.batch, b.span}];
   Entry& e = staged.entry;
   if (!e.host.defined()) MakeEntry(b, e);
-  if (e.work != nullptr && (staged.key != key || e.addresses != Addresses())) {
+  if (e.work != nullptr && (staged.key != key || staged.live != live || e.addresses != Addresses())) {
     // Another state of the plan (or another plan), or a tensor it reads has moved: captured again.
     e.work.reset();
     absl::MutexLock lock(&mu_);
@@ -205,14 +206,15 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     --stats_.graphs;
   }
   staged.key = key;
+  staged.live = live;
   ResetDecodeLayout(b, e.host.data_ptr<int64_t>());
   fill(e.host.data_ptr<int64_t>());
   if (e.work == nullptr) {
     // The pass itself, observed: on a device, its input and output copies are in the graph, as the
     // eager step's are in its ops (one copy to the device, one back: Note [Leaf ops] counts both).
-    auto body = [this, &e, device]() -> absl::Status {
+    auto body = [this, &e, device, live]() -> absl::Status {
       if (device) e.inputs.copy_(e.host, /*non_blocking=*/true);
-      e.out = forward_(e.views);
+      e.out = forward_(e.views, live);
       if (!device) {
         e.out_host = e.out;
       } else {
@@ -260,6 +262,8 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     ++stats_.graphs;
     *how = profiler::PassGraph::kCaptured;
     last_form_ = "decode: staged, captured";
+    AUTOUVM_LOG(DEBUG) << "step graphs: captured a staged decode pass of batch " << b.batch << ", span " << b.span
+                       << " in " << absl::StrFormat("%.1f", 1e3 * seconds) << " ms";
   } else {
     *how = profiler::PassGraph::kReplayed;
     last_form_ = "decode: staged, replayed";

@@ -37,8 +37,9 @@ class StepGraphs {
   struct Inputs {
     at::Tensor tokens, positions, kv_rows, d_rows, p_index, p_flat, p_rows, logit_ix;
   };
-  // Runs the module's step on `in`: logits [batch, vocab] on the device.
-  using Forward = std::function<at::Tensor(const Inputs& in)>;
+  // Runs the module's step on `in` over the KV pools' first `live` rows (-1: the whole pools, what a
+  // graph of an unobserved step reads: Note [Captured steps]): logits [batch, vocab] on the device.
+  using Forward = std::function<at::Tensor(const Inputs& in, int64_t live)>;
   using Bucket = DecodeBucket;
 
   // `reads`: the storages of every tensor the step reads or writes but its inputs (weights, buffers, KV
@@ -64,10 +65,11 @@ class StepGraphs {
   // follows a plan through the device buffer, observed, from the plan's state `key` (nonzero). The pass
   // itself is captured — its input copy, forward pass and logits' copy to pinned host memory, and the
   // copies the executor issues at its op boundaries meanwhile — then launched; a later step of the same
-  // bucket and key replays it, and another key captures again (one graph per bucket). `how` says which:
+  // bucket, key and `live` (the KV pools' rows in use, which the eager step reads: the pass runs the ops its
+  // plan was made from) replays it, and another captures again (one graph per bucket). `how` says which:
   // kCaptured, kReplayed, or kCaptureFailed, when the error returned is the capture's (nothing ran, the
   // bucket's staged steps then run eagerly: Takes() is false for them).
-  absl::StatusOr<at::Tensor> RunStaged(Bucket b, uint64_t key, int64_t rows,
+  absl::StatusOr<at::Tensor> RunStaged(Bucket b, uint64_t key, int64_t live, int64_t rows,
                                        const std::function<void(int64_t* host)>& fill, profiler::PassGraph* how);
   // Whether staged steps of bucket `b` may run by RunStaged (none of its captures failed).
   bool TakesStaged(Bucket b) const { return Takes(b) && !staged_failed_.contains({b.batch, b.span}); }
@@ -109,6 +111,7 @@ class StepGraphs {
   std::map<std::pair<int64_t, int64_t>, Entry> entries_;
   struct StagedEntry {
     uint64_t key = 0;
+    int64_t live = 0;
     Entry entry;
   };
   std::map<std::pair<int64_t, int64_t>, StagedEntry> staged_;

@@ -35,6 +35,14 @@ namespace autouvm::runtime {
 // - The copies the pass issues ahead for the next one are in its graph, which ends with them: the next
 //   pass's copies start after the host has read this one's logits and launched the next graph, so the
 //   link idles for the host's gap between steps (eagerly, it does not).
+// - The captured pass must run the ops its plan was recorded from, so its forward pass reads the KV
+//   pools' rows in use as the eager step does (engine/step_graphs.h, RunStaged's `live`), not the whole
+//   pools as a resident graph does; the graph is captured again when they change.
+// - Behind runtime.cuda_graphs_streaming, off by default: the first run on the H100
+//   (bench/results/2026-12-06-staged-graphs-h100.md) replayed most passes but stepped 11-49% slower than
+//   eagerly. Its capture passes seem to have stopped following their plans (before the `live` above). The
+//   periodic ring also costs look-ahead: a pass's first fetch at 0 overwrites the last lap's first
+//   weights, which the pass's last ops read. A ring sized so that a pass's copies tile it would keep it.
 uint64_t Executor::PassKey() const {
   if (!periodic_ring_ || buffer_ == 0 || time_copies_ || eviction_ != nullptr || !follows_ops()) return 0;
   std::vector<int64_t> state;

@@ -108,6 +108,11 @@ struct ServerConfig {
   // engine/step_graphs.cc), up to cuda_graph_max_batch rows. CUDA only.
   bool cuda_graphs = true;
   int64_t cuda_graph_max_batch = 32;
+  // With cuda_graphs, decode steps that stream weights through their plan's device buffer are captured
+  // too, with the plan's copies (runtime.cuda_graphs_streaming; Note [Staged passes captured],
+  // runtime/executor_capture.cc). Off by default until it is faster than eager stepping on the GPU host:
+  // the first measurement was slower (bench/results/2026-12-06-staged-graphs-h100.md).
+  bool cuda_graphs_streaming = false;
   int64_t monitor_every = 64;         // time one followed iteration in this many (runtime.monitor_every; 0: never)
   double monitor_min_interval_s = 5;  // and none sooner than this after the last (runtime.monitor_min_interval_s)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).

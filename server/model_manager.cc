@@ -302,7 +302,7 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
     execution_options.budget_bytes = keeps_budget ? budget : 0;
     execution_options.sleep_keep_bytes = m->settings.SleepFloorBytes(budget);
     // Note [Staged passes captured] (runtime/executor_capture.cc): graphs for the passes that stream too.
-    execution_options.capture_passes = m->graphs_on;
+    execution_options.capture_passes = m->graphs_on && config_.cuda_graphs_streaming;
     if (profiling_.executor && device_ != nullptr && device_->backend() != nullptr) {
       execution = profiler::ModelExecution::OnDevice(device_->backend(), named, execution_options,
                                                      m->runner->NewTensorBinding(), std::move(placement));
