@@ -40,9 +40,8 @@ namespace autouvm::runtime {
 //   pools as a resident graph does; the graph is captured again when they change.
 // - Behind runtime.cuda_graphs_streaming, off by default: the first run on the H100
 //   (bench/results/2026-12-06-staged-graphs-h100.md) replayed most passes but stepped 11-49% slower than
-//   eagerly. Its capture passes seem to have stopped following their plans (before the `live` above). The
-//   periodic ring also costs look-ahead: a pass's first fetch at 0 overwrites the last lap's first
-//   weights, which the pass's last ops read. A ring sized so that a pass's copies tile it would keep it.
+//   eagerly. Its capture passes seem to have stopped following their plans (before the `live` above), and
+//   the link idles between graphs (above).
 uint64_t Executor::PassKey() const {
   if (!periodic_ring_ || buffer_ == 0 || time_copies_ || eviction_ != nullptr || !follows_ops()) return 0;
   std::vector<int64_t> state;
