@@ -559,15 +559,17 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
   };
   StepGraphs* graphs = impl_->graphs.get();
   try {
-    // Note [Staged passes captured] (runtime/executor_capture.cc): an observed step whose plan's state
-    // repeats runs as the graph of its pass, copies included.
-    const uint64_t staged_key =
-        graphs != nullptr && !graphs_allowed_ && staged_key_ && graphs->TakesStaged(bucket) ? staged_key_() : 0;
-    if (staged_key != 0) {
+    // Note [Staged passes captured] (runtime/executor_capture.cc): an observed step of a bucket the graphs
+    // take runs the ops of the staged pass, as the graph of its pass (copies included) where its plan's
+    // state repeats, else eagerly: the plans it follows are recorded from the same ops.
+    if (graphs != nullptr && !graphs_allowed_ && graphs->Takes(bucket)) {
+      const profiler::IterationHooks* hooks = staged_hooks_;
+      const uint64_t key = hooks != nullptr && graphs->TakesStaged(bucket) ? hooks->StagedCaptureKey() : 0;
       torch::NoGradGuard no_grad;
       auto on = impl_->Enter();
-      absl::StatusOr<at::Tensor> out =
-          graphs->RunStaged(bucket, staged_key, blocks.live_rows(), nd, fill, &last_pass_graph_);
+      absl::StatusOr<at::Tensor> out = graphs->RunStaged(
+          bucket, key, blocks.live_rows(), nd, fill, [hooks, key] { return hooks->StagedCaptureHeld(key); },
+          &last_pass_graph_);
       last_step_form_ = graphs->last_form();
       last_step_launch_s_ = -1;
       if (!out.ok()) return out.status();
@@ -584,9 +586,7 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
       return absl::OkStatus();
     }
     if (graphs != nullptr) graphs->CountEager();
-    last_step_form_ = graphs == nullptr  ? "decode"
-                      : !graphs_allowed_ ? "decode: eager, observed"
-                                         : "decode: eager, too wide";
+    last_step_form_ = graphs == nullptr ? "decode" : "decode: eager, too wide";
     // The same layout as the graph's.
     auto packed = torch::empty({DecodeLayoutSize(bucket)}, torch::kLong);
     ResetDecodeLayout(bucket, packed.data_ptr<int64_t>());

@@ -72,7 +72,7 @@ class ModelRunner final : public StepRunner {
   // on the CPU); kEmulated runs the same path eagerly, for tests. Call before the first step.
   absl::Status EnableStepGraphs(const StepGraphOptions& options);
   void set_graphs_allowed(bool allowed) override { graphs_allowed_ = allowed; }
-  void set_staged_capture_key(std::function<uint64_t()> key) override { staged_key_ = std::move(key); }
+  void set_staged_capture(const profiler::IterationHooks* hooks) override { staged_hooks_ = hooks; }
   profiler::PassGraph last_pass_graph() const override { return last_pass_graph_; }
   std::string_view last_step_form() const override { return last_step_form_; }
   double last_step_launch_s() const override { return last_step_launch_s_; }
@@ -134,7 +134,7 @@ class ModelRunner final : public StepRunner {
   std::string compute_dtype_;
   std::function<void(int64_t, int64_t)> kv_rows_listener_;
   bool graphs_allowed_ = true;
-  std::function<uint64_t()> staged_key_;
+  const profiler::IterationHooks* staged_hooks_ = nullptr;
   profiler::PassGraph last_pass_graph_ = profiler::PassGraph::kNone;
   const char* last_step_form_ = "";
   double last_step_launch_s_ = -1;

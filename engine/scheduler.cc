@@ -233,9 +233,7 @@ void Scheduler::Run(const StepPlan& plan) {
     // Note [Captured steps] (engine/step_graphs.cc): only a pass nothing observes may run as a graph.
     runner_->set_graphs_allowed(options_.hooks == nullptr || options_.hooks->PassMayBeCaptured());
     // Note [Staged passes captured] (runtime/executor_capture.cc): asked by the runner at the launch.
-    if (options_.hooks != nullptr) {
-      runner_->set_staged_capture_key([hooks = options_.hooks] { return hooks->StagedCaptureKey(); });
-    }
+    runner_->set_staged_capture(options_.hooks);
     const absl::Time asked = clock_->Now();
     before_hooks = asked - hooked;
     if (options_.turns != nullptr) options_.turns->turns()->Begin(options_.turns->id());

@@ -189,7 +189,7 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
 
 absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t live, int64_t rows,
                                                  const std::function<void(int64_t* host)>& fill,
-                                                 profiler::PassGraph* how) {
+                                                 const std::function<absl::Status()>& held, profiler::PassGraph* how) {
   *how = profiler::PassGraph::kNone;
   if (rows < 1 || rows > b.batch) {
     return absl::InvalidArgumentError(absl::StrCat("a step of ", rows, " rows in a bucket of ", b.batch));
@@ -197,7 +197,41 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
   const bool device = options_.mode == StepGraphMode::kDevice;
   StagedEntry& staged = staged_[{b.batch, b.span}];
   Entry& e = staged.entry;
-  if (!e.host.defined()) MakeEntry(b, e);
+  if (!e.host.defined()) {
+    // Unobserved: the bucket's first pass has the ops of every other.
+    at::RecordFunctionGuard unobserved(/*is_enabled=*/false);
+    MakeEntry(b, e);
+    // Pinned, made before any capture (an allocation of pinned memory cannot be captured).
+    if (device) e.out_host = at::empty({b.batch, vocab_}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+  }
+  ResetDecodeLayout(b, e.host.data_ptr<int64_t>());
+  fill(e.host.data_ptr<int64_t>());
+  // The pass's ops, the same whether captured or run eagerly: a plan recorded from the eager pass is the
+  // plan the captured one follows, op for op. On a device the input and output copies are among them (one
+  // copy to the device, one back: Note [Leaf ops] counts both). `out` is where the logits land on the
+  // device: a captured pass's stays with its graph (the arena's memory), an eager pass's is its own.
+  auto body = [this, &e, device, live](at::Tensor* out) -> absl::Status {
+    if (device) e.inputs.copy_(e.host, /*non_blocking=*/true);
+    *out = forward_(e.views, live);
+    if (!device) {
+      e.out_host = *out;
+    } else {
+      if (!e.out_host.sizes().equals(out->sizes())) {
+        return absl::InternalError("the staged step's logits have no host buffer of their shape");
+      }
+      e.out_host.copy_(*out, /*non_blocking=*/true);
+    }
+    return absl::OkStatus();
+  };
+  if (key == 0) {
+    // Not (yet) from a state its passes repeat: eagerly, with the captured pass's ops.
+    at::Tensor out;
+    RETURN_IF_ERROR(body(&out));
+    if (device) RETURN_IF_ERROR(device_->WaitForStream());
+    CountEager();
+    last_form_ = "decode: eager, observed";
+    return e.out_host.narrow(0, 0, rows);
+  }
   if (e.work != nullptr && (staged.key != key || staged.live != live || e.addresses != Addresses())) {
     // Another state of the plan (or another plan), or a tensor it reads has moved: captured again.
     e.work.reset();
@@ -207,38 +241,25 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
   }
   staged.key = key;
   staged.live = live;
-  ResetDecodeLayout(b, e.host.data_ptr<int64_t>());
-  fill(e.host.data_ptr<int64_t>());
   if (e.work == nullptr) {
-    // The pass itself, observed: on a device, its input and output copies are in the graph, as the
-    // eager step's are in its ops (one copy to the device, one back: Note [Leaf ops] counts both).
-    auto body = [this, &e, device, live]() -> absl::Status {
-      if (device) e.inputs.copy_(e.host, /*non_blocking=*/true);
-      e.out = forward_(e.views, live);
-      if (!device) {
-        e.out_host = e.out;
-      } else {
-        if (!e.out_host.defined() || !e.out_host.sizes().equals(e.out.sizes())) {
-          return absl::InternalError("the staged step's logits have no host buffer of their shape");
-        }
-        e.out_host.copy_(e.out, /*non_blocking=*/true);
-      }
-      return absl::OkStatus();
-    };
-    if (device && !e.out_host.defined()) {
-      // Pinned, made before the capture (an allocation of pinned memory cannot be captured); the logits'
-      // shape is the bucket's rows by the vocabulary, which the first capture learns below.
-      e.out_host = at::empty({b.batch, vocab_}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
-    }
+    auto capture = [&]() { return body(&e.out); };
     const auto began = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> work;
     if (device) {
-      work = CaptureWork(body);
+      work = CaptureWork(capture);
     } else {
       // Emulated: the pass runs here, observed, as the capture would have issued it; replays run it
       // unobserved.
-      absl::Status ran = body();
-      work = ran.ok() ? CaptureWork(body) : ran;
+      absl::Status ran = capture();
+      work = ran.ok() ? CaptureWork(capture) : ran;
+    }
+    // Note [Staged passes captured]: kept only where the pass followed its plan to the end, from and back
+    // to the state of its key; a pass that stopped following (its ops not the plan's, a call the capture
+    // refused) would replay without its copies.
+    if (work.ok()) {
+      if (absl::Status kept = held(); !kept.ok()) {
+        work = absl::Status(kept.code(), absl::StrCat("the captured pass cannot be replayed: ", kept.message()));
+      }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     absl::MutexLock lock(&mu_);

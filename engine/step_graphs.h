@@ -61,16 +61,19 @@ class StepGraphs {
   // it zeroed but for logit_ix (0..batch-1); the logits of those rows, on the host. The step runs eagerly
   // the first time (and is then captured), by its graph after, and eagerly for good if its capture failed.
   absl::StatusOr<at::Tensor> Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill);
-  // Note [Staged passes captured] (runtime/executor_capture.cc): one decode step of bucket `b` that
-  // follows a plan through the device buffer, observed, from the plan's state `key` (nonzero). The pass
-  // itself is captured — its input copy, forward pass and logits' copy to pinned host memory, and the
-  // copies the executor issues at its op boundaries meanwhile — then launched; a later step of the same
-  // bucket, key and `live` (the KV pools' rows in use, which the eager step reads: the pass runs the ops its
-  // plan was made from) replays it, and another captures again (one graph per bucket). `how` says which:
-  // kCaptured, kReplayed, or kCaptureFailed, when the error returned is the capture's (nothing ran, the
-  // bucket's staged steps then run eagerly: Takes() is false for them).
+  // Note [Staged passes captured] (runtime/executor_capture.cc): one observed decode step of bucket `b`,
+  // which may follow a plan through the device buffer, reading `live` rows of the KV pools (those in
+  // use). Its ops are the same however it runs — the input copy from pinned host memory, the forward pass,
+  // the logits' copy back to pinned host memory — so a plan recorded from it is followed op for op:
+  // - `key` 0: eagerly (how: kNone).
+  // - `key` nonzero (the plan's state, from which its passes repeat): the pass is captured with the copies
+  //   the executor issues at its op boundaries, kept if `held()` then says OK, and launched (kCaptured);
+  //   a later step of the same bucket, key and `live` replays it (kReplayed); another captures again (one
+  //   graph per bucket). kCaptureFailed: the error returned is the capture's or held()'s; nothing ran, and
+  //   the bucket's staged steps run eagerly from then on (TakesStaged() is false).
   absl::StatusOr<at::Tensor> RunStaged(Bucket b, uint64_t key, int64_t live, int64_t rows,
-                                       const std::function<void(int64_t* host)>& fill, profiler::PassGraph* how);
+                                       const std::function<void(int64_t* host)>& fill,
+                                       const std::function<absl::Status()>& held, profiler::PassGraph* how);
   // Whether staged steps of bucket `b` may run by RunStaged (none of its captures failed).
   bool TakesStaged(Bucket b) const { return Takes(b) && !staged_failed_.contains({b.batch, b.span}); }
   // Called by the runner for a step it ran without a graph while they are on.

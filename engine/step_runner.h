@@ -67,10 +67,11 @@ class StepRunner {
   // Whether the next steps may run as captured graphs (Note [Captured steps], engine/step_graphs.cc):
   // the scheduler says so before each pass, from IterationHooks::PassMayBeCaptured.
   virtual void set_graphs_allowed(bool /*allowed*/) {}
-  // Asked at a decode step's launch, after its KV rows are placed: nonzero where the observed step may run
-  // as a graph with its plan's copies (IterationHooks::StagedCaptureKey; Note [Staged passes captured],
-  // runtime/executor_capture.cc). Null: never.
-  virtual void set_staged_capture_key(std::function<uint64_t()> /*key*/) {}
+  // The hooks asked at a decode step's launch, after its KV rows are placed, whether the observed step may
+  // run as a graph with its plan's copies (IterationHooks::StagedCaptureKey), and after such a capture
+  // whether its graph may be kept (StagedCaptureHeld; Note [Staged passes captured],
+  // runtime/executor_capture.cc). Null: never. Not owned; they outlive the steps.
+  virtual void set_staged_capture(const profiler::IterationHooks* /*hooks*/) {}
   // How the last step used such a graph (IterationHooks::RanAsGraph).
   virtual profiler::PassGraph last_pass_graph() const { return profiler::PassGraph::kNone; }
   // How the last step ran, for the scheduler's debug line: "packed", "decode", "decode: replayed", ...

@@ -32,6 +32,11 @@ class IterationHooks {
   // the pass, observed, may be captured as a graph with the copies its plan issues, or replayed from a
   // graph captured under the same key (Note [Staged passes captured]): the key of the plan's state.
   virtual uint64_t StagedCaptureKey() const { return 0; }
+  // After a pass captured under `key` ran its last op, before its graph is kept: OK where the pass
+  // followed its plan throughout and ended in the state it began in; else why the graph must go.
+  virtual absl::Status StagedCaptureHeld(uint64_t /*key*/) const {
+    return absl::FailedPreconditionError("these hooks capture no passes");
+  }
   // How the pass just run used such a graph; before AfterIteration.
   virtual void RanAsGraph(PassGraph /*how*/) {}
   // True: the iteration's result must not be used, run it again (once; its hooks are called again).

@@ -331,6 +331,15 @@ uint64_t ModelExecution::StagedCaptureKey() const {
   return key == 0 ? 1 : key;
 }
 
+absl::Status ModelExecution::StagedCaptureHeld(uint64_t key) const {
+  if (follower_ == nullptr) return absl::FailedPreconditionError("no plan was followed");
+  RETURN_IF_ERROR(follower_->Followed());
+  if (key == 0 || StagedCaptureKey() != key) {
+    return absl::FailedPreconditionError("the captured pass did not end in the state it started from");
+  }
+  return absl::OkStatus();
+}
+
 void ModelExecution::RanAsGraph(PassGraph how) {
   if (executor_ == nullptr || follower_ == nullptr) return;
   switch (how) {

@@ -167,6 +167,10 @@ class ModelExecution {
   // graph with its plan's copies (observed for the plan alone, not timed, its executor's passes
   // repeating): the key of the plan and its state. Asked as the pass is launched.
   uint64_t StagedCaptureKey() const;
+  // After the pass captured under `key` has run its last op (nothing of it ran on the device yet): OK
+  // when it followed the plan through every op and ended in the state it started from, so that its graph
+  // stands for every pass from that key; else why not, and the graph is not kept.
+  absl::Status StagedCaptureHeld(uint64_t key) const;
   // How that iteration used such a graph (before End()).
   void RanAsGraph(PassGraph how);
   // Its fetches, issued ahead of their ops and at them (Executor::TakeFetchCounts).

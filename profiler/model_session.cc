@@ -187,6 +187,13 @@ uint64_t ModelSession::StagedCaptureKey() const {
   return mode_ == Mode::kFollow && !following_.empty() && execution_ != nullptr ? execution_->StagedCaptureKey() : 0;
 }
 
+absl::Status ModelSession::StagedCaptureHeld(uint64_t key) const {
+  if (mode_ != Mode::kFollow || following_.empty() || execution_ == nullptr) {
+    return absl::FailedPreconditionError("the pass followed no plan");
+  }
+  return execution_->StagedCaptureHeld(key);
+}
+
 void ModelSession::RanAsGraph(PassGraph how) {
   if (mode_ == Mode::kFollow && !following_.empty() && execution_ != nullptr) execution_->RanAsGraph(how);
 }

@@ -77,6 +77,7 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   // A pass that follows a plan with nothing to do per op, or follows none unobserved.
   bool PassMayBeCaptured() const override;
   uint64_t StagedCaptureKey() const override;
+  absl::Status StagedCaptureHeld(uint64_t key) const override;
   void RanAsGraph(PassGraph how) override;
   bool AfterIteration(const absl::Status& status) override;
   // Note [A model asleep] (profiler/model_execution.cc): the execution gives the device memory back; the

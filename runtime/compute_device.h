@@ -42,6 +42,9 @@ class ComputeDevice {
     virtual ~ThreadScope() = default;
   };
   virtual std::unique_ptr<ThreadScope> Enter() = 0;
+  // Waits for the work the calling thread has queued on its current stream (inside Enter()): its copies
+  // into pinned host memory may then be read. Nothing to wait for on the CPU.
+  virtual absl::Status WaitForStream() { return absl::OkStatus(); }
 
   // Note [Captured steps] (engine/step_graphs.cc): work captured once as a CUDA graph and launched again
   // with one call. Its allocations come from an arena of its own, which holds them while the arena lives,

@@ -280,6 +280,10 @@ class PlanFollower final : public OpSubscriber {
   // The iteration's pass did not run (its capture failed): following stops for it with `why`, staged
   // weights left as they are (nothing read them).
   void Abandon(absl::Status why);
+  // Of the iteration in progress, once its last op has run: OK when it followed every op of the plan;
+  // else why not (why following stopped, or how many of the plan's ops it followed). Note [Staged passes
+  // captured]: a capture is kept only where this holds.
+  absl::Status Followed() const;
   // Of the iteration that ended last: the ops that differed from the plan's, position by position (those
   // past the shorter of the two sequences included; 0 when the two agree or the backend stopped it), and
   // the longer sequence's length.

@@ -35,13 +35,18 @@ namespace autouvm::runtime {
 // - The copies the pass issues ahead for the next one are in its graph, which ends with them: the next
 //   pass's copies start after the host has read this one's logits and launched the next graph, so the
 //   link idles for the host's gap between steps (eagerly, it does not).
-// - The captured pass must run the ops its plan was recorded from, so its forward pass reads the KV
-//   pools' rows in use as the eager step does (engine/step_graphs.h, RunStaged's `live`), not the whole
-//   pools as a resident graph does; the graph is captured again when they change.
-// - Behind runtime.cuda_graphs_streaming, off by default: the first run on the H100
-//   (bench/results/2026-12-06-staged-graphs-h100.md) replayed most passes but stepped 11-49% slower than
-//   eagerly. Its capture passes seem to have stopped following their plans (before the `live` above), and
-//   the link idles between graphs (above).
+// - The captured pass must run the ops its plan was recorded from. So every observed step of a bucket the
+//   graphs take runs the staged pass's ops, eagerly until its state repeats (engine/step_graphs.h,
+//   RunStaged: the input copied from pinned memory, the logits copied back to it), and its forward pass
+//   reads the KV pools' rows in use, as the eager step does, not the whole pools as a resident graph
+//   does; the graph is captured again when they change.
+// - A capture is kept only where its pass followed the plan to its last op and ended in the state of its
+//   key (IterationHooks::StagedCaptureHeld); else it counts as a capture failure and the pass runs again
+//   eagerly. The first run on the H100 had neither: its captured passes began with an op the eager step
+//   did not have (aten::is_pinned, of the copy from pinned memory), their follower stopped at op 0, and
+//   the graphs were kept — without a single copy of the executor's (the CUPTI trace of
+//   bench/results/2026-12-06-staged-graphs-h100.md: no host-to-device copy in any graph), so each replay
+//   read the streamed weights from host memory where they lay, 11-49% slower than eagerly.
 uint64_t Executor::PassKey() const {
   if (!periodic_ring_ || buffer_ == 0 || time_copies_ || eviction_ != nullptr || !follows_ops()) return 0;
   std::vector<int64_t> state;

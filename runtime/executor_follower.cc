@@ -82,6 +82,15 @@ void PlanFollower::Replayed() {
   ops_followed_ = planned;
 }
 
+absl::Status PlanFollower::Followed() const {
+  if (stopped_) return status_;
+  if (ops_followed_ != static_cast<int64_t>(kernels_.size())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the pass followed ", ops_followed_, " of its plan's ", kernels_.size(), " ops"));
+  }
+  return absl::OkStatus();
+}
+
 void PlanFollower::Abandon(absl::Status why) {
   if (stopped_) return;
   stopped_ = true;

@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <exception>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -93,6 +95,14 @@ class CudaDevice final : public ComputeDevice {
   DeviceBackend* backend() override { return backend_.get(); }
   int64_t managed_bytes() const override { return pool_->allocated_bytes(); }
   std::unique_ptr<ThreadScope> Enter() override { return std::make_unique<StreamScope>(stream_); }
+  absl::Status WaitForStream() override {
+    try {
+      c10::cuda::getCurrentCUDAStream().synchronize();
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("waiting for the compute stream: ", e.what()));
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::unique_ptr<CaptureArena>> NewCaptureArena() override {
     return std::make_unique<BackendCaptureArena>(pool_->NewCaptureArena(), backend_.get());
   }

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -57,6 +58,18 @@ class ManagedCapturedWork final : public ComputeDevice::CapturedWork {
 };
 
 }  // namespace
+
+// A developer's look at a capture's nodes and edges: with AUTOUVM_GRAPH_DOT=PATH set, the first 16 graphs
+// the process captures are written to PATH.<pid>.<n>.dot (CUDA's Graphviz form; docs/development.md).
+void DebugDot(cudaGraph_t graph) {
+  static std::atomic<int> written{0};
+  const char* path = std::getenv("AUTOUVM_GRAPH_DOT");
+  if (path == nullptr || *path == '\0') return;
+  const int n = written.fetch_add(1);
+  if (n >= 16) return;
+  const std::string file = absl::StrCat(path, ".", getpid(), ".", n, ".dot");
+  (void)cudaGraphDebugDotPrint(graph, file.c_str(), 0);  // deliberately unchecked: a debugging aid
+}
 
 class ManagedCaptureArena final : public ComputeDevice::CaptureArena {
  public:
@@ -114,6 +127,7 @@ class ManagedCaptureArena final : public ComputeDevice::CaptureArena {
           status = absl::InternalError(CudaError("cudaStreamEndCapture", ended));
         }
         if (status.ok()) {
+          DebugDot(graph);
           if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
             status = absl::InternalError(CudaError("cudaGraphInstantiate", e));  // checked
             exec = nullptr;

@@ -23,6 +23,24 @@
 namespace autouvm::profiler {
 namespace {
 
+// The session's hooks as the runner asks them, but for a capture's check, which refuses every graph: as
+// when a captured pass stopped following its plan (its ops differ, a call the capture cannot hold).
+class RefusingHeld final : public IterationHooks {
+ public:
+  explicit RefusingHeld(const ModelSession* session) : session_(session) {}
+  void BeforeIteration(IterationPhase, int, int64_t) override {}
+  bool AfterIteration(const absl::Status&) override { return false; }
+  uint64_t StagedCaptureKey() const override { return session_->StagedCaptureKey(); }
+  absl::Status StagedCaptureHeld(uint64_t) const override {
+    ++asked;
+    return absl::FailedPreconditionError("op 7 is aten::is_pinned, the plan expected aten::copy_");
+  }
+  mutable int asked = 0;
+
+ private:
+  const ModelSession* session_;
+};
+
 struct Model {
   std::unique_ptr<engine::ModelRunner> runner;
   std::unique_ptr<ModelSession> session;
@@ -74,7 +92,7 @@ class StagedGraphsTest : public ::testing::Test {
     m.session = std::move(*session);
     ModelSession* s = m.session.get();
     m.runner->set_kv_rows_listener([s](int64_t live, int64_t pool) { s->execution()->SetKvRows(live, pool); });
-    m.runner->set_staged_capture_key([s] { return s->StagedCaptureKey(); });
+    m.runner->set_staged_capture(s);
     return m;
   }
 
@@ -159,6 +177,47 @@ TEST_F(StagedGraphsTest, PassesThroughTheDeviceBufferAreCapturedOnceTheyRepeatAn
   EXPECT_EQ(stats.staged_captures, 1);
   EXPECT_EQ(stats.staged_replays, replayed);
   EXPECT_EQ(stats.capture_failures, 0) << stats.last_error;
+}
+
+// A capture whose pass did not hold (StagedCaptureHeld) is not kept: the pass runs again eagerly, with the
+// eager logits, and the bucket's passes stay eager, counted as a capture failure with its reason.
+TEST_F(StagedGraphsTest, ACapturedPassThatDidNotFollowItsPlanIsDroppedAndItsBucketRunsEagerly) {
+  Model eager = Load(/*graphs=*/false);
+  ASSERT_NE(eager.session, nullptr);
+  std::vector<float> logits, expected;
+  ASSERT_TRUE(Step(eager, 2, 0, &logits).ok());
+  jobs_->Drain();
+  Model graphs = Load(/*graphs=*/true);
+  ASSERT_NE(graphs.session, nullptr);
+  RefusingHeld refusing(graphs.session.get());
+  graphs.runner->set_staged_capture(&refusing);
+  const int kSteps = 8;
+  for (int64_t pos = 0; pos < kSteps; ++pos) {
+    ASSERT_TRUE(Step(eager, 2, pos, &expected).ok());
+    ASSERT_TRUE(Step(graphs, 2, pos, &logits).ok());
+    ASSERT_EQ(logits.size(), expected.size());
+    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step at " << pos << ", " << i;
+  }
+  int failed = 0;
+  for (size_t i = 0; i < graphs.graphs.size(); ++i) {
+    EXPECT_NE(graphs.graphs[i], PassGraph::kCaptured) << "pass " << i;
+    EXPECT_NE(graphs.graphs[i], PassGraph::kReplayed) << "pass " << i;
+    if (graphs.graphs[i] == PassGraph::kCaptureFailed) ++failed;
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(refusing.asked, 1);
+  // The refused pass ran again (the scheduler's second attempt, which follows no plan: ModelSession's
+  // run again) and every other step followed the plan.
+  EXPECT_EQ(graphs.graphs.size(), static_cast<size_t>(kSteps + 1));
+  const ExecutionStats g = graphs.session->execution()->stats();
+  EXPECT_EQ(g.abandoned_iterations, 1);
+  EXPECT_EQ(g.followed_iterations, kSteps - 1);
+  const engine::StepGraphStats stats = graphs.runner->step_graph_stats();
+  EXPECT_EQ(stats.staged_captures, 0);
+  EXPECT_EQ(stats.staged_replays, 0);
+  EXPECT_EQ(stats.capture_failures, 1);
+  EXPECT_NE(stats.last_error.find("cannot be replayed: op 7 is aten::is_pinned"), std::string::npos)
+      << stats.last_error;
 }
 
 }  // namespace
