@@ -220,6 +220,9 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
         return absl::InternalError("the staged step's logits have no host buffer of their shape");
       }
       e.out_host.copy_(*out, /*non_blocking=*/true);
+      // A replay's logits are read once they are on the host, not once its copies for the next pass are
+      // done: those overlap the host's sampling and the next launch, as an eager pass's do.
+      RETURN_IF_ERROR(device_->MarkCapturedOutputs());
     }
     return absl::OkStatus();
   };

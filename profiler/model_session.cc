@@ -142,6 +142,7 @@ void ModelSession::BeforeIteration(IterationPhase phase, int batch, int64_t prom
   // keeps its plan (Note [A shape whose ops move]), which would stop at the same op again.
   const bool rerun = rerun_unfollowed_;
   rerun_unfollowed_ = false;
+  rerunning_ = rerun;
   if (rerun) {
     Suspend();
     none_.fetch_add(1);
@@ -179,7 +180,10 @@ bool ModelSession::Observed() const {
   return mode_ != Mode::kNone && (mode_ != Mode::kFollow || !following_.empty());
 }
 
-bool ModelSession::PassMayBeCaptured() const { return !Observed(); }
+// A run again is eager, as the pass it stands for was: captured, it would pay a capture in the step that
+// already ran twice, and its graph (Note [Captured steps], engine/step_graphs.cc) would read weights the
+// plan had left where its suspension put them.
+bool ModelSession::PassMayBeCaptured() const { return !Observed() && !rerunning_; }
 
 // Note [Staged passes captured] (runtime/executor_capture.cc): only an iteration that follows its plan
 // and nothing else (a checked one gives its kernels to the check, a recorded one its trace).

@@ -123,6 +123,7 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   double pass_started_ = 0;
   std::string pass_outcome_;       // how following ended, for LogPass
   bool rerun_unfollowed_ = false;  // the next iteration runs again one whose result was untrusted
+  bool rerunning_ = false;         // the iteration in progress is such a run again
   // The plan the iteration follows: its key ("" for none), and whether it is another key's.
   std::string plan_key_;
   bool borrowed_ = false;

@@ -45,6 +45,11 @@ class ComputeDevice {
   // Waits for the work the calling thread has queued on its current stream (inside Enter()): its copies
   // into pinned host memory may then be read. Nothing to wait for on the CPU.
   virtual absl::Status WaitForStream() { return absl::OkStatus(); }
+  // Inside a capture's body (CaptureArena::Capture): the work launched so far on the current stream is
+  // what the captured work's Wait() waits for; what follows it (a staged pass's copies issued ahead for
+  // the next pass, Note [Staged passes captured], runtime/executor_capture.cc) goes on after Wait()
+  // returns. Outside a capture, and on the CPU, nothing.
+  virtual absl::Status MarkCapturedOutputs() { return absl::OkStatus(); }
 
   // Note [Captured steps] (engine/step_graphs.cc): work captured once as a CUDA graph and launched again
   // with one call. Its allocations come from an arena of its own, which holds them while the arena lives,
@@ -54,7 +59,8 @@ class ComputeDevice {
     virtual ~CapturedWork() = default;
     // Launches the captured work again on the compute stream (inside Enter()).
     virtual absl::Status Replay() = 0;
-    // Waits for the last replay to finish (its outputs in host memory may then be read).
+    // Waits for the last replay to finish (its outputs in host memory may then be read), or for the part
+    // of it its capture marked (ComputeDevice::MarkCapturedOutputs).
     virtual absl::Status Wait() { return absl::OkStatus(); }
   };
   class CaptureArena {

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -159,6 +160,8 @@ Executor::~Executor() { (void)Release(); }
 // per step, ../shared/gpu/NOTES.md: 51 GB/s), never fetched and never resident; in_place_bytes() says
 // how much.
 absl::Status Executor::Prepare() {
+  static std::atomic<uint64_t> preparations{0};
+  preparation_ = preparations.fetch_add(1) + 1;
   // Note [Stage whole blocks] holds for ranges staged into their own pages; through the device buffer
   // any weight of a block or more is staged (13B weights follow a 312.5 MiB embedding off the 2 MiB grid).
   const bool buffered = stage_ && want_buffer_ && backend_->can_stage_into() &&

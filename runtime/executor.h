@@ -215,6 +215,9 @@ class Executor {
   const bool want_buffer_;
   const int64_t window_bytes_;
   uint64_t buffer_ = 0;
+  // Which preparation this is, of every executor's in the process (Note [Staged passes captured]: a
+  // graph's copies read the host copies and fill the buffer this preparation made).
+  uint64_t preparation_ = 0;
   BufferState buffer_state_;
   std::vector<int64_t> slot_of_;  // parallel to ranges_list_: offset in the buffer, -1 when not in it
   std::vector<size_t> fetch_order_;

@@ -22,7 +22,11 @@ namespace autouvm::runtime {
 //   (its tail moves by the pass's bytes modulo the buffer), so with a periodic ring the pass's first
 //   fetch goes at 0 (set_periodic_ring). The host-side logic is deterministic, so a pass is decided by
 //   the state it starts from — the slots held and released, the fetches issued ahead, the binds, the
-//   tensors' sizes (KV pools grow) — whose key PassKey() is. A pass is captured only when the last one
+//   tensors' sizes (KV pools grow), the preparation — whose key PassKey() is. The preparation is in it
+//   because a graph's copies read the host copies and fill the buffer that preparation made: a plan
+//   switched away and back (each request's prefill and decode) may stage from new ones. Without it the
+//   H200's daemon died (SIGSEGV on a thread not its own) at the first pass of a bucket whose graph was
+//   captured in the request before, replayed from a key that matched. A pass is captured only when the last one
 //   started and ended in the state of this one's key (PassRepeats()): it will end there too, and every
 //   replay from that state does what the captured pass did. The first pass after a plan's preparation
 //   issues nothing ahead, the second starts from what the first issued: the third is the first captured.
@@ -32,9 +36,10 @@ namespace autouvm::runtime {
 //   replaces them with one recorded after its launch (ReplaceEvents), and the backend's streams wait
 //   for the graph before their next work.
 // - A replay makes no call here: Replayed() adds the captured pass's counts and its copies' bytes.
-// - The copies the pass issues ahead for the next one are in its graph, which ends with them: the next
-//   pass's copies start after the host has read this one's logits and launched the next graph, so the
-//   link idles for the host's gap between steps (eagerly, it does not).
+// - The copies the pass issues ahead for the next one are in its graph, which ends with them. The host
+//   waits for the logits' copy only (ComputeDevice::MarkCapturedOutputs: an event node of the graph), so
+//   those copies overlap its sampling and the next launch as an eager pass's do; the next graph starts
+//   after them.
 // - The captured pass must run the ops its plan was recorded from. So every observed step of a bucket the
 //   graphs take runs the staged pass's ops, eagerly until its state repeats (engine/step_graphs.h,
 //   RunStaged: the input copied from pinned memory, the logits copied back to it), and its forward pass
@@ -46,7 +51,11 @@ namespace autouvm::runtime {
 //   did not have (aten::is_pinned, of the copy from pinned memory), their follower stopped at op 0, and
 //   the graphs were kept — without a single copy of the executor's (the CUPTI trace of
 //   bench/results/2026-12-06-staged-graphs-h100.md: no host-to-device copy in any graph), so each replay
-//   read the streamed weights from host memory where they lay, 11-49% slower than eagerly.
+//   read the streamed weights from host memory where they lay, 11-49% slower than eagerly. libtorch asks
+//   aten::is_pinned of a host copy's source only while capturing: the observer counts it as bookkeeping
+//   (Note [Leaf ops], runtime/observer.cc). A capture that is not kept ran nothing, so its pass always
+//   runs again (ModelExecution's last_iteration_untrusted), eagerly: a run again is never captured, not
+//   even as a resident graph (ModelSession::PassMayBeCaptured).
 uint64_t Executor::PassKey() const {
   if (!periodic_ring_ || buffer_ == 0 || time_copies_ || eviction_ != nullptr || !follows_ops()) return 0;
   std::vector<int64_t> state;
@@ -62,6 +71,7 @@ uint64_t Executor::PassKey() const {
     }
   }
   state.push_back(static_cast<int64_t>(buffer_));
+  state.push_back(static_cast<int64_t>(preparation_));
   state.push_back(window_bytes_);
   state.push_back(buffer_state_.tail);
   state.push_back(static_cast<int64_t>(next_ahead_));

@@ -103,6 +103,7 @@ class CudaDevice final : public ComputeDevice {
     }
     return absl::OkStatus();
   }
+  absl::Status MarkCapturedOutputs() override { return cuda::MarkCapturedOutputs(); }
   absl::StatusOr<std::unique_ptr<CaptureArena>> NewCaptureArena() override {
     return std::make_unique<BackendCaptureArena>(pool_->NewCaptureArena(), backend_.get());
   }

@@ -32,6 +32,8 @@ namespace {
 // launching there (another model's weights generated at load, a plan's waits before its pass), and in a
 // capture of that stream their work would go into this graph instead of running.
 thread_local bool t_capturing = false;
+// The capture's outputs event (MarkCapturedOutputs), taken by the captured work; null if none was marked.
+thread_local cudaEvent_t t_outputs = nullptr;
 
 std::string CudaError(const char* what, cudaError_t e) {
   return absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
@@ -39,8 +41,11 @@ std::string CudaError(const char* what, cudaError_t e) {
 
 class ManagedCapturedWork final : public ComputeDevice::CapturedWork {
  public:
-  explicit ManagedCapturedWork(cudaGraphExec_t exec) : exec_(exec) {}
-  ~ManagedCapturedWork() override { (void)cudaGraphExecDestroy(exec_); }  // deliberately unchecked: nothing to do
+  ManagedCapturedWork(cudaGraphExec_t exec, cudaEvent_t outputs) : exec_(exec), outputs_(outputs) {}
+  ~ManagedCapturedWork() override {
+    (void)cudaGraphExecDestroy(exec_);                          // deliberately unchecked: nothing to do
+    if (outputs_ != nullptr) (void)cudaEventDestroy(outputs_);  // deliberately unchecked: nothing to do
+  }
 
   absl::Status Replay() override {
     const cudaError_t e = cudaGraphLaunch(exec_, c10::cuda::getCurrentCUDAStream().stream());
@@ -48,13 +53,16 @@ class ManagedCapturedWork final : public ComputeDevice::CapturedWork {
     return absl::OkStatus();
   }
   absl::Status Wait() override {
-    const cudaError_t e = cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream());
+    // The marked outputs' event is the graph's own node: the launch just made records it.
+    const cudaError_t e = outputs_ != nullptr ? cudaEventSynchronize(outputs_)
+                                              : cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream().stream());
     if (e != cudaSuccess) return absl::InternalError(CudaError("waiting for a replay", e));  // checked
     return absl::OkStatus();
   }
 
  private:
   const cudaGraphExec_t exec_;
+  const cudaEvent_t outputs_;
 };
 
 }  // namespace
@@ -106,6 +114,7 @@ class ManagedCaptureArena final : public ComputeDevice::CaptureArena {
     c10::cuda::CUDACachingAllocator::beginAllocateToPool(device, pool_->id(),
                                                          [stream](cudaStream_t s) { return s == stream; });
     t_capturing = true;
+    t_outputs = nullptr;
     absl::Status status;
     cudaGraphExec_t exec = nullptr;
     {
@@ -137,11 +146,16 @@ class ManagedCaptureArena final : public ComputeDevice::CaptureArena {
       }
     }
     t_capturing = false;
+    const cudaEvent_t outputs = t_outputs;
+    t_outputs = nullptr;
     c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool_->id());
     // A capture that failed leaves its (non-sticky) error behind: the caller reports it from `status`.
-    if (!status.ok()) (void)cudaGetLastError();
-    if (!status.ok()) return status;
-    return std::make_unique<ManagedCapturedWork>(exec);
+    if (!status.ok()) {
+      (void)cudaGetLastError();
+      if (outputs != nullptr) (void)cudaEventDestroy(outputs);  // deliberately unchecked: nothing to do
+      return status;
+    }
+    return std::make_unique<ManagedCapturedWork>(exec, outputs);
   }
 
   int64_t bytes() const override { return bytes_.load(); }
@@ -251,6 +265,21 @@ ManagedMemoryPool::Scope::Scope(ManagedMemoryPool* pool) : pool_(pool) {
 ManagedMemoryPool::Scope::~Scope() {
   c10::cuda::CUDACachingAllocator::endAllocateToPool(static_cast<c10::DeviceIndex>(pool_->device_),
                                                      pool_->impl_->pool->id());
+}
+
+absl::Status MarkCapturedOutputs() {
+  if (!t_capturing) return absl::OkStatus();
+  if (t_outputs == nullptr) {
+    if (const cudaError_t e = cudaEventCreateWithFlags(&t_outputs, cudaEventDisableTiming); e != cudaSuccess) {
+      t_outputs = nullptr;
+      return absl::InternalError(CudaError("cudaEventCreateWithFlags", e));  // checked
+    }
+  }
+  // External: a node of the graph that records the event for the host to wait on, not an edge of it.
+  const cudaError_t e =
+      cudaEventRecordWithFlags(t_outputs, c10::cuda::getCurrentCUDAStream().stream(), cudaEventRecordExternal);
+  if (e != cudaSuccess) return absl::InternalError(CudaError("recording a capture's outputs event", e));  // checked
+  return absl::OkStatus();
 }
 
 bool IsManagedPointer(const void* ptr) {

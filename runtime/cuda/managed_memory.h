@@ -76,6 +76,11 @@ class ManagedMemoryPool {
   std::unique_ptr<Impl> impl_;
 };
 
+// ComputeDevice::MarkCapturedOutputs on CUDA: while the calling thread captures for an arena of this
+// file's, an event recorded on its current stream as a node of the graph; the captured work's Wait()
+// waits for that event. Nothing outside a capture.
+absl::Status MarkCapturedOutputs();
+
 // True if `ptr` points into CUDA managed memory.
 bool IsManagedPointer(const void* ptr);
 

@@ -382,7 +382,14 @@ absl::StatusOr<uint64_t> SimBackend::AllocateDevice(int64_t bytes) {
 }
 
 absl::Status SimBackend::FreeDevice(uint64_t addr) {
-  if (device_buffers_.erase(addr) == 0) return absl::NotFoundError(absl::StrCat("no device buffer at ", addr));
+  const auto it = device_buffers_.find(addr);
+  if (it == device_buffers_.end()) return absl::NotFoundError(absl::StrCat("no device buffer at ", addr));
+  // The last buffer made is made again where it was, as CUDA's allocator tends to: what keys on a
+  // buffer's address (Executor::PassKey) must not mistake the next buffer for the last.
+  if (addr + (static_cast<uint64_t>(it->second) + kBlockBytes - 1) / kBlockBytes * kBlockBytes == next_device_addr_) {
+    next_device_addr_ = addr;
+  }
+  device_buffers_.erase(it);
   return absl::OkStatus();
 }
 

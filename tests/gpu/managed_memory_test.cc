@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "engine/llama_builder.h"
 #include "engine/model_runner.h"
 #include "runtime/compute_device.h"
@@ -349,6 +350,44 @@ TEST(ManagedMemoryTest, DecodeStepsRunAsCudaGraphsGiveTheEagerLogits) {
     EXPECT_GT(s.bytes, 0);
     EXPECT_GT(s.capture_seconds, 0);
   }
+}
+
+// ComputeDevice::MarkCapturedOutputs: a captured work's Wait() returns once the work launched before the
+// mark has run (a staged pass's logits on the host), and each replay records the mark again: the outputs
+// read after each Wait() are that replay's. The work after the mark still runs, before the stream's next.
+TEST(ManagedMemoryTest, WaitingForAReplayWaitsForTheWorkBeforeItsMark) {
+  auto spec = FindGpuSpec("h200-pcie5");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto device = OpenComputeDevice({.backend = "cuda", .spec = *spec});
+  if (!device.ok()) GTEST_SKIP() << device.status();
+  auto on = (*device)->Enter();
+  auto arena = (*device)->NewCaptureArena();
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor input = at::zeros({1024}, f32.device(at::kCUDA));
+  at::Tensor host = at::empty({1024}, f32.pinned_memory(true));
+  at::Tensor big = at::ones({2048, 2048}, f32.device(at::kCUDA));
+  at::Tensor after;  // written by the work past the mark
+  auto work = (*arena)->Capture([&]() -> absl::Status {
+    host.copy_(input * 2 + 1, /*non_blocking=*/true);
+    RETURN_IF_ERROR((*device)->MarkCapturedOutputs());
+    at::Tensor x = big;
+    for (int i = 0; i < 8; ++i) x = at::mm(x, big) / 2048.0;
+    after = x.sum();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(work.ok()) << work.status();
+  for (int replay = 0; replay < 3; ++replay) {
+    input.fill_(static_cast<float>(replay));
+    ASSERT_TRUE((*work)->Replay().ok());
+    ASSERT_TRUE((*work)->Wait().ok());
+    const float* h = host.data_ptr<float>();
+    for (int i = 0; i < 1024; ++i) ASSERT_EQ(h[i], 2.0f * replay + 1) << "replay " << replay << ", element " << i;
+    // The rest of the graph: every product of ones over 2048, summed.
+    EXPECT_EQ(after.item<float>(), 2048.0f * 2048.0f) << "replay " << replay;
+  }
+  // Outside a capture the mark does nothing.
+  EXPECT_TRUE((*device)->MarkCapturedOutputs().ok());
 }
 
 }  // namespace

@@ -132,5 +132,32 @@ TEST(ExecutorCaptureTest, AReplayedPassCountsWhatTheCapturedOneFetchedAndOnlyAPa
   EXPECT_EQ(ex.Replayed().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A graph's copies read the host copies and fill the buffer of the preparation it was captured in: the
+// same plan prepared again (a plan switched away and back, as between each request's prefill and decode)
+// never gives a key of the last preparation's, although it repeats the same passes over the same buffer.
+TEST(ExecutorCaptureTest, APlanPreparedAgainRepeatsUnderAKeyOfItsOwn) {
+  const AccessTrace t = testing::DecodeLikeTrace(8, 64, 1, /*elementwise=*/200);
+  const Plan plan = DriftingPlan(t);
+  Fixture f(t);
+  auto repeating_key = [&] {
+    Executor ex(f.sim.get(), plan, t, f.ranges);
+    ex.set_periodic_ring(true);
+    EXPECT_TRUE(ex.Prepare().ok());
+    for (int pass = 0; pass < 3 && !ex.PassRepeats(); ++pass) {
+      for (size_t i = 0; i < t.ops.size(); ++i) {
+        EXPECT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+        f.Launch(t.ops[i]);
+        EXPECT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+      }
+    }
+    EXPECT_TRUE(ex.PassRepeats());
+    return ex.PassKey();
+  };
+  const uint64_t first = repeating_key(), second = repeating_key();
+  EXPECT_NE(first, 0u);
+  EXPECT_NE(second, 0u);
+  EXPECT_NE(first, second);
+}
+
 }  // namespace
 }  // namespace autouvm::runtime
