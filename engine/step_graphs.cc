@@ -74,8 +74,12 @@ StepGraphs::StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* 
       vocab_(vocab) {}
 
 StepGraphs::~StepGraphs() {
-  // The captured work and its tensors go back to the arena before it goes.
+  // The captured work and its tensors go back to the arena before it goes, the staged passes' too (their
+  // graphs, their outputs in the arena's pool, their pinned buffers used on its stream). Left until after
+  // it, they are the likely cause of the H100's graphs-on daemons ending with SIGABRT after "stopped"
+  // ("CUDA error: context is destroyed" from a tensor's destructor; not yet run there since).
   entries_.clear();
+  staged_.clear();
   arena_.reset();
 }
 
