@@ -170,7 +170,6 @@ absl::Status ModelExecution::ReleaseExecutor(runtime::Executor::Staged staged, W
 absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const std::string& key,
                                                                           std::shared_ptr<const PlanToFollow> plan) {
   untrusted_ = false;
-  capture_failed_ = false;
   differing_ops_ = 0;
   ops_compared_ = 0;
   // Note [Counters per model]: the backend's counters are the device's (on CUDA one backend serves every
@@ -292,10 +291,7 @@ absl::Status ModelExecution::End() {
   ops_compared_ = op_by_op_ ? follower_->last_ops_compared() : 0;
   fetch_counts_ = executor_->TakeFetchCounts();
   const int64_t read_in_place = fetch_counts_.in_place_bytes;
-  // A pass whose capture failed ran nothing (a capture launches no work): its logits are not its own,
-  // whatever the plan stages.
-  untrusted_ = (!why.ok() && executor_->stages()) || capture_failed_;
-  capture_failed_ = false;
+  untrusted_ = !why.ok() && executor_->stages();
   if (timed_) {
     timed_ = false;
     auto seconds = timer_->EndIteration();
@@ -357,8 +353,8 @@ void ModelExecution::RanAsGraph(PassGraph how) {
       if (absl::Status s = executor_->Replayed(); !s.ok()) follower_->Abandon(s);
       return;
     case PassGraph::kCaptureFailed:
-      // Nothing ran: the executor starts afresh and the pass runs again (last_iteration_untrusted).
-      capture_failed_ = true;
+      // Nothing ran: the executor starts afresh and the pass runs again (last_iteration_untrusted: a pass
+      // is captured only through the device buffer, so its plan stages).
       follower_->Abandon(absl::AbortedError("the pass's capture as a CUDA graph failed; it runs again eagerly"));
       return;
   }

@@ -256,8 +256,6 @@ class ModelExecution {
   std::unique_ptr<runtime::RuntimeMonitor> monitor_;
   bool timed_ = false;  // the iteration Begin() prepared is timed
   bool untrusted_ = false;
-  // The iteration in progress was captured as a graph that was not kept (RanAsGraph).
-  bool capture_failed_ = false;
   int64_t kv_live_rows_ = 0, kv_pool_rows_ = 0;  // as of the last SetKvRows (0 of 0: never told)
   absl::Status kv_error_;                        // SetKvRows' for the iteration in progress
   int64_t differing_ops_ = 0;
