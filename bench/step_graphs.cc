@@ -44,13 +44,23 @@ using autouvm::bench::Median;
 struct Burst {
   std::vector<DaemonRun> runs;
   double aggregate = 0;  // tokens/s over the burst
+  // How the daemon stepped it: its passes and their rows by kind (GetModelStatus before and after). Two
+  // bursts of the same signature ran the same step shapes, all but certainly: a burst whose streams
+  // arrived in two groups was prefilled in two passes, and bf16 results depend on the batch's shape.
+  std::vector<uint64_t> signature;
 };
+
+std::vector<uint64_t> StepCounts(const autouvm::v1::ModelStatus& s) {
+  return {s.prefill_passes_total(), s.prefill_rows_total(), s.mixed_passes_total(), s.decode_steps_total(),
+          s.decode_rows_total()};
+}
 
 struct Cell {
   double factor = 0;
   bool graphs = false;
   int batch = 0;
   std::vector<Burst> bursts;
+  std::vector<Burst> untimed;  // the bursts before the timed ones: their tokens pair too
   autouvm::v1::StepGraphStatus graph_status;
   autouvm::v1::ExecutionStatus before, after;  // around the timed bursts
   int exit_code = 0;
@@ -73,6 +83,7 @@ std::string LayerKernelsNamed() {
 Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, const std::vector<int32_t>& prompt,
                int batch, int tokens) {
   Burst b;
+  const std::vector<uint64_t> before = StepCounts(autouvm::bench::ModelStatusOf(d.admin.get(), model));
   b.runs.resize(static_cast<size_t>(batch));
   std::vector<std::thread> threads;
   for (int i = 0; i < batch; ++i) {
@@ -90,6 +101,8 @@ Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, con
   }
   const double seconds = std::chrono::duration<double>(last - first).count();
   b.aggregate = seconds > 0 ? static_cast<double>(generated) / seconds : 0;
+  b.signature = StepCounts(autouvm::bench::ModelStatusOf(d.admin.get(), model));
+  for (size_t i = 0; i < before.size(); ++i) b.signature[i] -= before[i];
   return b;
 }
 
@@ -199,7 +212,9 @@ int main(int argc, char** argv) {
       const size_t first_cell = cells.size();
       for (const int batch : batches) {
         Cell cell{.factor = factor, .graphs = graphs, .batch = batch};
-        for (int i = 0; i < 2; ++i) RunBurst(d, c.name, prompt, batch, tokens);  // records, plans, captures
+        for (int i = 0; i < 2; ++i) {  // records, plans, captures
+          cell.untimed.push_back(RunBurst(d, c.name, prompt, batch, tokens));
+        }
         cell.before = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
         for (int i = 0; i < repeats; ++i) cell.bursts.push_back(RunBurst(d, c.name, prompt, batch, tokens));
         const autouvm::v1::ModelStatus after = autouvm::bench::ModelStatusOf(d.admin.get(), c.name);
@@ -245,38 +260,55 @@ int main(int argc, char** argv) {
     }
     const double step_s = Median(steps);
     // The eager daemon's run of the same factor and batch: its step, and whether each of this run's token
-    // sequences is one of its (a batch's rows may differ from each other: every request is greedy).
+    // sequences is one of its (a batch's rows may differ from each other: every request is greedy), compared
+    // burst by burst with the eager bursts (timed or not) that ran in the same steps (Burst::signature).
     double eager_s = 0;
     std::string same = "-";
     for (const Cell& other : cells) {
       if (other.graphs || other.factor != cell.factor || other.batch != cell.batch) continue;
       std::vector<double> s;
-      std::vector<std::vector<int32_t>> sequences;
       for (const Burst& b : other.bursts) {
-        for (const DaemonRun& r : b.runs) {
+        for (const DaemonRun& r : b.runs)
           if (r.decode_tokens_per_s > 0) s.push_back(1 / r.decode_tokens_per_s);
-          sequences.push_back(r.tokens);
-        }
       }
       eager_s = Median(s);
       if (!cell.graphs) break;
-      int differing = 0, runs = 0;
+      int differing = 0, compared = 0, paired = 0, bursts = 0;
       size_t earliest = SIZE_MAX;  // of the differing streams, the first token where the closest eager one parts
-      for (const Burst& b : cell.bursts) {
-        for (const DaemonRun& r : b.runs) {
-          ++runs;
-          if (std::find(sequences.begin(), sequences.end(), r.tokens) != sequences.end()) continue;
-          ++differing;
-          size_t common = 0;
-          for (const std::vector<int32_t>& e : sequences) {
-            size_t k = 0;
-            while (k < e.size() && k < r.tokens.size() && e[k] == r.tokens[k]) ++k;
-            common = std::max(common, k);
+      for (const std::vector<Burst>* mine : {&cell.untimed, &cell.bursts}) {
+        for (const Burst& b : *mine) {
+          ++bursts;
+          std::vector<std::vector<int32_t>> sequences;  // the eager bursts' of the same steps
+          for (const std::vector<Burst>* theirs : {&other.untimed, &other.bursts}) {
+            for (const Burst& e : *theirs) {
+              if (e.signature != b.signature) continue;
+              for (const DaemonRun& r : e.runs) sequences.push_back(r.tokens);
+            }
           }
-          earliest = std::min(earliest, common);
+          if (sequences.empty()) continue;
+          ++paired;
+          for (const DaemonRun& r : b.runs) {
+            ++compared;
+            if (std::find(sequences.begin(), sequences.end(), r.tokens) != sequences.end()) continue;
+            ++differing;
+            size_t common = 0;
+            for (const std::vector<int32_t>& e : sequences) {
+              size_t k = 0;
+              while (k < e.size() && k < r.tokens.size() && e[k] == r.tokens[k]) ++k;
+              common = std::max(common, k);
+            }
+            earliest = std::min(earliest, common);
+          }
         }
       }
-      same = differing == 0 ? "yes" : absl::StrFormat("NO: %d of %d, from token %d", differing, runs, earliest);
+      if (paired == 0) {
+        same = absl::StrFormat("none of %d bursts ran in the eager daemon's steps", bursts);
+      } else {
+        same = differing == 0
+                   ? absl::StrFormat("yes (%d of %d bursts paired)", paired, bursts)
+                   : absl::StrFormat("NO: %d of %d, from token %d (%d of %d bursts paired)", differing, compared,
+                                     earliest, paired, bursts);
+      }
     }
     const auto& g = cell.graph_status;
     const double streamed = static_cast<double>(cell.after.staged_bytes());
@@ -313,7 +345,10 @@ int main(int argc, char** argv) {
   std::printf(
       "\nstep: the median over the timed bursts' streams of 1 / the stream's decode rate (tokens 2..N at the "
       "client); replays, captures and the graphs' memory: the daemon's GetModelStatus after that batch's bursts "
-      "(cumulative over the daemon's life).\n");
+      "(cumulative over the daemon's life). tokens = eager: each stream's greedy tokens are one of the sequences "
+      "the eager daemon's streams gave in a burst of the same steps (the same passes and rows by kind, read from "
+      "GetModelStatus around each burst, untimed bursts included); a burst no eager burst matches is not "
+      "compared.\n");
   std::filesystem::remove_all(root);
   return 0;
 }

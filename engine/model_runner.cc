@@ -14,113 +14,22 @@
 #include "engine/generated_weights.h"
 #include "engine/kv_blocks.h"
 #include "engine/llama_module.h"
+#include "engine/model_runner_impl.h"
 #include "engine/step_graphs.h"
 #include "engine/torch_dtype.h"
 #include "runtime/storage_binding.h"
 
 namespace autouvm::engine {
-namespace {
 
-// libtorch reports failures as c10::Error, and the TorchScript interpreter as std::runtime_error.
-absl::Status TorchError(const std::string& what, const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
-    return absl::InternalError(absl::StrCat(what, ": ", c10_error->what_without_backtrace()));
-  }
-  return absl::InternalError(absl::StrCat(what, ": ", e.what()));
-}
-
-torch::Tensor ToLongTensor(absl::Span<const int32_t> ids) {
-  auto t = torch::empty({static_cast<int64_t>(ids.size())}, torch::kLong);
-  auto* p = t.data_ptr<int64_t>();
-  for (size_t i = 0; i < ids.size(); ++i) p[i] = ids[i];
-  return t;
-}
-
-// Into `out`, reusing its memory: a step's logits are megabytes (16 rows of a 32000-word vocabulary:
-// 2 MB), and a fresh buffer each step is fresh pages, each faulted in on the scheduler's thread.
-void CopyInto(const torch::Tensor& t, std::vector<float>* out) {
-  auto c = t.to(torch::kFloat).contiguous();
-  out->assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-}
-
-std::vector<float> ToVector(const torch::Tensor& t) {
-  std::vector<float> out;
-  CopyInto(t, &out);
-  return out;
-}
-
-}  // namespace
-
-struct ModelRunner::Impl {
-  Impl(KvPoolShape shape, int max_batch) : blocks(shape, max_batch) {}
-
-  torch::jit::Module module;
-  std::unique_ptr<StepGraphs> graphs;  // while step graphs are on
-  // Note [Block KV cache] (engine/kv_blocks.cc): per layer, [pool rows, n_kv_heads, head_dim].
-  std::vector<torch::Tensor> k_pools, v_pools;
-  KvBlocks blocks;
-  runtime::ComputeDevice* device = nullptr;  // null: the CPU
-  torch::Device torch_device = torch::kCPU;
-
-  // On the device's compute stream while it lives (null on the CPU).
-  std::unique_ptr<runtime::ComputeDevice::ThreadScope> Enter() const {
-    return device != nullptr ? device->Enter() : nullptr;
-  }
-  torch::Tensor On(const torch::Tensor& t) const { return t.to(torch_device); }
-
-  // Every tensor the module reads but its inputs: parameters, buffers, KV pools.
-  std::vector<c10::Storage> Storages() {
-    std::vector<c10::Storage> storages;
-    for (const auto& p : module.named_parameters()) storages.push_back(p.value.storage());
-    for (const auto& b : module.named_buffers()) storages.push_back(b.value.storage());
-    for (size_t l = 0; l < k_pools.size(); ++l) {
-      storages.push_back(k_pools[l].storage());
-      storages.push_back(v_pools[l].storage());
-    }
-    return storages;
-  }
-
-  // Runs the module's step on `packed` (RunStep below, on the host); logits [L, V] on the host.
-  torch::Tensor Step(const torch::Tensor& packed, int64_t n, int64_t nd, int64_t d_span, int64_t rp, int64_t tp,
-                     int64_t np, int64_t p_span, int64_t nl) {
-    const auto started = std::chrono::steady_clock::now();
-    torch::NoGradGuard no_grad;
-    auto on = Enter();
-    const torch::Tensor all = On(packed);  // one copy to the device, then views
-    int64_t at = 0;
-    auto take = [&](int64_t count) {
-      torch::Tensor t = all.narrow(0, at, count);
-      at += count;
-      return t;
-    };
-    torch::Tensor tokens = take(n), positions = take(n), kv_rows = take(n),
-                  d_rows = take(nd * d_span).view({nd, d_span});
-    torch::Tensor p_index = take(rp * tp).view({rp, tp}), p_flat = take(np),
-                  p_rows = take(rp * p_span).view({rp, p_span});
-    torch::Tensor logit_ix = take(nl);
-    std::vector<torch::jit::IValue> inputs{tokens,
-                                           positions,
-                                           kv_rows,
-                                           d_rows,
-                                           p_index,
-                                           p_flat,
-                                           p_rows,
-                                           logit_ix,
-                                           blocks.live_rows(),
-                                           c10::List<at::Tensor>(k_pools),
-                                           c10::List<at::Tensor>(v_pools)};
-    const torch::Tensor out = module.get_method("step")(std::move(inputs)).toTensor();
-    launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    return out.to(torch::kCPU);
-  }
-  double launch_s = -1;  // the last Step's, from its start to its forward pass launched
-};
+using runner_internal::CopyInto;
+using runner_internal::TorchError;
+using runner_internal::ToLongTensor;
+using runner_internal::ToVector;
 
 namespace {
 
 // The layer code a rebuilt module runs: kFused where libtorch has it, else kPortable; AUTOUVM_LAYER_KERNELS
-// (portable, fused or own) chooses another, to compare them (bench/step_graphs). Note [Own layer kernels]: kOwn's
-// CUDA kernels have not yet run on a GPU, so they are not the default until measured there.
+// (portable, fused or own) chooses another, to compare them (bench/step_graphs).
 absl::StatusOr<LayerKernels> KernelsFor(const ModelConfig& config, bool cuda) {
   const char* env = std::getenv("AUTOUVM_LAYER_KERNELS");
   const std::string asked = env != nullptr ? env : "";
@@ -507,96 +416,6 @@ std::vector<ModelRunner::NamedTensor> ModelRunner::NamedTensors() const {
 
 std::unique_ptr<runtime::TensorBinding> ModelRunner::NewTensorBinding() const {
   return std::make_unique<runtime::StorageBinding>(impl_->Storages());
-}
-
-absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
-  impl_->graphs.reset();
-  if (options.mode == StepGraphMode::kOff) return absl::OkStatus();
-  Impl* impl = impl_.get();
-  // `live` is the whole pool in a graph (Note [Captured steps]).
-  const int64_t pool_rows = impl->k_pools.empty() ? 0 : impl->k_pools[0].size(0);
-  auto forward = [impl, pool_rows](const StepGraphs::Inputs& in, int64_t live) {
-    std::vector<torch::jit::IValue> inputs{in.tokens,
-                                           in.positions,
-                                           in.kv_rows,
-                                           in.d_rows,
-                                           in.p_index,
-                                           in.p_flat,
-                                           in.p_rows,
-                                           in.logit_ix,
-                                           live < 0 ? pool_rows : live,
-                                           c10::List<at::Tensor>(impl->k_pools),
-                                           c10::List<at::Tensor>(impl->v_pools)};
-    return impl->module.get_method("step")(std::move(inputs)).toTensor();
-  };
-  // The runner's own tensors, which outlive its graphs: not referenced (StepGraphs::Create).
-  std::vector<const c10::StorageImpl*> reads;
-  for (const c10::Storage& s : impl->Storages()) reads.push_back(s.unsafeGetStorageImpl());
-  ASSIGN_OR_RETURN(impl->graphs, StepGraphs::Create(options, impl->device, impl->torch_device, std::move(reads),
-                                                    std::move(forward), config_.vocab_size));
-  return absl::OkStatus();
-}
-
-StepGraphStats ModelRunner::step_graph_stats() const {
-  return impl_->graphs != nullptr ? impl_->graphs->stats() : StepGraphStats{};
-}
-
-absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, std::vector<float>* logits) {
-  const int64_t nd = static_cast<int64_t>(rows.size());
-  const DecodeBucket bucket = DecodeBucketOf(nd, d_span, max_batch_, config_.max_seq);
-  const KvBlocks& blocks = impl_->blocks;
-  const int64_t B = bucket.batch, S = bucket.span;
-  // The first nd rows of the layout; the rest stays as it comes (zeros: padding rows).
-  auto fill = [&rows, &blocks, B, S](int64_t* host) {
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      host[i] = r.tokens[0];
-      host[B + i] = r.start_pos;
-      host[2 * B + i] = blocks.RowOf(r.slot, r.start_pos);
-      int64_t* table = host + 3 * B + static_cast<int64_t>(i) * S;
-      for (int64_t j = 0; j <= r.start_pos; ++j) table[j] = blocks.RowOf(r.slot, j);  // past it: row 0
-    }
-  };
-  StepGraphs* graphs = impl_->graphs.get();
-  try {
-    // Note [Staged passes captured] (runtime/executor_capture.cc): an observed step of a bucket the graphs
-    // take runs the ops of the staged pass, as the graph of its pass (copies included) where its plan's
-    // state repeats, else eagerly: the plans it follows are recorded from the same ops.
-    if (graphs != nullptr && !graphs_allowed_ && graphs->Takes(bucket)) {
-      const profiler::IterationHooks* hooks = staged_hooks_;
-      const uint64_t key = hooks != nullptr && graphs->TakesStaged(bucket) ? hooks->StagedCaptureKey() : 0;
-      torch::NoGradGuard no_grad;
-      auto on = impl_->Enter();
-      absl::StatusOr<at::Tensor> out = graphs->RunStaged(
-          bucket, key, blocks.live_rows(), nd, fill, [hooks, key] { return hooks->StagedCaptureHeld(key); },
-          &last_pass_graph_);
-      last_step_form_ = graphs->last_form();
-      last_step_launch_s_ = -1;
-      if (!out.ok()) return out.status();
-      CopyInto(*out, logits);
-      return absl::OkStatus();
-    }
-    if (graphs != nullptr && graphs_allowed_ && graphs->Takes(bucket)) {
-      torch::NoGradGuard no_grad;
-      auto on = impl_->Enter();
-      ASSIGN_OR_RETURN(const at::Tensor out, graphs->Run(bucket, nd, fill));
-      last_step_form_ = graphs->last_form();
-      last_step_launch_s_ = -1;  // a replay is launched at once
-      CopyInto(out, logits);
-      return absl::OkStatus();
-    }
-    if (graphs != nullptr) graphs->CountEager();
-    last_step_form_ = graphs == nullptr ? "decode" : "decode: eager, too wide";
-    // The same layout as the graph's.
-    auto packed = torch::empty({DecodeLayoutSize(bucket)}, torch::kLong);
-    ResetDecodeLayout(bucket, packed.data_ptr<int64_t>());
-    fill(packed.data_ptr<int64_t>());
-    CopyInto(impl_->Step(packed, B, B, S, 0, 0, 0, 0, B).narrow(0, 0, nd), logits);
-    last_step_launch_s_ = impl_->launch_s;
-  } catch (const std::exception& e) {
-    return TorchError("forward pass", e);
-  }
-  return absl::OkStatus();
 }
 
 void ModelRunner::NameTensors(runtime::Observer* observer) const {

@@ -15,7 +15,8 @@
 // live in managed memory, and each call computes on the device's compute stream; tokens go in and logits
 // come out through host memory.
 //
-// The scheduler drives it as a StepRunner (engine/step_runner.h). libtorch stays inside model_runner.cc.
+// The scheduler drives it as a StepRunner (engine/step_runner.h). libtorch stays inside model_runner.cc and
+// model_runner_graphs.cc (and model_runner_impl.h, their private header).
 // Not thread-safe: one scheduler thread drives a runner.
 #pragma once
 
