@@ -28,6 +28,17 @@ namespace autouvm::engine {
 // - The capture's allocations come from an arena of the graphs' own (Note [Captured steps'
 //   allocations], runtime/cuda/managed_memory.cc), which holds them: the graphs' device memory, counted
 //   and reported (stats().bytes), in managed memory under the process's limits.
+// Note [Staged graphs read the whole pools]: a staged pass run eagerly reads the KV pools through views
+// of their rows in use (`live`), so that a plan recorded from it reaches only those (Note [KV pools by
+// their live rows], runtime/access_trace.cc). Its graph's views are the whole pools, as a resident
+// graph's are: every op of the step reads and writes the pools by row index (kv_rows, d_rows, p_rows, all
+// below the rows in use), so the view's length changes which rows the step may address, not which it
+// touches, and one capture serves while the rows in use grow. The follower checks ops, not their extents
+// (runtime/executor_follower.cc), and a captured pass records no trace. Keyed on the rows in use, the
+// H100's 7B captured again at every block of 16 tokens (4 captures a 64-token request, ~5 ms each: 2.6%
+// of its step at factor 1.1, batch 1, 2026-12-06-staged-captures-held-h100.md). The plan's state still
+// keys the graph (Executor::PassKey): where a pool is streamed, its bytes grow with the rows and a new
+// state captures again.
 // - A graph reads the weights and the KV pools at the addresses they had at its capture. A plan that
 //   streams through a device buffer rebinds them op by op (runtime/tensor_binding.h), but such a pass is
 //   observed and never captured or replayed; a replay checks every storage's address anyway and captures
@@ -214,9 +225,9 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
   // plan the captured one follows, op for op. On a device the input and output copies are among them (one
   // copy to the device, one back: Note [Leaf ops] counts both). `out` is where the logits land on the
   // device: a captured pass's stays with its graph (the arena's memory), an eager pass's is its own.
-  auto body = [this, &e, device, live](at::Tensor* out) -> absl::Status {
+  auto body = [this, &e, device](int64_t rows_read, at::Tensor* out) -> absl::Status {
     if (device) e.inputs.copy_(e.host, /*non_blocking=*/true);
-    *out = forward_(e.views, live);
+    *out = forward_(e.views, rows_read);
     if (!device) {
       e.out_host = *out;
     } else {
@@ -233,13 +244,13 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
   if (key == 0) {
     // Not (yet) from a state its passes repeat: eagerly, with the captured pass's ops.
     at::Tensor out;
-    RETURN_IF_ERROR(body(&out));
+    RETURN_IF_ERROR(body(live, &out));
     if (device) RETURN_IF_ERROR(device_->WaitForStream());
     CountEager();
     last_form_ = "decode: eager, observed";
     return e.out_host.narrow(0, 0, rows);
   }
-  if (e.work != nullptr && (staged.key != key || staged.live != live || e.addresses != Addresses())) {
+  if (e.work != nullptr && (staged.key != key || e.addresses != Addresses())) {
     // Another state of the plan (or another plan), or a tensor it reads has moved: captured again.
     e.work.reset();
     absl::MutexLock lock(&mu_);
@@ -247,9 +258,10 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     --stats_.graphs;
   }
   staged.key = key;
-  staged.live = live;
   if (e.work == nullptr) {
-    auto capture = [&]() { return body(&e.out); };
+    // Note [Staged graphs read the whole pools]: the graph's views are the whole KV pools, so that it
+    // serves on while the rows in use grow.
+    auto capture = [&]() { return body(-1, &e.out); };
     const auto began = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> work;
     if (device) {

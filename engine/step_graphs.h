@@ -62,14 +62,15 @@ class StepGraphs {
   // the first time (and is then captured), by its graph after, and eagerly for good if its capture failed.
   absl::StatusOr<at::Tensor> Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill);
   // Note [Staged passes captured] (runtime/executor_capture.cc): one observed decode step of bucket `b`,
-  // which may follow a plan through the device buffer, reading `live` rows of the KV pools (those in
-  // use). Its ops are the same however it runs — the input copy from pinned host memory, the forward pass,
+  // which may follow a plan through the device buffer, the KV pools' first `live` rows in use. Its ops are
+  // the same however it runs — the input copy from pinned host memory, the forward pass,
   // the logits' copy back to pinned host memory — so a plan recorded from it is followed op for op:
-  // - `key` 0: eagerly (how: kNone).
+  // - `key` 0: eagerly, through views of the `live` rows (how: kNone).
   // - `key` nonzero (the plan's state, from which its passes repeat): the pass is captured with the copies
-  //   the executor issues at its op boundaries, kept if `held()` then says OK, and launched (kCaptured);
-  //   a later step of the same bucket, key and `live` replays it (kReplayed); another captures again (one
-  //   graph per bucket). kCaptureFailed: the error returned is the capture's or held()'s; nothing ran, and
+  //   the executor issues at its op boundaries, through views of the whole pools (Note [Staged graphs read
+  //   the whole pools], step_graphs.cc), kept if `held()` then says OK, and launched (kCaptured); a later
+  //   step of the same bucket and key replays it (kReplayed), whatever its `live`; another key captures
+  //   again (one graph per bucket). kCaptureFailed: the error returned is the capture's or held()'s; nothing ran, and
   //   the bucket's staged steps run eagerly from then on (TakesStaged() is false).
   absl::StatusOr<at::Tensor> RunStaged(Bucket b, uint64_t key, int64_t live, int64_t rows,
                                        const std::function<void(int64_t* host)>& fill,
@@ -114,7 +115,6 @@ class StepGraphs {
   std::map<std::pair<int64_t, int64_t>, Entry> entries_;
   struct StagedEntry {
     uint64_t key = 0;
-    int64_t live = 0;
     Entry entry;
   };
   std::map<std::pair<int64_t, int64_t>, StagedEntry> staged_;

@@ -42,9 +42,9 @@ namespace autouvm::runtime {
 //   after them.
 // - The captured pass must run the ops its plan was recorded from. So every observed step of a bucket the
 //   graphs take runs the staged pass's ops, eagerly until its state repeats (engine/step_graphs.h,
-//   RunStaged: the input copied from pinned memory, the logits copied back to it), and its forward pass
-//   reads the KV pools' rows in use, as the eager step does, not the whole pools as a resident graph
-//   does; the graph is captured again when they change.
+//   RunStaged: the input copied from pinned memory, the logits copied back to it). A graph's views of the
+//   KV pools are the whole pools, an eager pass's their rows in use; the ops are the same (Note [Staged
+//   graphs read the whole pools], engine/step_graphs.cc).
 // - A capture is kept only where its pass followed the plan to its last op and ended in the state of its
 //   key (IterationHooks::StagedCaptureHeld); else it counts as a capture failure and the pass runs again
 //   eagerly. The first run on the H100 had neither: its captured passes began with an op the eager step

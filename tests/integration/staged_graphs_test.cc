@@ -179,6 +179,46 @@ TEST_F(StagedGraphsTest, PassesThroughTheDeviceBufferAreCapturedOnceTheyRepeatAn
   EXPECT_EQ(stats.capture_failures, 0) << stats.last_error;
 }
 
+// Note [Staged graphs read the whole pools] (engine/step_graphs.cc): the sequences growing past two KV
+// blocks (16 positions each) raise the rows in use twice; the graph captured before serves on, with the
+// eager logits, where one keyed on the rows in use was captured again at each.
+TEST_F(StagedGraphsTest, ACapturedPassServesOnWhileTheKvRowsInUseGrow) {
+  Model eager = Load(/*graphs=*/false);
+  ASSERT_NE(eager.session, nullptr);
+  std::vector<float> logits, expected;
+  ASSERT_TRUE(Step(eager, 2, 0, &logits).ok());
+  jobs_->Drain();
+  Model graphs = Load(/*graphs=*/true);
+  ASSERT_NE(graphs.session, nullptr);
+  ASSERT_EQ(graphs.runner->kv_block_tokens(), 16);
+  std::vector<int64_t> live;  // the rows in use, as the runner tells the executor before each step
+  ModelSession* session = graphs.session.get();
+  graphs.runner->set_kv_rows_listener([session, &live](int64_t rows, int64_t pool) {
+    live.push_back(rows);
+    session->execution()->SetKvRows(rows, pool);
+  });
+  const int kSteps = 40;
+  for (int64_t pos = 0; pos < kSteps; ++pos) {
+    ASSERT_TRUE(Step(eager, 2, pos, &expected).ok());
+    ASSERT_TRUE(Step(graphs, 2, pos, &logits).ok());
+    ASSERT_EQ(logits.size(), expected.size());
+    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step at " << pos << ", " << i;
+  }
+  ASSERT_FALSE(live.empty());
+  EXPECT_LT(live.front(), live.back());  // the rows in use grew while the graph served
+  int captured = 0, replayed = 0;
+  for (size_t i = 0; i < graphs.graphs.size(); ++i) {
+    EXPECT_NE(graphs.graphs[i], PassGraph::kCaptureFailed) << "pass " << i;
+    if (graphs.graphs[i] == PassGraph::kCaptured) ++captured;
+    if (graphs.graphs[i] == PassGraph::kReplayed) ++replayed;
+  }
+  EXPECT_EQ(captured, 1);
+  EXPECT_GE(replayed, kSteps - 4);
+  const ExecutionStats g = graphs.session->execution()->stats();
+  EXPECT_EQ(g.followed_iterations, kSteps) << g.last_error;
+  EXPECT_EQ(graphs.runner->step_graph_stats().recaptures, 0);
+}
+
 // A capture whose pass did not hold (StagedCaptureHeld) is not kept: the pass runs again eagerly, with the
 // eager logits, and the bucket's passes stay eager, counted as a capture failure with its reason.
 TEST_F(StagedGraphsTest, ACapturedPassThatDidNotFollowItsPlanIsDroppedAndItsBucketRunsEagerly) {
