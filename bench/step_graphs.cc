@@ -304,10 +304,9 @@ int main(int argc, char** argv) {
       if (paired == 0) {
         same = absl::StrFormat("none of %d bursts ran in the eager daemon's steps", bursts);
       } else {
-        same = differing == 0
-                   ? absl::StrFormat("yes (%d of %d bursts paired)", paired, bursts)
-                   : absl::StrFormat("NO: %d of %d, from token %d (%d of %d bursts paired)", differing, compared,
-                                     earliest, paired, bursts);
+        same = differing == 0 ? absl::StrFormat("yes (%d of %d bursts paired)", paired, bursts)
+                              : absl::StrFormat("NO: %d of %d, from token %d (%d of %d bursts paired)", differing,
+                                                compared, earliest, paired, bursts);
       }
     }
     const auto& g = cell.graph_status;

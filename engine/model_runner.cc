@@ -22,8 +22,8 @@
 namespace autouvm::engine {
 
 using runner_internal::CopyInto;
-using runner_internal::TorchError;
 using runner_internal::ToLongTensor;
+using runner_internal::TorchError;
 using runner_internal::ToVector;
 
 namespace {
