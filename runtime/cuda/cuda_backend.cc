@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "runtime/cuda/cupti_counters.h"
 #include "runtime/cuda/host_copy_coder.h"
@@ -541,12 +542,31 @@ void CudaBackend::AdoptCoded(uint64_t addr, StagedCopy& copy) {
   std::optional<HostCopyCoder::Coded> done = coder_->Take(addr);
   if (!done.has_value()) return;
   copy.coding = StagedCopy::Coding::kNone;
+  // A copy that would not shrink stays plain, as designed; one whose coded form could not be kept is
+  // staged plain too, which costs the link its bytes: said once at warning level (then at debug), with
+  // the count so far.
+  auto fell_back = [&](absl::string_view why) {
+    ++plain_fallbacks_;
+    const std::string line =
+        absl::StrCat("cuda: the coded host copy of the range at 0x", absl::Hex(addr), " could not be kept (", why,
+                     "); it is staged plain (", plain_fallbacks_, " so far)");
+    if (plain_fallbacks_ == 1) {
+      AUTOUVM_LOG(WARNING) << line;
+    } else {
+      AUTOUVM_LOG(DEBUG) << line;
+    }
+  };
+  if (!done->error.empty()) {
+    fell_back(done->error);
+    return;
+  }
 #if AUTOUVM_CUDA_KERNELS
-  if (done->memory.ptr == nullptr) return;  // it would not shrink, or its copy could not be allocated
+  if (done->memory.ptr == nullptr) return;  // it would not shrink
   absl::StatusOr<CodedCopy> coded =
       CodedCopy::Of(static_cast<const uint8_t*>(done->memory.ptr), done->bytes, stager_->slot_bytes());
   if (!coded.ok()) {
     FreePinnedHost(done->memory.ptr, done->memory.mapped);
+    fell_back(coded.status().message());
     return;
   }
   copy.coded_host = done->memory.ptr;

@@ -176,6 +176,7 @@ class CudaBackend final : public DeviceBackend {
   int64_t staged_in_bytes_ = 0;                 // over the link (coded bytes where coded)
   int64_t coded_bytes_ = 0, decoded_bytes_ = 0;
   std::unique_ptr<HostCopyCoder> coder_;
+  int64_t plain_fallbacks_ = 0;  // coded copies that could not be kept (AdoptCoded), each staged plain
   std::unique_ptr<CodedStager> stager_;
   std::unique_ptr<CuptiUvmCounters> counters_;
   std::string counters_error_;  // why there are no counters, when there are none
