@@ -113,6 +113,31 @@ class StagedGraphsTest : public ::testing::Test {
     return s;
   }
 
+  // The eager model, whose shape's first pass is recorded and its plan made before the next, and the
+  // graphs' model, which has no pass to record: its first one follows that plan. Each sequence starts at
+  // position 0: a row attends to its positions so far, which an earlier step must have written.
+  void LoadBoth(Model* eager, Model* graphs) {
+    *eager = Load(/*graphs=*/false);
+    ASSERT_NE(eager->session, nullptr);
+    std::vector<float> logits;
+    ASSERT_TRUE(Step(*eager, 2, 0, &logits).ok());
+    jobs_->Drain();
+    *graphs = Load(/*graphs=*/true);
+    ASSERT_NE(graphs->session, nullptr);
+  }
+
+  // Steps of 2 rows at positions 0..steps-1 on both models (the eager one's position 0 written again,
+  // with the same values): the graphs' logits are the eager ones bit for bit.
+  static void StepBoth(Model& eager, Model& graphs, int steps) {
+    std::vector<float> logits, expected;
+    for (int64_t pos = 0; pos < steps; ++pos) {
+      ASSERT_TRUE(Step(eager, 2, pos, &expected).ok());
+      ASSERT_TRUE(Step(graphs, 2, pos, &logits).ok());
+      ASSERT_EQ(logits.size(), expected.size());
+      for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step at " << pos << ", " << i;
+    }
+  }
+
   testing::TempDir dir_;
   base::RealClock clock_;
   // The H200 with in-place reads made slow: the plans stream the weights through the device buffer rather
@@ -130,24 +155,10 @@ class StagedGraphsTest : public ::testing::Test {
 };
 
 TEST_F(StagedGraphsTest, PassesThroughTheDeviceBufferAreCapturedOnceTheyRepeatAndReplayedWithTheEagerLogitsAndCounts) {
-  Model eager = Load(/*graphs=*/false);
-  ASSERT_NE(eager.session, nullptr);
-  std::vector<float> logits, expected;
-  // The shape's first pass is recorded; its plan is made before the next. Each sequence starts at
-  // position 0: a row attends to its positions so far, which an earlier step must have written.
-  ASSERT_TRUE(Step(eager, 2, 0, &logits).ok());
-  jobs_->Drain();
-  Model graphs = Load(/*graphs=*/true);
-  ASSERT_NE(graphs.session, nullptr);
-  // The graphs' model has no pass to record: its first one follows the plan, as the eager model's does
-  // from now on (position 0 written again, with the same values).
+  Model eager, graphs;
+  ASSERT_NO_FATAL_FAILURE(LoadBoth(&eager, &graphs));
   const int kSteps = 12;
-  for (int64_t pos = 0; pos < kSteps; ++pos) {
-    ASSERT_TRUE(Step(eager, 2, pos, &expected).ok());
-    ASSERT_TRUE(Step(graphs, 2, pos, &logits).ok());
-    ASSERT_EQ(logits.size(), expected.size());
-    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step at " << pos << ", " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(StepBoth(eager, graphs, kSteps));
   const ExecutionStats e = eager.session->execution()->stats(), g = graphs.session->execution()->stats();
   ASSERT_TRUE(g.following == e.following && !g.following.empty()) << g.following << " / " << e.following;
   EXPECT_GT(g.staged_bytes, 0);  // the plan streams, through the device buffer
@@ -183,13 +194,8 @@ TEST_F(StagedGraphsTest, PassesThroughTheDeviceBufferAreCapturedOnceTheyRepeatAn
 // blocks (16 positions each) raise the rows in use twice; the graph captured before serves on, with the
 // eager logits, where one keyed on the rows in use was captured again at each.
 TEST_F(StagedGraphsTest, ACapturedPassServesOnWhileTheKvRowsInUseGrow) {
-  Model eager = Load(/*graphs=*/false);
-  ASSERT_NE(eager.session, nullptr);
-  std::vector<float> logits, expected;
-  ASSERT_TRUE(Step(eager, 2, 0, &logits).ok());
-  jobs_->Drain();
-  Model graphs = Load(/*graphs=*/true);
-  ASSERT_NE(graphs.session, nullptr);
+  Model eager, graphs;
+  ASSERT_NO_FATAL_FAILURE(LoadBoth(&eager, &graphs));
   ASSERT_EQ(graphs.runner->kv_block_tokens(), 16);
   std::vector<int64_t> live;  // the rows in use, as the runner tells the executor before each step
   ModelSession* session = graphs.session.get();
@@ -198,12 +204,7 @@ TEST_F(StagedGraphsTest, ACapturedPassServesOnWhileTheKvRowsInUseGrow) {
     session->execution()->SetKvRows(rows, pool);
   });
   const int kSteps = 40;
-  for (int64_t pos = 0; pos < kSteps; ++pos) {
-    ASSERT_TRUE(Step(eager, 2, pos, &expected).ok());
-    ASSERT_TRUE(Step(graphs, 2, pos, &logits).ok());
-    ASSERT_EQ(logits.size(), expected.size());
-    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step at " << pos << ", " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(StepBoth(eager, graphs, kSteps));
   ASSERT_FALSE(live.empty());
   EXPECT_LT(live.front(), live.back());  // the rows in use grew while the graph served
   int captured = 0, replayed = 0;
@@ -222,22 +223,12 @@ TEST_F(StagedGraphsTest, ACapturedPassServesOnWhileTheKvRowsInUseGrow) {
 // A capture whose pass did not hold (StagedCaptureHeld) is not kept: the pass runs again eagerly, with the
 // eager logits, and the bucket's passes stay eager, counted as a capture failure with its reason.
 TEST_F(StagedGraphsTest, ACapturedPassThatDidNotFollowItsPlanIsDroppedAndItsBucketRunsEagerly) {
-  Model eager = Load(/*graphs=*/false);
-  ASSERT_NE(eager.session, nullptr);
-  std::vector<float> logits, expected;
-  ASSERT_TRUE(Step(eager, 2, 0, &logits).ok());
-  jobs_->Drain();
-  Model graphs = Load(/*graphs=*/true);
-  ASSERT_NE(graphs.session, nullptr);
+  Model eager, graphs;
+  ASSERT_NO_FATAL_FAILURE(LoadBoth(&eager, &graphs));
   RefusingHeld refusing(graphs.session.get());
   graphs.runner->set_staged_capture(&refusing);
   const int kSteps = 8;
-  for (int64_t pos = 0; pos < kSteps; ++pos) {
-    ASSERT_TRUE(Step(eager, 2, pos, &expected).ok());
-    ASSERT_TRUE(Step(graphs, 2, pos, &logits).ok());
-    ASSERT_EQ(logits.size(), expected.size());
-    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step at " << pos << ", " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(StepBoth(eager, graphs, kSteps));
   int failed = 0;
   for (size_t i = 0; i < graphs.graphs.size(); ++i) {
     EXPECT_NE(graphs.graphs[i], PassGraph::kCaptured) << "pass " << i;
