@@ -28,6 +28,13 @@ namespace autouvm::engine {
 // - The capture's allocations come from an arena of the graphs' own (Note [Captured steps'
 //   allocations], runtime/cuda/managed_memory.cc), which holds them: the graphs' device memory, counted
 //   and reported (stats().bytes), in managed memory under the process's limits.
+// - A graph reads the weights and the KV pools at the addresses they had at its capture. A plan that
+//   streams through a device buffer rebinds them op by op (runtime/tensor_binding.h): such a pass is
+//   captured only as Note [Staged passes captured] (runtime/executor_capture.cc) says. A replay checks
+//   every storage's address anyway and captures again where one moved. Where the pages of those
+//   storages are (device, host, in flight) does not matter to a graph: it reads managed memory as any
+//   kernel does.
+//
 // Note [Staged graphs read the whole pools]: a staged pass run eagerly reads the KV pools through views
 // of their rows in use (`live`), so that a plan recorded from it reaches only those (Note [KV pools by
 // their live rows], runtime/access_trace.cc). Its graph's views are the whole pools, as a resident
@@ -39,11 +46,7 @@ namespace autouvm::engine {
 // of its step at factor 1.1, batch 1, 2026-12-06-staged-captures-held-h100.md). The plan's state still
 // keys the graph (Executor::PassKey): where a pool is streamed, its bytes grow with the rows and a new
 // state captures again.
-// - A graph reads the weights and the KV pools at the addresses they had at its capture. A plan that
-//   streams through a device buffer rebinds them op by op (runtime/tensor_binding.h), but such a pass is
-//   observed and never captured or replayed; a replay checks every storage's address anyway and captures
-//   again where one moved. Where the pages of those storages are (device, host, in flight) does not
-//   matter to a graph: it reads managed memory as any kernel does.
+
 namespace {
 
 class EmulatedWork final : public runtime::ComputeDevice::CapturedWork {
