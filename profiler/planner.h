@@ -31,7 +31,7 @@ struct PlanOptions {
   // instead of reading some in place, keeping whichever the simulator's replay of the step on this spec
   // finds faster (Note [Staged or in place], planner.cc). Null: no staging.
   const runtime::GpuSpec* spec = nullptr;
-  // Note [Coded host copies] (runtime/cuda/cuda_backend.cc): staged weights cross the link as this
+  // Note [Coded host copies] (runtime/cuda/cuda_backend_coded.cc): staged weights cross the link as this
   // fraction of their bytes and are decoded on the GPU at spec->decode_bytes_per_s (runtime.compress_streamed);
   // 0, or a spec with no decoder rate: plain. The simulator's replay, which chooses between plans,
   // charges it (runtime/sim/sim_backend.h).

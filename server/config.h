@@ -102,7 +102,7 @@ struct ServerConfig {
   // activations): a fraction of the GPU's memory when <= 1, bytes when larger (runtime.device_reserve).
   double device_reserve = 0.05;
   // Stream weights over the link exponent-coded and decode them on the GPU (runtime.compress_streamed;
-  // Note [Coded host copies], runtime/cuda/cuda_backend.cc): lossless, fewer bytes per step. CUDA only.
+  // Note [Coded host copies], runtime/cuda/cuda_backend_coded.cc): lossless, fewer bytes per step. CUDA only.
   bool compress_streamed = false;
   // Decode steps run as CUDA graphs of their bucket (runtime.cuda_graphs; Note [Captured steps],
   // engine/step_graphs.cc), up to cuda_graph_max_batch rows. CUDA only.

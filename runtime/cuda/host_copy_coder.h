@@ -1,7 +1,7 @@
 // HostCopyCoder: the exponent-coded forms (runtime/weight_codec.h) of staged weights' host copies,
 // encoded by threads of its own, off the serving path: the backend queues each host copy as it makes
 // it, stages it plain until its coded form is ready, and coded from then on (Note [Coded host copies],
-// cuda_backend.cc).
+// cuda_backend_coded.cc).
 //
 //   coder.Add(addr, plain_copy, bytes);           // plain_copy stays valid until Forget(addr)
 //   if (std::optional<HostCopyCoder::Coded> c = coder.Take(addr)) ...   // once it is done

@@ -14,6 +14,10 @@ constexpr int64_t kPageBytes = 64 << 10;
 constexpr uint64_t kFirstAddress = uint64_t{1} << 40;  // far from anything real, never dereferenced
 
 uint64_t BlockOf(uint64_t addr) { return addr / kBlockBytes * kBlockBytes; }
+// The address space `bytes` take: whole blocks.
+uint64_t BlocksFor(int64_t bytes) {
+  return (static_cast<uint64_t>(bytes) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+}
 
 }  // namespace
 
@@ -49,8 +53,7 @@ absl::StatusOr<uint64_t> SimBackend::AllocateManaged(int64_t bytes) {
         ", past the simulated device's ", budget_, " bytes; set memory.allow_oversubscription to allow it"));
   }
   const uint64_t base = next_addr_;
-  const int64_t rounded = (bytes + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
-  next_addr_ += static_cast<uint64_t>(rounded);
+  next_addr_ += BlocksFor(bytes);
   model_.Allocate(base, bytes);
   allocations_[base] = bytes;
   allocated_ += bytes;
@@ -376,7 +379,7 @@ int64_t SimBackend::HostCopyBytesWithin(uint64_t addr, int64_t bytes) const {
 absl::StatusOr<uint64_t> SimBackend::AllocateDevice(int64_t bytes) {
   if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("a device buffer of ", bytes, " bytes"));
   const uint64_t addr = next_device_addr_;
-  next_device_addr_ += (static_cast<uint64_t>(bytes) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+  next_device_addr_ += BlocksFor(bytes);
   device_buffers_[addr] = bytes;
   return addr;
 }
@@ -386,9 +389,7 @@ absl::Status SimBackend::FreeDevice(uint64_t addr) {
   if (it == device_buffers_.end()) return absl::NotFoundError(absl::StrCat("no device buffer at ", addr));
   // The last buffer made is made again where it was, as CUDA's allocator tends to: what keys on a
   // buffer's address (Executor::PassKey) must not mistake the next buffer for the last.
-  if (addr + (static_cast<uint64_t>(it->second) + kBlockBytes - 1) / kBlockBytes * kBlockBytes == next_device_addr_) {
-    next_device_addr_ = addr;
-  }
+  if (addr + BlocksFor(it->second) == next_device_addr_) next_device_addr_ = addr;
   device_buffers_.erase(it);
   return absl::OkStatus();
 }

@@ -44,7 +44,7 @@ struct SimOptions {
   GpuSpec spec;
   int64_t device_budget_bytes = 0;      // managed memory the device holds; 0: the spec's memory
   bool allow_oversubscription = false;  // may allocations exceed the budget?
-  // Note [Coded host copies] (runtime/cuda/cuda_backend.cc), as the simulator models it: 0, staged
+  // Note [Coded host copies] (runtime/cuda/cuda_backend_coded.cc), as the simulator models it: 0, staged
   // copies cross plain; else host copies of at least coded_min_bytes cross StageInto's link as this
   // fraction of their bytes, and are then decoded at spec.decode_bytes_per_s (which must be set) on a
   // decode lane of their own beside the copies; a kernel reading one waits for its decode.

@@ -1,4 +1,4 @@
-// Coded staging on the GPU (Note [Coded host copies], runtime/cuda/cuda_backend.cc): with
+// Coded staging on the GPU (Note [Coded host copies], runtime/cuda/cuda_backend_coded.cc): with
 // code_host_copies on, a weight's host copy is coded in the background and StageInto then sends it
 // coded and decodes it on the device, so the device buffer holds the same bytes, bit for bit, as a
 // plain copy would have put there; the copy side's events cover the decodes, what does not shrink
