@@ -26,8 +26,8 @@ struct Pass {
   int64_t fetched = 0;
 };
 
-std::vector<Pass> RunPasses(const AccessTrace& t, const Plan& plan, bool periodic, int passes) {
-  Fixture f(t);
+// `passes` passes of `t` through an executor of `plan` prepared on `f`'s backend, released at the end.
+std::vector<Pass> RunPasses(Fixture& f, const AccessTrace& t, const Plan& plan, bool periodic, int passes) {
   Executor ex(f.sim.get(), plan, t, f.ranges);
   ex.set_periodic_ring(periodic);
   EXPECT_TRUE(ex.Prepare().ok());
@@ -45,6 +45,11 @@ std::vector<Pass> RunPasses(const AccessTrace& t, const Plan& plan, bool periodi
     out.push_back(p);
   }
   return out;
+}
+
+std::vector<Pass> RunPasses(const AccessTrace& t, const Plan& plan, bool periodic, int passes) {
+  Fixture f(t);
+  return RunPasses(f, t, plan, periodic, passes);
 }
 
 // A plan whose passes stream seven 64 MiB weights through a window of three (the planner's holds one and
@@ -139,24 +144,14 @@ TEST(ExecutorCaptureTest, APlanPreparedAgainRepeatsUnderAKeyOfItsOwn) {
   const AccessTrace t = testing::DecodeLikeTrace(8, 64, 1, /*elementwise=*/200);
   const Plan plan = DriftingPlan(t);
   Fixture f(t);
-  auto repeating_key = [&] {
-    Executor ex(f.sim.get(), plan, t, f.ranges);
-    ex.set_periodic_ring(true);
-    EXPECT_TRUE(ex.Prepare().ok());
-    for (int pass = 0; pass < 3 && !ex.PassRepeats(); ++pass) {
-      for (size_t i = 0; i < t.ops.size(); ++i) {
-        EXPECT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
-        f.Launch(t.ops[i]);
-        EXPECT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
-      }
-    }
-    EXPECT_TRUE(ex.PassRepeats());
-    return ex.PassKey();
-  };
-  const uint64_t first = repeating_key(), second = repeating_key();
-  EXPECT_NE(first, 0u);
-  EXPECT_NE(second, 0u);
-  EXPECT_NE(first, second);
+  // Two preparations, one after the other, on one backend; by its fourth pass each repeats.
+  const std::vector<Pass> first = RunPasses(f, t, plan, /*periodic=*/true, 4);
+  const std::vector<Pass> second = RunPasses(f, t, plan, /*periodic=*/true, 4);
+  EXPECT_TRUE(first.back().repeats);
+  EXPECT_TRUE(second.back().repeats);
+  EXPECT_NE(first.back().key, 0u);
+  EXPECT_NE(second.back().key, 0u);
+  EXPECT_NE(first.back().key, second.back().key);
 }
 
 }  // namespace
