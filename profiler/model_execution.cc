@@ -82,7 +82,9 @@ absl::StatusOr<std::unique_ptr<ModelExecution>> ModelExecution::Mirror(const run
                                                                        ExecutionOptions options) {
   // The mirror holds what the model holds whatever the card's size: the executor keeps the device
   // budget, and a model larger than the card is what the daemon is for.
-  ASSIGN_OR_RETURN(auto sim, runtime::sim::SimBackend::Create({.spec = spec, .allow_oversubscription = true}));
+  ASSIGN_OR_RETURN(auto sim,
+                   runtime::sim::SimBackend::Create(
+                       {.spec = spec, .allow_oversubscription = true, .coded_ratio = options.mirror_coded_ratio}));
   std::unordered_map<std::string, runtime::TensorRange> ranges;
   for (const runtime::NamedTensor& t : named) {
     ASSIGN_OR_RETURN(uint64_t addr, sim->AllocateManaged(t.bytes));
@@ -390,6 +392,15 @@ absl::Status ModelExecution::Monitor(const std::vector<double>& op_seconds) {
   stats_.reclassified_ops += static_cast<int64_t>(changed.size());
   stats_.repinned_bytes += executor_->repinned_bytes() - repinned_before;
   return s;
+}
+
+std::map<std::string, int64_t> ModelExecution::CodedBytes() const {
+  std::map<std::string, int64_t> out;
+  for (const auto& [id, r] : ranges_) {
+    if (!runtime::IsWeightId(id)) continue;
+    if (std::optional<int64_t> n = backend_->CodedBytes(r.addr); n.has_value()) out[id] = *n;
+  }
+  return out;
 }
 
 const runtime::TensorRange* ModelExecution::range(const std::string& id) const {

@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -124,6 +125,9 @@ struct ExecutionOptions {
   // the device buffer may be captured with its copies (Note [Staged passes captured],
   // runtime/executor_capture.cc) — the executors keep a periodic ring and do not time their copies.
   bool capture_passes = false;
+  // The mirror's staged copies cross coded at this ratio (runtime::sim::SimOptions::coded_ratio): the CPU
+  // daemon's model of runtime.compress_streamed. Ignored over a device's own backend.
+  double mirror_coded_ratio = 0;
 };
 
 class ModelExecution {
@@ -210,6 +214,10 @@ class ModelExecution {
   // tensor ("param:<name>"); null for an unknown id.
   runtime::DeviceBackend* backend() const { return backend_; }
   const runtime::TensorRange* range(const std::string& id) const;
+  // The model's weights whose coded sizes the backend knows now, by id ("param:<name>"): the bytes each
+  // crosses the link as when staged (Note [Coded sizes in the trace], runtime/access_trace.cc). Empty
+  // where staged copies cross plain.
+  std::map<std::string, int64_t> CodedBytes() const;
 
  private:
   class MirrorLauncher;

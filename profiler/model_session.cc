@@ -1,5 +1,6 @@
 #include "profiler/model_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -279,6 +280,15 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
     } else if (trace.ops.empty()) {
       jobs_->Fail(key_, "the recorded iteration ran no operator the observer could see");
     } else {
+      // Note [Coded sizes in the trace]: the plan charges the weights the backend has coded by now at
+      // their sizes.
+      if (execution_ != nullptr) {
+        for (auto& [id, bytes] : execution_->CodedBytes()) {
+          const bool named = std::any_of(trace.named.begin(), trace.named.end(),
+                                         [&](const runtime::TensorUse& t) { return t.id == id; });
+          if (named) trace.coded_bytes[id] = bytes;
+        }
+      }
       jobs_->Submit(key_, std::move(trace), Seconds() - started_);
     }
   }

@@ -141,11 +141,26 @@ double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace
   constexpr double kBlock = 2 << 20;
   double copies = 0, discards = 0, last_decode = 0;
   const bool coded = coded_ratio > 0 && spec.decode_bytes_per_s > 0;
+  std::unordered_map<std::string, int64_t> named;
+  if (coded) {
+    for (const runtime::TensorUse& t : trace.named) named[t.id] = t.bytes;
+  }
   for (const runtime::Prefetch& f : plan.prefetches) {
     const double blocks = std::ceil(static_cast<double>(f.bytes) / kBlock);
     if (plan.staged && plan.device_buffer && coded) {
-      copies += coded_ratio * static_cast<double>(f.bytes) / spec.link_bytes_per_s;
-      last_decode = static_cast<double>(f.bytes) / spec.decode_bytes_per_s;
+      // Each weight at its measured coded size where the trace has it (Note [Coded sizes in the trace]),
+      // the rest at the ratio; decoded only where some of it crossed coded.
+      int64_t measured = 0, measured_link = 0;
+      for (const std::string& id : f.tensors) {
+        auto it = named.find(id);
+        if (it == named.end() || !trace.coded_bytes.count(id)) continue;
+        measured += it->second;
+        measured_link += runtime::CodedLinkBytes(trace, id, it->second, coded_ratio);
+      }
+      const double rest = static_cast<double>(std::max<int64_t>(0, f.bytes - measured));
+      const double link = static_cast<double>(measured_link) + coded_ratio * rest;
+      copies += link / spec.link_bytes_per_s;
+      last_decode = link < static_cast<double>(f.bytes) ? static_cast<double>(f.bytes) / spec.decode_bytes_per_s : 0;
     } else if (plan.staged && plan.device_buffer) {
       copies += static_cast<double>(f.bytes) / spec.link_bytes_per_s;
     } else if (plan.staged) {

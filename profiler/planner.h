@@ -33,8 +33,9 @@ struct PlanOptions {
   const runtime::GpuSpec* spec = nullptr;
   // Note [Coded host copies] (runtime/cuda/cuda_backend_coded.cc): staged weights cross the link as this
   // fraction of their bytes and are decoded on the GPU at spec->decode_bytes_per_s (runtime.compress_streamed);
-  // 0, or a spec with no decoder rate: plain. The simulator's replay, which chooses between plans,
-  // charges it (runtime/sim/sim_backend.h).
+  // 0, or a spec with no decoder rate: plain. A weight the trace has a measured coded size for is charged
+  // that instead (Note [Coded sizes in the trace], runtime/access_trace.cc). The simulator's replay, which
+  // chooses between plans, charges it (runtime/sim/sim_backend.h).
   double coded_ratio = 0;
 };
 
@@ -50,7 +51,7 @@ int64_t PeakActivationBytes(const runtime::AccessTrace& trace, const std::vector
 // the most of its host launch, FLOPs and HBM bytes) plus remote reads at the remote rate, which hold
 // their op; staged copies run on the copy stream beside that, populated and discarded per block.
 // With `coded_ratio` (PlanOptions), a staged plan's copies through its device buffer cross as that
-// fraction of their bytes, the last one's decode after them.
+// fraction of their bytes (a weight with a coded size in the trace as that), the last one's decode after them.
 double EstimateStepSeconds(const runtime::Plan& plan, const runtime::AccessTrace& trace, const runtime::GpuSpec& spec,
                            double coded_ratio = 0);
 

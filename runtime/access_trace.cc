@@ -32,6 +32,22 @@ bool IsWeightId(const std::string& id) { return absl::StartsWith(id, "param:") &
 // executor_kv_rows.cc).
 bool IsKvCacheId(const std::string& id) { return absl::StartsWith(id, "param:kv_cache"); }
 
+// Note [Coded sizes in the trace]: issue 30. Staged weights cross the link exponent-coded (Note [Coded host
+// copies], runtime/cuda/cuda_backend_coded.cc), and how far each shrinks depends on its values: N(0, s²)
+// weights code to 0.70 of their bytes, a tensor of uniform bits does not shrink at all and is sent
+// plain. A plan is a choice among partitions by their simulated step (Note [Staged or in place],
+// profiler/planner.cc), so it should charge each streamed weight what it really moves. The coder learns
+// each size only once a plan has put the weight on the host, after the model's first recording; a
+// session records each later shape with the sizes its backend knows by then (ModelSession, from
+// ModelExecution::CodedBytes), stored with the trace, and the planner and the simulator charge those
+// (CodedLinkBytes); a weight the trace has no size for is charged the planned ratio
+// (runtime::weight_codec::kPlannedCodedRatio in the daemon).
+int64_t CodedLinkBytes(const AccessTrace& trace, const std::string& id, int64_t bytes, double ratio) {
+  if (ratio <= 0) return bytes;
+  if (auto it = trace.coded_bytes.find(id); it != trace.coded_bytes.end()) return std::min(bytes, it->second);
+  return static_cast<int64_t>(ratio * static_cast<double>(bytes));
+}
+
 std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace) {
   std::unordered_map<std::string, int64_t> reach;
   for (const OpRecord& op : trace.ops) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -55,7 +56,16 @@ struct AccessTrace {
   // The named tensors (weights, buffers, caches) the iteration touched, in the order they were named —
   // the order a model allocates them in — with their storage sizes (offset and extent unused).
   std::vector<TensorUse> named;
+  // Of the named weights whose host copies the backend had coded when the iteration was recorded
+  // (runtime.compress_streamed), the bytes each crosses the link as when staged: its coded size, or its
+  // own bytes where the code would not shrink it (Note [Coded sizes in the trace], access_trace.cc).
+  std::map<std::string, int64_t> coded_bytes;
 };
+
+// What `bytes` of the named tensor `id` move over the link when staged copies cross coded, planned at
+// `ratio` (0: they cross plain): its measured size from the trace's coded_bytes where it has one, else
+// `ratio` of its bytes.
+int64_t CodedLinkBytes(const AccessTrace& trace, const std::string& id, int64_t bytes, double ratio);
 
 // Of each KV-cache pool the trace's ops touch, the storage bytes they reach from its start.
 std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace);

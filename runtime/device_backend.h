@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -157,6 +158,11 @@ class DeviceBackend {
   // discarded) or KeepHostCopy. A plan that follows another adopts what that one staged (Executor).
   enum class Staging { kNone, kDiscarded, kKept };
   virtual Staging StagingOf(uint64_t addr) const { return Staging::kNone; }
+  // Note [Coded sizes in the trace] (access_trace.cc): the bytes the host copy of the range at `addr`
+  // moves over the link when StageInto sends it: its coded size, or its own bytes where the code does not
+  // shrink it. nullopt where that is not known: no host copy, staged copies crossing plain, or its coding
+  // not done yet.
+  virtual std::optional<int64_t> CodedBytes(uint64_t addr) { return std::nullopt; }
 
   // Bytes of the range resident on the device. Exact on the simulator; CUDA exposes no per-page
   // residency, so there it is the whole range if it was last prefetched to the device, else 0

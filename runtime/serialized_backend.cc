@@ -82,6 +82,11 @@ DeviceBackend::Staging SerializedBackend::StagingOf(uint64_t addr) const {
   return backend_->StagingOf(addr);
 }
 
+std::optional<int64_t> SerializedBackend::CodedBytes(uint64_t addr) {
+  absl::MutexLock lock(&mu_);
+  return backend_->CodedBytes(addr);
+}
+
 absl::StatusOr<int64_t> SerializedBackend::ResidentBytes(uint64_t addr, int64_t bytes) {
   absl::MutexLock lock(&mu_);
   return backend_->ResidentBytes(addr, bytes);

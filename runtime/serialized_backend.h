@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -47,6 +48,7 @@ class SerializedBackend final : public DeviceBackend {
   absl::Status EndStageInto(uint64_t addr, int64_t bytes) override;
   absl::Status KeepHostCopy(uint64_t addr, int64_t bytes) override;
   Staging StagingOf(uint64_t addr) const override;
+  std::optional<int64_t> CodedBytes(uint64_t addr) override;
   absl::StatusOr<int64_t> ResidentBytes(uint64_t addr, int64_t bytes) override;
   EventId RecordEvent(Stream stream) override;
   void WaitEvent(Stream stream, EventId event) override;

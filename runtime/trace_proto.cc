@@ -36,6 +36,7 @@ autouvm::v1::AccessTrace ToProto(const AccessTrace& trace) {
     p->set_seconds(op.seconds);
   }
   ToProto(trace.named, out.mutable_named());
+  for (const auto& [id, bytes] : trace.coded_bytes) (*out.mutable_coded_bytes())[id] = bytes;
   return out;
 }
 
@@ -47,6 +48,7 @@ AccessTrace FromProto(const autouvm::v1::AccessTrace& proto) {
         {p.index(), p.op(), p.kernel(), FromProto(p.reads()), FromProto(p.writes()), p.flops(), p.seconds()});
   }
   out.named = FromProto(proto.named());
+  for (const auto& [id, bytes] : proto.coded_bytes()) out.coded_bytes[id] = bytes;
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -98,6 +99,7 @@ class CudaBackend final : public DeviceBackend {
   absl::Status EndStageInto(uint64_t addr, int64_t bytes) override;
   absl::Status KeepHostCopy(uint64_t addr, int64_t bytes) override;
   Staging StagingOf(uint64_t addr) const override;
+  std::optional<int64_t> CodedBytes(uint64_t addr) override;
 
   // Whether staged copies cross the link coded (Note [Coded host copies]).
   bool coding() const { return stager_ != nullptr; }
@@ -136,7 +138,8 @@ class CudaBackend final : public DeviceBackend {
     // Note [Coded host copies]: kPending while a coder thread encodes it; kCoded once the coded copy
     // is adopted (StageInto sends it); kNone: staged plain.
     enum class Coding { kNone, kPending, kCoded } coding = Coding::kNone;
-    void* coded_host = nullptr;  // pinned
+    bool does_not_shrink = false;  // the coder found it would not shrink (it stays kNone)
+    void* coded_host = nullptr;    // pinned
     size_t coded_mapped = 0;
     std::shared_ptr<CodedCopy> coded;
   };

@@ -49,7 +49,10 @@ void CudaBackend::AdoptCoded(uint64_t addr, StagedCopy& copy) {
     return;
   }
 #if AUTOUVM_CUDA_KERNELS
-  if (done->memory.ptr == nullptr) return;  // it would not shrink
+  if (done->memory.ptr == nullptr) {  // it would not shrink
+    copy.does_not_shrink = true;
+    return;
+  }
   absl::StatusOr<CodedCopy> coded =
       CodedCopy::Of(static_cast<const uint8_t*>(done->memory.ptr), done->bytes, stager_->slot_bytes());
   if (!coded.ok()) {
@@ -64,6 +67,21 @@ void CudaBackend::AdoptCoded(uint64_t addr, StagedCopy& copy) {
 #else
   if (done->memory.ptr != nullptr) FreePinnedHost(done->memory.ptr, done->memory.mapped);
 #endif
+}
+
+// Note [Coded sizes in the trace] (runtime/access_trace.cc): what the coder measured, once it has.
+std::optional<int64_t> CudaBackend::CodedBytes(uint64_t addr) {
+  auto it = staged_.find(addr);
+  if (coder_ == nullptr || it == staged_.end()) return std::nullopt;
+  StagedCopy& copy = it->second;
+  AdoptCoded(addr, copy);
+  if (copy.coding == StagedCopy::Coding::kCoded) return copy.coded->link_bytes;
+  if (copy.coding == StagedCopy::Coding::kPending) return std::nullopt;
+  // Never queued (too small or of odd length), or the coder found it would not shrink: it crosses plain.
+  // A coded form that could not be kept (a fallback) says nothing of the weight's code.
+  const bool queued = copy.bytes >= options_.coded_min_bytes && copy.bytes % 2 == 0;
+  if (!queued || copy.does_not_shrink) return copy.bytes;
+  return std::nullopt;
 }
 
 void CudaBackend::FreeHostCopy(uint64_t addr, StagedCopy& copy) {

@@ -403,8 +403,9 @@ absl::Status SimBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device
         absl::StrCat(bytes, " bytes at ", device_addr, " do not lie in one device buffer"));
   }
   double& clock = clock_[Index(stream)];
-  const bool coded = options_.coded_ratio > 0 && bytes >= options_.coded_min_bytes && stream == Stream::kCopy;
-  const int64_t link_bytes = coded ? static_cast<int64_t>(options_.coded_ratio * static_cast<double>(bytes)) : bytes;
+  const int64_t crosses = stream == Stream::kCopy ? CodedBytes(addr).value_or(bytes) : bytes;
+  const bool coded = crosses < bytes;
+  const int64_t link_bytes = coded ? crosses : bytes;
   clock = std::max(clock, host_clock_) + static_cast<double>(link_bytes) / options_.spec.link_bytes_per_s;
   double ready = clock;
   if (coded) {  // decoded once it has crossed (whole: the chunks' overlap with the copy is not modelled)
@@ -419,6 +420,14 @@ absl::Status SimBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t device
   staged_in_bytes_ += link_bytes;
   for (uint64_t b = BlockOf(addr); b < addr + static_cast<uint64_t>(bytes); b += kBlockBytes) ready_at_[b] = ready;
   return absl::OkStatus();
+}
+
+std::optional<int64_t> SimBackend::CodedBytes(uint64_t addr) {
+  const int64_t bytes = HostCopyBytes(addr);
+  if (options_.coded_ratio <= 0 || bytes < 0) return std::nullopt;
+  if (bytes < options_.coded_min_bytes) return bytes;
+  if (auto it = measured_coded_.find(addr); it != measured_coded_.end()) return std::min(bytes, it->second);
+  return static_cast<int64_t>(options_.coded_ratio * static_cast<double>(bytes));
 }
 
 absl::Status SimBackend::EndStageInto(uint64_t addr, int64_t bytes) {

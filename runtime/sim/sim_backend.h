@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -119,6 +120,13 @@ class SimBackend final : public DeviceBackend {
   Staging StagingOf(uint64_t addr) const override {
     return staged_.count(addr) ? Staging::kDiscarded : kept_.count(addr) ? Staging::kKept : Staging::kNone;
   }
+  // With a coded ratio: a host copy of at least coded_min_bytes crosses as SetCodedBytes said, else as
+  // coded_ratio of its bytes; below that size, its bytes.
+  std::optional<int64_t> CodedBytes(uint64_t addr) override;
+  // What the range at `addr` codes to, as the real coder measured it (a trace's coded_bytes, replayed):
+  // its host copy then crosses as that many bytes, or plain, not decoded, where that is not fewer than its
+  // own. Only with a coded ratio (SimOptions::coded_ratio).
+  void SetCodedBytes(uint64_t addr, int64_t coded) { measured_coded_[addr] = coded; }
 
   // Runs a kernel on `stream` and advances that stream's clock. `host_s`: host time spent issuing it
   // (the framework's per-op cost); the kernel cannot start before the host has issued it, and the host
@@ -176,7 +184,8 @@ class SimBackend final : public DeviceBackend {
   int64_t put_back_bytes_ = 0;
   int64_t staged_in_bytes_ = 0;  // bytes StageIn copied (MigrationCause::kStaged)
   int64_t exact_counter_reads_ = 0;
-  int64_t coded_bytes_ = 0, decoded_bytes_ = 0;  // Note [Coded host copies]
+  int64_t coded_bytes_ = 0, decoded_bytes_ = 0;           // Note [Coded host copies]
+  std::unordered_map<uint64_t, int64_t> measured_coded_;  // SetCodedBytes
   double decode_s_ = 0;
   double decode_clock_ = 0;                     // the decode lane
   std::map<uint64_t, int64_t> device_buffers_;  // AllocateDevice: address → bytes

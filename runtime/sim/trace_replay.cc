@@ -177,6 +177,12 @@ absl::StatusOr<int64_t> Run(const AccessTrace& trace, const Lifetimes& lives, Si
   for (const auto& [id, bytes] : lives.persistent) {
     ASSIGN_OR_RETURN(where[id], layout.Allocate(bytes));
   }
+  // Note [Coded sizes in the trace]: the weights the trace knows the coded sizes of cross as those.
+  if (backend != nullptr) {
+    for (const auto& [id, coded] : trace.coded_bytes) {
+      if (auto it = where.find(id); it != where.end()) backend->SetCodedBytes(it->second, coded);
+    }
+  }
   std::unique_ptr<Executor> executor;
   std::unique_ptr<DriverEviction> eviction;
   if (backend != nullptr) {

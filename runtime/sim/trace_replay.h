@@ -38,7 +38,8 @@ struct ReplayOptions {
   double oversubscription = 1.0;
   int64_t device_bytes = 0;
   int iterations = 3;  // the first starts with everything on the host
-  // Staged weights cross coded (SimOptions::coded_ratio; the spec's decode_bytes_per_s must be set).
+  // Staged weights cross coded (SimOptions::coded_ratio; the spec's decode_bytes_per_s must be set): those
+  // the trace has coded sizes for as those (Note [Coded sizes in the trace]), the others at this ratio.
   double coded_ratio = 0;
   // Not 0: the driver's eviction is emulated at op boundaries for the persistent tensors under this
   // budget (runtime::DriverEviction, as bench/offload_bench does on the real GPU, whose card is never

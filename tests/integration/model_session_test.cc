@@ -8,7 +8,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "base/clock.h"
 #include "engine/llama_builder.h"
@@ -16,6 +19,7 @@
 #include "profiler/profile_key.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
+#include "runtime/sim/sim_backend.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
 
@@ -225,6 +229,62 @@ TEST_F(ModelSessionTest, AShapeWhoseOpsMoveIsRecordedTwiceAtMostAndEveryIteratio
   EXPECT_EQ(st.own + st.nearest + st.none, 1 + kIterations + 10);
   // b2's two recordings and b4's first followed b1's plan.
   EXPECT_EQ(st.nearest, 3);
+}
+
+// Note [Coded sizes in the trace]: a shape recorded after the model's first plan staged its weights carries
+// the sizes the backend has for them (what each crosses the link as), stored with its trace; the first
+// shape, recorded before anything was staged, carries none.
+TEST_F(ModelSessionTest, AShapeRecordedAfterWeightsWereStagedCarriesTheirCodedSizes) {
+  std::vector<at::Tensor> w;
+  std::vector<runtime::NamedTensor> named;
+  for (int i = 0; i < 4; ++i) {
+    w.push_back(at::randn({1024, 1024}));  // 4 MiB: coded on the mirror as on CUDA
+    named.push_back({"w" + std::to_string(i), reinterpret_cast<uint64_t>(w.back().data_ptr()),
+                     static_cast<int64_t>(w.back().nbytes())});
+  }
+  const int64_t bytes = named[0].bytes;
+  auto execution = ModelExecution::Mirror(spec_, named, {.mirror_coded_ratio = 0.7});
+  ASSERT_TRUE(execution.ok()) << execution.status();
+  ProfileJobs jobs(repository_.get(), spec_, &clock_, /*coded_ratio=*/0.7);
+  auto created = ModelSession::Create({std::string(64, 'c'), spec_.name, 3 * bytes, "autouvm"}, &jobs, named,
+                                      std::move(*execution));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ModelSession& session = **created;
+  auto iterate = [&](int batch) {
+    for (int attempt = 0;; ++attempt) {
+      session.BeforeIteration(IterationPhase::kPrefill, batch, 256);
+      at::Tensor x = at::ones({batch * 256, 1024});
+      for (const at::Tensor& t : w) x = at::relu(at::mm(x, t));
+      if (!session.AfterIteration(absl::OkStatus()) || attempt > 0) break;
+    }
+    jobs.Drain();
+  };
+  iterate(1);  // recorded with nothing staged
+  auto first = jobs.ReadPlan(session.Key(IterationPhase::kPrefill, 1, 256));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->trace.coded_bytes.empty());
+  ASSERT_TRUE(first->plan.staged) << "prefill products cannot read their weights in place";
+  std::set<std::string> streamed;
+  for (const runtime::Prefetch& f : first->plan.prefetches) streamed.insert(f.tensors.begin(), f.tensors.end());
+  ASSERT_FALSE(streamed.empty());
+  // One weight the real coder would have found tighter than the planned ratio.
+  auto* mirror = dynamic_cast<runtime::sim::SimBackend*>(session.execution()->backend());
+  ASSERT_NE(mirror, nullptr);
+  const std::string tight = *streamed.begin();
+  mirror->SetCodedBytes(session.execution()->range(tight)->addr, bytes / 3);
+  for (int i = 0; i < 2; ++i) iterate(1);  // followed: its streamed weights staged
+  ASSERT_GT(session.execution()->stats().followed_iterations, 0)
+      << session.execution()->stats().last_error << " abandoned " << session.execution()->stats().abandoned_iterations
+      << " own " << session.stats().own << " none " << session.stats().none;
+  iterate(2);  // another shape, recorded now
+  auto second = jobs.ReadPlan(session.Key(IterationPhase::kPrefill, 2, 256));
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::set<std::string> carried;
+  for (const auto& [id, n] : second->trace.coded_bytes) {
+    carried.insert(id);
+    EXPECT_EQ(n, id == tight ? bytes / 3 : static_cast<int64_t>(0.7 * static_cast<double>(bytes))) << id;
+  }
+  EXPECT_EQ(carried, streamed);
 }
 
 TEST_F(ModelSessionTest, TwoModelsFollowTheirPlansOnTwoThreadsAtOnce) {

@@ -189,7 +189,9 @@ TEST_F(ObserverTest, TracesRoundTripThroughProtobuf) {
   auto runner = Load(SmallConfig("proto", 1));
   ASSERT_NE(runner, nullptr);
   ASSERT_TRUE(runner->Prefill(1, std::vector<int32_t>{256, 7}).ok());
-  const AccessTrace trace = DecodeStep(runner.get(), 8, 2);
+  AccessTrace trace = DecodeStep(runner.get(), 8, 2);
+  ASSERT_FALSE(trace.named.empty());
+  trace.coded_bytes[trace.named.front().id] = 12345;  // Note [Coded sizes in the trace]
   std::string bytes;
   ASSERT_TRUE(ToProto(trace).SerializeToString(&bytes));
   autouvm::v1::AccessTrace parsed;
@@ -197,6 +199,7 @@ TEST_F(ObserverTest, TracesRoundTripThroughProtobuf) {
   const AccessTrace back = FromProto(parsed);
   EXPECT_EQ(CompareTraces(trace, back), std::vector<std::string>());
   EXPECT_EQ(back.ops.size(), trace.ops.size());
+  EXPECT_EQ(back.coded_bytes, trace.coded_bytes);
 }
 
 TEST_F(ObserverTest, AChangedModelIsReportedAsMismatches) {

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <string>
 
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
@@ -288,6 +290,38 @@ TEST_F(ModelExecutionTest, AfterASwitchTheNextIterationIsTimedButNoSoonerThanThe
         << interval;
     EXPECT_EQ(ex->stats().sampled_iterations, interval == 0 ? 3 : 1) << interval;
     ex.reset();
+  }
+}
+
+// Note [Coded sizes in the trace]: the weights a plan staged report what their host copies cross the link
+// as — what the backend measured where it has, else its ratio — and the pinned ones nothing; a backend
+// whose copies cross plain reports none.
+TEST_F(ModelExecutionTest, TheWeightsItStagedReportTheirCodedSizesFromTheBackend) {
+  const auto tight = Plan(24 << 20);
+  ASSERT_FALSE(tight.plan.prefetches.empty());
+  std::set<std::string> streamed;
+  for (const runtime::Prefetch& f : tight.plan.prefetches) streamed.insert(f.tensors.begin(), f.tensors.end());
+  {
+    auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+    auto ex = OnDevice(*sim, /*monitor_every=*/0);
+    for (int it = 0; it < 2; ++it) ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());
+    EXPECT_TRUE(ex->CodedBytes().empty()) << "copies cross plain";
+  }
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_, .coded_ratio = 0.7});
+  auto ex = OnDevice(*sim, /*monitor_every=*/0);
+  EXPECT_TRUE(ex->CodedBytes().empty()) << "nothing staged yet";
+  const std::string tighter = *streamed.begin(), incompressible = *std::next(streamed.begin());
+  sim->SetCodedBytes(ex->range(tighter)->addr, kWeight / 4);
+  sim->SetCodedBytes(ex->range(incompressible)->addr, kWeight + 4096);
+  for (int it = 0; it < 2; ++it) ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());
+  const std::map<std::string, int64_t> coded = ex->CodedBytes();
+  std::set<std::string> reported;
+  for (const auto& [id, bytes] : coded) reported.insert(id);
+  EXPECT_EQ(reported, streamed);
+  EXPECT_EQ(coded.at(tighter), kWeight / 4);
+  EXPECT_EQ(coded.at(incompressible), kWeight);
+  for (const auto& [id, bytes] : coded) {
+    if (id != tighter && id != incompressible) EXPECT_EQ(bytes, static_cast<int64_t>(0.7 * kWeight)) << id;
   }
 }
 

@@ -176,6 +176,48 @@ TEST(PlannerTest, PlansForCodedStreamingChargeTheCodedBytes) {
   EXPECT_DOUBLE_EQ(EstimateStepSeconds(plain, t, spec, 0.7), plain_s);
 }
 
+// Note [Coded sizes in the trace]: a weight whose coded size the trace has is charged that instead of the
+// planned ratio: one the code would not shrink crosses plain (no decode), one that codes tighter less.
+TEST(PlannerTest, WeightsWithMeasuredCodedSizesAreChargedThoseInsteadOfThePlannedRatio) {
+  runtime::AccessTrace t;
+  for (int i = 0; i < 32; ++i) {
+    t.ops.push_back(Op(i, {"param:w" + std::to_string(i), "param:kv_cache.k"}, 10));
+    t.named.push_back({"param:w" + std::to_string(i), 10 * kMiB});
+  }
+  t.named.push_back({"param:kv_cache.k", 10 * kMiB});
+  const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 200 * kMiB, "autouvm");
+  const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
+  const auto plan = MakePlan(key, t, ReuseDistances(t), 200 * kMiB, {.spec = &spec, .coded_ratio = 0.7});
+  ASSERT_TRUE(plan.staged && plan.device_buffer);
+  ASSERT_FALSE(plan.prefetches.empty());
+  const double link_s = static_cast<double>(plan.streamed_bytes) / spec.link_bytes_per_s;
+  const double decode_s = 10.0 * kMiB / spec.decode_bytes_per_s;
+  const double planned = EstimateStepSeconds(plan, t, spec, 0.7);
+  EXPECT_NEAR(planned, 0.7 * link_s + decode_s, 0.05 * link_s);
+
+  runtime::AccessTrace incompressible = t, tight = t;
+  for (const runtime::Prefetch& f : plan.prefetches) {
+    for (const std::string& id : f.tensors) {
+      incompressible.coded_bytes[id] = 10 * kMiB + 4096;  // the code's header on bytes it cannot shrink
+      tight.coded_bytes[id] = 5 * kMiB;
+    }
+  }
+  EXPECT_DOUBLE_EQ(EstimateStepSeconds(plan, incompressible, spec, 0.7), EstimateStepSeconds(plan, t, spec, 0))
+      << "every streamed weight crosses plain";
+  EXPECT_NEAR(EstimateStepSeconds(plan, tight, spec, 0.7), 0.5 * link_s + decode_s, 0.05 * link_s);
+  // Half of them measured: those at their size, the rest at the ratio.
+  runtime::AccessTrace half = t;
+  int64_t measured = 0;
+  for (const auto& [id, coded] : tight.coded_bytes) {
+    if (measured++ % 2 == 0) half.coded_bytes[id] = coded;
+  }
+  const double mixed = EstimateStepSeconds(plan, half, spec, 0.7);
+  EXPECT_LT(mixed, planned);
+  EXPECT_GT(mixed, EstimateStepSeconds(plan, tight, spec, 0.7));
+  // Without a coded ratio, measured sizes change nothing: the copies cross plain.
+  EXPECT_DOUBLE_EQ(EstimateStepSeconds(plan, tight, spec, 0), EstimateStepSeconds(plan, t, spec, 0));
+}
+
 // Note [Nested spread]: plans of one model's weights under more room pin a superset of what plans under
 // less room pin, so a switch between shapes moves only the difference; every room's pins stay spread.
 TEST(PlannerTest, PlansWithMoreRoomPinASupersetOfWhatPlansWithLessPin) {

@@ -317,5 +317,47 @@ TEST(SimBackendTest, CodedCopiesCrossAsTheirRatioAndAreReadyAfterTheirDecode) {
   }
 }
 
+// Note [Coded sizes in the trace]: a range whose size the real coder measured (SetCodedBytes, as a
+// replay of a trace that has it) crosses as that, or plain and undecoded where that is not fewer than its
+// bytes; CodedBytes says what each host copy crosses as, and nothing for a range with no host copy or a
+// backend whose copies cross plain.
+TEST(SimBackendTest, MeasuredCodedSizesCrossInsteadOfTheRatioAndOneThatDoesNotShrinkCrossesPlain) {
+  GpuSpec spec = *FindGpuSpec("h200-pcie5");
+  spec.decode_bytes_per_s = 554e9;
+  const int64_t bytes = 64 * kMiB;
+  {
+    auto plain = *SimBackend::Create({.spec = spec, .device_budget_bytes = 1024 * kMiB});
+    const uint64_t w = *plain->AllocateManaged(bytes);
+    ASSERT_TRUE(plain->StageOut(w, bytes).ok());
+    EXPECT_FALSE(plain->CodedBytes(w).has_value()) << "copies cross plain: nothing to know";
+  }
+  auto sim = *SimBackend::Create({.spec = spec, .device_budget_bytes = 1024 * kMiB, .coded_ratio = 0.7});
+  const uint64_t planned = *sim->AllocateManaged(bytes);
+  const uint64_t tight = *sim->AllocateManaged(bytes);
+  const uint64_t random = *sim->AllocateManaged(bytes);
+  const uint64_t small = *sim->AllocateManaged(2 * kMiB);
+  EXPECT_FALSE(sim->CodedBytes(planned).has_value()) << "no host copy yet";
+  sim->SetCodedBytes(tight, bytes / 4);
+  sim->SetCodedBytes(random, bytes + 4096);  // the code's header on bytes it cannot shrink
+  for (const auto& [addr, n] : {std::pair{planned, bytes}, {tight, bytes}, {random, bytes}, {small, 2 * kMiB}}) {
+    ASSERT_TRUE(sim->StageOut(addr, n).ok());
+  }
+  EXPECT_EQ(sim->CodedBytes(planned), static_cast<int64_t>(0.7 * static_cast<double>(bytes)));
+  EXPECT_EQ(sim->CodedBytes(tight), bytes / 4);
+  EXPECT_EQ(sim->CodedBytes(random), bytes) << "it crosses plain";
+  EXPECT_EQ(sim->CodedBytes(small), 2 * kMiB) << "below coded_min_bytes";
+  const uint64_t buffer = *sim->AllocateDevice(bytes);
+  const UvmCounters before = *sim->ReadCounters();
+  const double start = sim->Now(Stream::kCopy);
+  ASSERT_TRUE(sim->StageInto(tight, bytes, buffer, Stream::kCopy).ok());
+  EXPECT_NEAR(sim->Now(Stream::kCopy) - start, static_cast<double>(bytes / 4) / spec.link_bytes_per_s, 1e-9);
+  ASSERT_TRUE(sim->EndStageInto(tight, bytes).ok());
+  ASSERT_TRUE(sim->StageInto(random, bytes, buffer, Stream::kCopy).ok());
+  const UvmCounters c = *sim->ReadCounters() - before;
+  EXPECT_EQ(c.coded_bytes, bytes / 4);
+  EXPECT_EQ(c.decoded_bytes, bytes) << "only the range that shrank is decoded";
+  EXPECT_EQ(c.h2d(MigrationCause::kStaged), bytes / 4 + bytes);
+}
+
 }  // namespace
 }  // namespace autouvm::runtime::sim

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
 #include "tests/testing/decode_like_trace.h"
@@ -129,6 +132,54 @@ TEST(TraceReplayTest, FollowingThePlanStagesWhatIsNotPinnedWithoutFaultsAndBeats
   EXPECT_LT(p.seconds, s.seconds / 3);
   EXPECT_LT(p.seconds, in_place->iterations.back().seconds);
   EXPECT_GE(p.seconds, planned->link_floor_seconds);
+}
+
+// Note [Coded sizes in the trace]: replayed with coded copies, the weights the trace has measured coded
+// sizes for cross as those (plain, undecoded, where the code does not shrink them), the others at the ratio.
+TEST(TraceReplayTest, StagedWeightsCrossAsTheTracesMeasuredCodedSizes) {
+  const AccessTrace t = testing::DecodeLikeTrace(16, 64, 1, /*elementwise=*/200);
+  constexpr int64_t kDevice = 700 * kMiB;  // of 1 GiB of weights
+  const Plan plan = ProfilerPlan(t)(kDevice);
+  ASSERT_TRUE(plan.staged && plan.device_buffer);
+  std::map<std::string, int64_t> bytes;
+  for (const TensorUse& n : t.named) bytes[n.id] = n.bytes;
+  AccessTrace measured = t;
+  int64_t coded = 0, decoded = 0, plain = 0, streamed = 0;
+  int k = 0;
+  for (const Prefetch& f : plan.prefetches) {
+    for (const std::string& id : f.tensors) {
+      const int64_t b = bytes.at(id);
+      streamed += b;
+      if (k++ % 2 == 0) {
+        measured.coded_bytes[id] = 2 * b / 5;
+        coded += 2 * b / 5;
+        decoded += b;
+      } else {
+        measured.coded_bytes[id] = b + 4096;  // it would not shrink
+        plain += b;
+      }
+    }
+  }
+  ASSERT_GT(coded, 0);
+  ASSERT_GT(plain, 0);
+  auto replay = [&](const AccessTrace& trace) {
+    return ReplayTrace(trace, H200(),
+                       {.policy = "autouvm",
+                        .make_plan = [&](int64_t) { return plan; },
+                        .device_bytes = kDevice,
+                        .iterations = 2,
+                        .coded_ratio = 0.7});
+  };
+  auto at_ratio = replay(t);
+  auto at_sizes = replay(measured);
+  ASSERT_TRUE(at_ratio.ok() && at_sizes.ok()) << at_ratio.status() << at_sizes.status();
+  const UvmCounters& r = at_ratio->iterations.back().moved;
+  const UvmCounters& m = at_sizes->iterations.back().moved;
+  EXPECT_EQ(r.decoded_bytes, streamed);
+  EXPECT_NEAR(static_cast<double>(r.coded_bytes), 0.7 * static_cast<double>(streamed), 64.0);
+  EXPECT_EQ(m.coded_bytes, coded);
+  EXPECT_EQ(m.decoded_bytes, decoded);
+  EXPECT_EQ(m.h2d(MigrationCause::kStaged), coded + plain);
 }
 
 TEST(TraceReplayTest, WhereNothingHidesTheCopiesThePlanReadsInPlaceRatherThanGiveUpPinnedRoomForAWindow) {
