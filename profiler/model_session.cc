@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -69,10 +70,21 @@ bool ModelSession::BeginFollowing(const autouvm::v1::ProfileKey& plan_key, bool 
   if (execution_ == nullptr || identity_.policy == "stock") return false;
   const std::string key = EncodeKey(plan_key);
   auto it = plans_.find(key);
+  const int64_t generation = jobs_->PlanGeneration(plan_key);
+  if (it != plans_.end() && generations_[key] != generation) {
+    // Note [Plans made again with the coded sizes]: the key's plan was replaced. What the old one staged
+    // stays staged, for the new one to adopt.
+    if (absl::Status s = execution_->Drop(key); !s.ok()) {
+      AUTOUVM_LOG(WARNING) << "executor: releasing the plan made again: " << s.message();
+    }
+    plans_.erase(it);
+    it = plans_.end();
+  }
   if (it == plans_.end()) {
     auto plan = jobs_->ReadPlan(plan_key);
     if (!plan.ok()) return false;  // not ready or not checked yet (NOT_FOUND), or damaged (now stale)
     it = plans_.emplace(key, std::make_shared<const PlanToFollow>(std::move(*plan))).first;
+    generations_[key] = generation;
   }
   auto subscribers = execution_->Begin(key, it->second);
   if (!subscribers.ok()) {
@@ -269,6 +281,7 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
   const Mode mode = mode_;
   mode_ = Mode::kNone;
   rerun_unfollowed_ = EndFollowing(status);
+  if (mode == Mode::kFollow && !borrowed_ && status.ok() && !rerun_unfollowed_) HandCodedSizes();
   LogPass(mode, rerun_unfollowed_);
   plan_key_.clear();
   if (mode == Mode::kVerify) {
@@ -293,6 +306,38 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
     }
   }
   return rerun_unfollowed_;
+}
+
+void ModelSession::HandCodedSizes() {
+  // Every so many passes: the coder takes seconds, and a look reads every weight's state on the backend.
+  constexpr int64_t kCodedCheckEvery = 16;
+  if (jobs_->coded_ratio() <= 0 || plan_key_.empty() || coded_handed_.count(plan_key_) > 0 ||
+      coded_checks_++ % kCodedCheckEvery != 0) {
+    return;
+  }
+  auto it = plans_.find(plan_key_);
+  if (it == plans_.end()) return;
+  const PlanToFollow& followed = *it->second;
+  std::set<std::string> streamed;
+  for (const runtime::Prefetch& f : followed.plan.prefetches) {
+    for (const std::string& id : f.tensors) {
+      if (runtime::IsWeightId(id)) streamed.insert(id);
+    }
+  }
+  std::map<std::string, int64_t> coded = execution_->CodedBytes();
+  bool known = true, same = true;
+  for (const std::string& id : streamed) {
+    auto c = coded.find(id);
+    if (c == coded.end()) {
+      known = false;
+      break;
+    }
+    auto was = followed.trace.coded_bytes.find(id);
+    same = same && was != followed.trace.coded_bytes.end() && was->second == c->second;
+  }
+  if (!known) return;  // the coder is not done with them yet
+  coded_handed_.insert(plan_key_);
+  if (!streamed.empty() && !same) jobs_->PlanAgain(key_, std::move(coded));
 }
 
 SessionStats ModelSession::stats() const { return {own_.load(), nearest_.load(), none_.load()}; }

@@ -97,6 +97,10 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   bool EndFollowing(const absl::Status& status);
   // key_'s profile is being replaced: its plan is forgotten (what it staged stays, for the next plan).
   void DropOwnPlan();
+  // After a pass that followed key_'s own plan: once the backend has coded every weight the plan streams,
+  // their sizes go to the jobs, which make the plan again with them (Note [Plans made again with the coded
+  // sizes], profile_jobs.cc), once per key.
+  void HandCodedSizes();
   // Before an iteration that follows no plan.
   void Suspend();
   // Whether the observer watches the iteration in progress (recorded, checked, or following a plan that
@@ -112,6 +116,9 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   // Plans read from the repository, by encoded key (scheduler thread only); dropped when the key is
   // recorded or checked again.
   std::map<std::string, std::shared_ptr<const PlanToFollow>> plans_;
+  std::map<std::string, int64_t> generations_;     // of each plan in plans_ (ProfileJobs::PlanGeneration)
+  std::set<std::string> coded_handed_;             // keys HandCodedSizes is done with
+  int64_t coded_checks_ = 0;                       // HandCodedSizes' calls, to look every kCodedCheckEvery
   std::vector<runtime::OpSubscriber*> following_;  // the followed iteration's subscribers
   // Keys whose plan stopped part way in an iteration of another key, by that key: they lend it no more.
   std::map<std::string, std::set<std::string>> refused_;

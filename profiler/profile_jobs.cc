@@ -295,6 +295,8 @@ void ProfileJobs::Work() {
     }
     if (auto* analyse = std::get_if<Analyse>(&job->work)) {
       RunAnalysis(job->key, *analyse);
+    } else if (auto* again = std::get_if<Again>(&job->work)) {
+      RunAgain(job->key, *again);
     } else {
       RunCheck(job->key, std::get<Check>(job->work));
     }
@@ -321,6 +323,69 @@ void ProfileJobs::RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job) 
     AUTOUVM_LOG(ERROR) << "profiler: storing " << EncodeKey(key) << ": " << written.message();
     Set(key, ProfileState::kFailed, absl::StrCat("storing the profile: ", written.message()));
   }
+}
+
+// Note [Plans made again with the coded sizes]: a model's first shapes are recorded before any of its
+// weights was staged, so their plans charge every streamed weight the planned coded ratio (Note [Coded
+// sizes in the trace], runtime/access_trace.cc) — and those are the shapes it serves most (its warm-up
+// plans prefill, mixed and decode at batch 1). Once the backend has coded what such a plan streams, the
+// session hands the sizes here, and the plan is made again from the stored trace with them, on this thread
+// as any analysis. The new profile replaces the old one whatever it plans (its trace now has the sizes, so
+// this is done once per key, across restarts too); a different plan bumps the key's generation, which the
+// session checks before following its plan.
+void ProfileJobs::PlanAgain(const autouvm::v1::ProfileKey& key, std::map<std::string, int64_t> coded) {
+  absl::MutexLock lock(&mu_);
+  auto it = status_.find(EncodeKey(key));
+  if (it == status_.end() || it->second.state != ProfileState::kReady) return;
+  queue_.push_back({key, Again{std::move(coded)}});
+}
+
+int64_t ProfileJobs::PlanGeneration(const autouvm::v1::ProfileKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = generations_.find(EncodeKey(key));
+  return it == generations_.end() ? 0 : it->second;
+}
+
+void ProfileJobs::RunAgain(const autouvm::v1::ProfileKey& key, const Again& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stored = repository_->Get(key);
+  auto plan_bytes = repository_->GetPlan(key);
+  // Gone or damaged: ReadPlan finds out and says so; nothing to make again here.
+  if (!stored.ok() || !stored->has_value() || !plan_bytes.ok() || !plan_bytes->has_value()) return;
+  runtime::AccessTrace trace = runtime::FromProto((*stored)->trace());
+  std::map<std::string, int64_t> sizes;
+  for (const runtime::TensorUse& t : trace.named) {
+    if (auto c = job.coded.find(t.id); c != job.coded.end()) sizes[t.id] = c->second;
+  }
+  if (sizes.empty() || sizes == trace.coded_bytes) return;
+  trace.coded_bytes = std::move(sizes);
+  Analysis a = Analyze(key, trace, spec_, clock_->Now(), coded_ratio_);
+  const std::string plan = runtime::ToProto(a.plan, key).SerializeAsString();
+  a.profile.set_profiling_seconds((*stored)->profiling_seconds() +
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const bool changed = plan != **plan_bytes;
+  // Made stale, forgotten or recorded again meanwhile: what is recorded next replaces the profile.
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = status_.find(EncodeKey(key));
+    return it != status_.end() && it->second.state == ProfileState::kReady;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ready()) return;
+  }
+  if (absl::Status written = repository_->Put(a.profile, plan); !written.ok()) {
+    AUTOUVM_LOG(WARNING) << "profiler: storing " << EncodeKey(key) << " planned again: " << written.message()
+                         << "; its plan stays as it was";
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!ready()) return;
+  profiling_seconds_[key.model_digest()] += a.profile.profiling_seconds() - (*stored)->profiling_seconds();
+  if (!changed) return;
+  ++generations_[EncodeKey(key)];
+  plans_made_again_.fetch_add(1);
+  Set(key, ProfileState::kReady, "planned again with its weights' coded sizes");
+  AUTOUVM_LOG(INFO) << "profiler: " << EncodeKey(key) << " planned again with its weights' coded sizes";
 }
 
 // Note [Identity check]: a profile names ops by their position and kernel id ("aten::mm#3"). Every

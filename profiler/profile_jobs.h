@@ -108,6 +108,16 @@ class ProfileJobs {
   // in `excluded` (encoded keys); nullopt when there is none.
   std::optional<autouvm::v1::ProfileKey> NearestPlanned(const autouvm::v1::ProfileKey& key,
                                                         const std::set<std::string>& excluded) const;
+  // Note [Plans made again with the coded sizes] (profile_jobs.cc): makes a ready key's plan again from its
+  // stored trace with its weights' coded sizes (`coded`, by id: ModelExecution::CodedBytes), on the
+  // background thread, and stores it in place of the old one. Where the plan differs, the key's
+  // PlanGeneration goes up, so that a session holding the old plan reads it again. Nothing where the key is
+  // not ready, or its trace has these sizes already.
+  void PlanAgain(const autouvm::v1::ProfileKey& key, std::map<std::string, int64_t> coded);
+  // How many times PlanAgain has replaced the key's plan by a different one in this process.
+  int64_t PlanGeneration(const autouvm::v1::ProfileKey& key) const;
+  int64_t plans_made_again() const { return plans_made_again_.load(); }  // of every key: plans replaced
+  double coded_ratio() const { return coded_ratio_; }                    // the one the constructor took
   ProfileStatus Status(const autouvm::v1::ProfileKey& key) const;
   // The stored plan of a ready key this process recorded or has checked, read from the repository:
   // NOT_FOUND while the key is not ready, unchecked or being checked; DATA_LOSS if what is stored is
@@ -130,13 +140,17 @@ class ProfileJobs {
   struct Check {
     std::vector<std::string> ops;
   };
+  struct Again {
+    std::map<std::string, int64_t> coded;
+  };
   struct Job {
     autouvm::v1::ProfileKey key;
-    std::variant<Analyse, Check> work;
+    std::variant<Analyse, Check, Again> work;
   };
   void Work();
   void RunAnalysis(const autouvm::v1::ProfileKey& key, Analyse& job);
   void RunCheck(const autouvm::v1::ProfileKey& key, const Check& job);
+  void RunAgain(const autouvm::v1::ProfileKey& key, const Again& job);
   ProfileStatus& Set(const autouvm::v1::ProfileKey& key, ProfileState state, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -146,11 +160,13 @@ class ProfileJobs {
   const base::Clock* const clock_;
   std::atomic<int64_t> identity_mismatches_{0};
   std::atomic<int64_t> mismatched_ops_{0};
+  std::atomic<int64_t> plans_made_again_{0};
   mutable absl::Mutex mu_;
   std::map<std::string, ProfileStatus> status_ ABSL_GUARDED_BY(mu_);      // by encoded key
   std::set<std::string> looking_up_ ABSL_GUARDED_BY(mu_);                 // first sight, store being read
   std::set<std::string> checking_ ABSL_GUARDED_BY(mu_);                   // Verify queued or running
   std::map<std::string, double> profiling_seconds_ ABSL_GUARDED_BY(mu_);  // by model digest
+  std::map<std::string, int64_t> generations_ ABSL_GUARDED_BY(mu_);       // PlanGeneration, by encoded key
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -287,6 +287,60 @@ TEST_F(ModelSessionTest, AShapeRecordedAfterWeightsWereStagedCarriesTheirCodedSi
   EXPECT_EQ(carried, streamed);
 }
 
+// Note [Plans made again with the coded sizes] (profile_jobs.cc): once the backend has coded every weight
+// its plan streams, a shape recorded before (with no sizes) is planned again with them; a plan that
+// differs replaces the one followed at the next pass, and the shape is not planned again after that.
+TEST_F(ModelSessionTest, AShapesPlanIsMadeAgainOnceItsStreamedWeightsAreCodedAndTheNewOneFollowed) {
+  std::vector<at::Tensor> w;
+  std::vector<runtime::NamedTensor> named;
+  for (int i = 0; i < 16; ++i) {
+    w.push_back(at::randn({2048, 1024}) * 0.02);  // 8 MiB
+    named.push_back({"w" + std::to_string(i), reinterpret_cast<uint64_t>(w.back().data_ptr()),
+                     static_cast<int64_t>(w.back().nbytes())});
+  }
+  const int64_t bytes = named[0].bytes;
+  auto execution = ModelExecution::Mirror(spec_, named, {.mirror_coded_ratio = 0.7});
+  ASSERT_TRUE(execution.ok()) << execution.status();
+  ProfileJobs jobs(repository_.get(), spec_, &clock_, /*coded_ratio=*/0.7);
+  auto created = ModelSession::Create({std::string(64, 'g'), spec_.name, 10 * bytes, "autouvm"}, &jobs, named,
+                                      std::move(*execution));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ModelSession& session = **created;
+  const autouvm::v1::ProfileKey key = session.Key(IterationPhase::kDecode, 1, 0);
+  auto iterate = [&]() {
+    for (int attempt = 0;; ++attempt) {
+      session.BeforeIteration(IterationPhase::kDecode, 1, 0);
+      const at::Tensor x = at::ones({1, 2048});
+      for (const at::Tensor& t : w) EXPECT_EQ(at::mm(x, t).size(1), 1024);
+      if (!session.AfterIteration(absl::OkStatus()) || attempt > 0) break;
+    }
+    jobs.Drain();
+  };
+  iterate();  // recorded, planned at the ratio
+  auto first = jobs.ReadPlan(key);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->plan.staged) << "at 0.7 its unpinned weights stream coded";
+  // The real coder would find that none of them shrinks.
+  auto* mirror = dynamic_cast<runtime::sim::SimBackend*>(session.execution()->backend());
+  ASSERT_NE(mirror, nullptr);
+  for (const runtime::NamedTensor& t : named) {
+    mirror->SetCodedBytes(session.execution()->range("param:" + t.name)->addr, bytes + 4096);
+  }
+  iterate();  // followed: its weights staged and coded; their sizes handed over, the plan made again
+  EXPECT_EQ(jobs.plans_made_again(), 1);
+  EXPECT_EQ(jobs.PlanGeneration(key), 1);
+  auto second = jobs.ReadPlan(key);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->plan.staged) << "crossing plain, they are read in place";
+  EXPECT_FALSE(second->trace.coded_bytes.empty());
+  const int64_t switches = session.execution()->stats().plan_switches;
+  for (int i = 0; i < 20; ++i) iterate();
+  const ExecutionStats s = session.execution()->stats();
+  EXPECT_EQ(s.plan_switches, switches + 1) << "the plan made again, once";
+  EXPECT_EQ(s.abandoned_iterations, 0) << s.last_error;
+  EXPECT_EQ(jobs.plans_made_again(), 1) << "planned again once";
+}
+
 TEST_F(ModelSessionTest, TwoModelsFollowTheirPlansOnTwoThreadsAtOnce) {
   Model a = Load("alpha", 3), b = Load("bravo", 4);
   ASSERT_NE(a.session, nullptr);

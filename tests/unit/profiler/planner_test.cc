@@ -12,6 +12,7 @@
 #include "profiler/profile_key.h"
 #include "profiler/reuse.h"
 #include "profiler/roofline.h"
+#include "tests/testing/decode_like_trace.h"
 
 namespace autouvm::profiler {
 namespace {
@@ -216,6 +217,30 @@ TEST(PlannerTest, WeightsWithMeasuredCodedSizesAreChargedThoseInsteadOfThePlanne
   EXPECT_GT(mixed, EstimateStepSeconds(plan, tight, spec, 0.7));
   // Without a coded ratio, measured sizes change nothing: the copies cross plain.
   EXPECT_DOUBLE_EQ(EstimateStepSeconds(plan, tight, spec, 0), EstimateStepSeconds(plan, t, spec, 0));
+}
+
+// Note [Coded sizes in the trace]: the measured sizes choose the plan. A decode step over 1 GiB of weights
+// planned at the ratio streams them coded under 700 MiB and reads two in place under 900; measured, weights
+// that do not shrink are read in place under 700 (as plain ones are), and weights that code to 0.3 are
+// staged under 900.
+TEST(PlannerTest, TheWeightsMeasuredCodedSizesChooseBetweenStagingAndReadingInPlace) {
+  const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
+  const runtime::AccessTrace planned = testing::DecodeLikeTrace(16, 64, 1);
+  runtime::AccessTrace incompressible = planned, tight = planned;
+  for (const runtime::TensorUse& n : planned.named) {
+    incompressible.coded_bytes[n.id] = n.bytes + 4096;
+    tight.coded_bytes[n.id] = n.bytes * 3 / 10;
+  }
+  auto plan = [&](const runtime::AccessTrace& t, int64_t budget) {
+    const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", budget, "autouvm");
+    return MakePlan(key, t, ReuseDistances(t), budget, {.spec = &spec, .coded_ratio = 0.7});
+  };
+  EXPECT_TRUE(plan(planned, 700 * kMiB).staged);
+  EXPECT_FALSE(plan(incompressible, 700 * kMiB).staged);
+  EXPECT_FALSE(plan(incompressible, 700 * kMiB).remote.empty());
+  EXPECT_FALSE(plan(planned, 900 * kMiB).staged);
+  EXPECT_TRUE(plan(tight, 900 * kMiB).staged);
+  EXPECT_TRUE(plan(tight, 900 * kMiB).remote.empty());
 }
 
 // Note [Nested spread]: plans of one model's weights under more room pin a superset of what plans under

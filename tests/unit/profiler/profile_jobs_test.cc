@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <string>
 
 #include "profiler/profile_key.h"
 #include "runtime/plan_proto.h"
+#include "tests/testing/decode_like_trace.h"
 #include "tests/testing/temp_dir.h"
 
 namespace autouvm::profiler {
@@ -288,6 +291,49 @@ TEST_F(ProfileJobsTest, TheNearestPlannedKeyIsOfTheSamePhaseAndIdentityClosestOn
   EXPECT_FALSE(jobs->NearestPlanned(MixedKey(d, 4, 16, "h200-pcie5", budget, "autouvm"), {}).has_value());
   // Another policy has nothing to borrow.
   EXPECT_FALSE(jobs->NearestPlanned(DecodeKey(d, 2, "h200-pcie5", budget, "paper"), {}).has_value());
+}
+
+// Note [Plans made again with the coded sizes]: a ready key's plan is made again from its stored trace with
+// its weights' coded sizes; where that plans otherwise, the stored plan is replaced and the key's
+// generation goes up. The same sizes again, or a key that is not ready, change nothing.
+TEST_F(ProfileJobsTest, APlanIsMadeAgainWithTheWeightsCodedSizesAndReplacedWhereItDiffers) {
+  const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
+  ProfileJobs jobs(repo_.get(), spec, &clock_, /*coded_ratio=*/0.7);
+  EXPECT_EQ(jobs.coded_ratio(), 0.7);
+  // A decode step over 1 GiB of weights under 700 MiB: planned at the ratio, the plan streams its unpinned
+  // weights coded through the device buffer (PlannerTest.TheWeightsMeasuredCodedSizesChoose...).
+  const runtime::AccessTrace trace = testing::DecodeLikeTrace(16, 64, 1);
+  const auto key = DecodeKey(std::string(64, 'c'), 1, spec.name, 700 << 20, "autouvm");
+  jobs.PlanAgain(key, {{"param:w0", 1}});  // not profiled: nothing to do
+  jobs.Drain();
+  EXPECT_EQ(jobs.PlanGeneration(key), 0);
+  ASSERT_TRUE(jobs.ShouldRecord(key));
+  jobs.Submit(key, trace, 0.001);
+  jobs.Drain();
+  EXPECT_FALSE(jobs.ShouldVerify(key)) << "recorded here: checked";
+  auto first = jobs.ReadPlan(key);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->plan.staged) << "staged at 0.7";
+  // Measured: none of them shrinks. Crossing plain, reading the weights in place plans faster.
+  std::map<std::string, int64_t> plain;
+  for (const runtime::TensorUse& t : trace.named) plain[t.id] = t.bytes + 4096;
+  jobs.PlanAgain(key, plain);
+  jobs.Drain();
+  EXPECT_EQ(jobs.PlanGeneration(key), 1);
+  EXPECT_EQ(jobs.plans_made_again(), 1);
+  EXPECT_EQ(jobs.Status(key).state, ProfileState::kReady);
+  auto second = jobs.ReadPlan(key);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->trace.coded_bytes, plain);
+  EXPECT_FALSE(second->plan.staged);
+  EXPECT_FALSE(second->plan.remote.empty());
+  jobs.PlanAgain(key, plain);  // the trace has these already
+  jobs.Drain();
+  EXPECT_EQ(jobs.PlanGeneration(key), 1);
+  // A restart reads the plan made again, sizes and all.
+  ProfileJobs restarted(repo_.get(), spec, &clock_, 0.7);
+  EXPECT_FALSE(restarted.ShouldRecord(key));
+  EXPECT_EQ(restarted.Status(key).state, ProfileState::kReady);
 }
 
 }  // namespace
