@@ -317,6 +317,11 @@ std::string Metrics::Scrape() const {
         s.Family("autouvm_profile_mismatches_total",
                  "Iterations whose ops differed from their profile (the key is profiled again once)", T::Counter),
         {}, sources_.jobs->identity_mismatches());
+    Snapshot::Add(s.Family("autouvm_plans_made_again_total",
+                           "Plans made again with their weights' measured coded sizes that differ from the plans "
+                           "they replaced (Note [Plans made again with the coded sizes])",
+                           T::Counter),
+                  {}, sources_.jobs->plans_made_again());
   }
   if (sources_.repository != nullptr) {
     Snapshot::Add(s.Family("autouvm_profile_store_errors_total",

@@ -141,8 +141,8 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
     EXPECT_GE(prom.Sum(name + m), 0) << name << " has no series for the model";
   }
   for (const std::string name :
-       {"autouvm_profile_mismatches_total", "autouvm_profile_store_errors_total", "autouvm_profile_store_memory_bytes",
-        "autouvm_process_resident_memory_bytes", "autouvm_uptime_seconds"}) {
+       {"autouvm_profile_mismatches_total", "autouvm_plans_made_again_total", "autouvm_profile_store_errors_total",
+        "autouvm_profile_store_memory_bytes", "autouvm_process_resident_memory_bytes", "autouvm_uptime_seconds"}) {
     EXPECT_GE(prom.Sum(name), 0) << name << " has no series";
   }
   EXPECT_EQ(prom.Sum("autouvm_build_info{backend=\"cpu\",gpu=\"h200-pcie5\"}"), 1);
