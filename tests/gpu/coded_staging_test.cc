@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -53,10 +54,23 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
     ASSERT_TRUE(addr.ok()) << addr.status();
     w.addr = *addr;
     std::memcpy(reinterpret_cast<void*>(w.addr), w.values.data(), static_cast<size_t>(w.bytes));
+    EXPECT_FALSE(gpu.CodedBytes(w.addr).has_value()) << "no host copy yet";
     ASSERT_TRUE(gpu.KeepHostCopy(w.addr, w.bytes).ok());
     total += padded(w.bytes);
   }
   gpu.WaitForCodedCopies();
+  // Note [Coded sizes in the trace]: what each crosses as, as the plans are told.
+  int64_t crosses = 0;
+  for (const Weight& w : weights) {
+    const std::optional<int64_t> n = gpu.CodedBytes(w.addr);
+    ASSERT_TRUE(n.has_value()) << w.bytes << " bytes";
+    if (w.gaussian && w.bytes >= kMiB) {
+      EXPECT_LT(*n, w.bytes * 3 / 4) << w.bytes << " bytes";
+    } else {
+      EXPECT_EQ(*n, w.bytes) << w.bytes << " bytes, plain";
+    }
+    crosses += *n;
+  }
   auto buffer = gpu.AllocateDevice(total);
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   const UvmCounters before = *gpu.ReadCounters();
@@ -87,12 +101,14 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
   EXPECT_EQ(moved.h2d(MigrationCause::kStaged), moved.coded_bytes + 2 * (weights[2].bytes + weights[3].bytes))
       << "the others cross plain";
   EXPECT_GT(moved.decode_ns, 0);
+  EXPECT_EQ(moved.h2d(MigrationCause::kStaged), 2 * crosses) << "CodedBytes says what StageInto moves";
   // A kept copy is the range's staging: refused unless dropped; dropped and freed with its coded copy.
   EXPECT_EQ(gpu.ForgetHostCopies(weights[0].addr, weights[0].bytes, DeviceBackend::WhenStaged::kRefuse).code(),
             absl::StatusCode::kFailedPrecondition);
   for (const Weight& w : weights) {
     EXPECT_TRUE(gpu.ForgetHostCopies(w.addr, w.bytes, DeviceBackend::WhenStaged::kDrop).ok());
     EXPECT_EQ(gpu.HostCopyBytesWithin(w.addr, w.bytes), 0);
+    EXPECT_FALSE(gpu.CodedBytes(w.addr).has_value());
     EXPECT_TRUE(gpu.FreeManaged(w.addr).ok());
   }
   EXPECT_TRUE(gpu.FreeDevice(*buffer).ok());
