@@ -66,6 +66,44 @@ struct Cell {
   int exit_code = 0;
 };
 
+// Whether each stream of `mine`'s bursts (timed or not) gave one of the token sequences that `theirs`'
+// bursts of the same steps (Burst::signature) gave (a batch's rows may differ from each other: every
+// request is greedy); a burst is never compared with itself.
+std::string CompareTokens(const Cell& mine, const Cell& theirs) {
+  int differing = 0, compared = 0, paired = 0, bursts = 0;
+  size_t earliest = SIZE_MAX;  // of the differing streams, the first token where the closest other one parts
+  for (const std::vector<Burst>* list : {&mine.untimed, &mine.bursts}) {
+    for (const Burst& b : *list) {
+      ++bursts;
+      std::vector<std::vector<int32_t>> sequences;  // the other bursts' of the same steps
+      for (const std::vector<Burst>* others : {&theirs.untimed, &theirs.bursts}) {
+        for (const Burst& e : *others) {
+          if (&e == &b || e.signature != b.signature) continue;
+          for (const DaemonRun& r : e.runs) sequences.push_back(r.tokens);
+        }
+      }
+      if (sequences.empty()) continue;
+      ++paired;
+      for (const DaemonRun& r : b.runs) {
+        ++compared;
+        if (std::find(sequences.begin(), sequences.end(), r.tokens) != sequences.end()) continue;
+        ++differing;
+        size_t common = 0;
+        for (const std::vector<int32_t>& e : sequences) {
+          size_t k = 0;
+          while (k < e.size() && k < r.tokens.size() && e[k] == r.tokens[k]) ++k;
+          common = std::max(common, k);
+        }
+        earliest = std::min(earliest, common);
+      }
+    }
+  }
+  if (paired == 0) return absl::StrFormat("none of %d bursts paired", bursts);
+  if (differing == 0) return absl::StrFormat("yes (%d of %d bursts paired)", paired, bursts);
+  return absl::StrFormat("NO: %d of %d, from token %d (%d of %d bursts paired)", differing, compared, earliest, paired,
+                         bursts);
+}
+
 // The daemon's device budget at `factor` (named bytes / budget). Resident: the named bytes and room for the
 // activations (the planner sets it aside from the budget).
 int64_t BudgetAt(double factor, int64_t named_bytes) {
@@ -273,42 +311,11 @@ int main(int argc, char** argv) {
       }
       eager_s = Median(s);
       if (!cell.graphs) break;
-      int differing = 0, compared = 0, paired = 0, bursts = 0;
-      size_t earliest = SIZE_MAX;  // of the differing streams, the first token where the closest eager one parts
-      for (const std::vector<Burst>* mine : {&cell.untimed, &cell.bursts}) {
-        for (const Burst& b : *mine) {
-          ++bursts;
-          std::vector<std::vector<int32_t>> sequences;  // the eager bursts' of the same steps
-          for (const std::vector<Burst>* theirs : {&other.untimed, &other.bursts}) {
-            for (const Burst& e : *theirs) {
-              if (e.signature != b.signature) continue;
-              for (const DaemonRun& r : e.runs) sequences.push_back(r.tokens);
-            }
-          }
-          if (sequences.empty()) continue;
-          ++paired;
-          for (const DaemonRun& r : b.runs) {
-            ++compared;
-            if (std::find(sequences.begin(), sequences.end(), r.tokens) != sequences.end()) continue;
-            ++differing;
-            size_t common = 0;
-            for (const std::vector<int32_t>& e : sequences) {
-              size_t k = 0;
-              while (k < e.size() && k < r.tokens.size() && e[k] == r.tokens[k]) ++k;
-              common = std::max(common, k);
-            }
-            earliest = std::min(earliest, common);
-          }
-        }
-      }
-      if (paired == 0) {
-        same = absl::StrFormat("none of %d bursts ran in the eager daemon's steps", bursts);
-      } else {
-        same = differing == 0 ? absl::StrFormat("yes (%d of %d bursts paired)", paired, bursts)
-                              : absl::StrFormat("NO: %d of %d, from token %d (%d of %d bursts paired)", differing,
-                                                compared, earliest, paired, bursts);
-      }
+      same = CompareTokens(cell, other) + "; among its own: " + CompareTokens(cell, cell);
     }
+    // The control: the eager daemon's bursts against its other bursts of the same steps. A difference
+    // there is the pairing's (steps the signature does not tell apart), not the graphs'.
+    if (!cell.graphs) same = "control: " + CompareTokens(cell, cell);
     const auto& g = cell.graph_status;
     const double streamed = static_cast<double>(cell.after.staged_bytes());
     const double passes = static_cast<double>(cell.bursts.size()) * (tokens + 1);
@@ -347,7 +354,8 @@ int main(int argc, char** argv) {
       "(cumulative over the daemon's life). tokens = eager: each stream's greedy tokens are one of the sequences "
       "the eager daemon's streams gave in a burst of the same steps (the same passes and rows by kind, read from "
       "GetModelStatus around each burst, untimed bursts included); a burst no eager burst matches is not "
-      "compared.\n");
+      "compared. In the eager rows, the control: each eager burst against the eager daemon's other bursts of the "
+      "same steps.\n");
   std::filesystem::remove_all(root);
   return 0;
 }
