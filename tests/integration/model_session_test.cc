@@ -80,6 +80,39 @@ class ModelSessionTest : public ::testing::Test {
     return s;
   }
 
+  // Note [Coded sizes in the trace]: `count` fp32 weights of [rows, cols] (N(0, scale²)) on a mirror whose
+  // staged copies cross coded at 0.7, planned at 0.7 by jobs of its own, under `budget_weights` weights'
+  // bytes; its session's digest is 64 `digest`s.
+  struct CodedModel {
+    std::vector<at::Tensor> w;
+    std::vector<runtime::NamedTensor> named;
+    int64_t bytes = 0;  // of one weight
+    std::unique_ptr<ProfileJobs> jobs;
+    std::unique_ptr<ModelSession> session;
+    runtime::sim::SimBackend* mirror = nullptr;
+  };
+  CodedModel LoadCoded(char digest, int count, int64_t rows, int64_t cols, double scale, int64_t budget_weights) {
+    CodedModel m;
+    for (int i = 0; i < count; ++i) {
+      m.w.push_back(at::randn({rows, cols}) * scale);
+      m.named.push_back({"w" + std::to_string(i), reinterpret_cast<uint64_t>(m.w.back().data_ptr()),
+                         static_cast<int64_t>(m.w.back().nbytes())});
+    }
+    m.bytes = m.named[0].bytes;
+    auto execution = ModelExecution::Mirror(spec_, m.named, {.mirror_coded_ratio = 0.7});
+    EXPECT_TRUE(execution.ok()) << execution.status();
+    if (!execution.ok()) return m;
+    m.jobs = std::make_unique<ProfileJobs>(repository_.get(), spec_, &clock_, /*coded_ratio=*/0.7);
+    auto created = ModelSession::Create({std::string(64, digest), spec_.name, budget_weights * m.bytes, "autouvm"},
+                                        m.jobs.get(), m.named, std::move(*execution));
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) return m;
+    m.session = std::move(*created);
+    m.mirror = dynamic_cast<runtime::sim::SimBackend*>(m.session->execution()->backend());
+    EXPECT_NE(m.mirror, nullptr);
+    return m;
+  }
+
   testing::TempDir dir_;
   base::RealClock clock_;
   const runtime::GpuSpec spec_ = *runtime::FindGpuSpec("h200-pcie5");
@@ -235,26 +268,16 @@ TEST_F(ModelSessionTest, AShapeWhoseOpsMoveIsRecordedTwiceAtMostAndEveryIteratio
 // the sizes the backend has for them (what each crosses the link as), stored with its trace; the first
 // shape, recorded before anything was staged, carries none.
 TEST_F(ModelSessionTest, AShapeRecordedAfterWeightsWereStagedCarriesTheirCodedSizes) {
-  std::vector<at::Tensor> w;
-  std::vector<runtime::NamedTensor> named;
-  for (int i = 0; i < 4; ++i) {
-    w.push_back(at::randn({1024, 1024}));  // 4 MiB: coded on the mirror as on CUDA
-    named.push_back({"w" + std::to_string(i), reinterpret_cast<uint64_t>(w.back().data_ptr()),
-                     static_cast<int64_t>(w.back().nbytes())});
-  }
-  const int64_t bytes = named[0].bytes;
-  auto execution = ModelExecution::Mirror(spec_, named, {.mirror_coded_ratio = 0.7});
-  ASSERT_TRUE(execution.ok()) << execution.status();
-  ProfileJobs jobs(repository_.get(), spec_, &clock_, /*coded_ratio=*/0.7);
-  auto created = ModelSession::Create({std::string(64, 'c'), spec_.name, 3 * bytes, "autouvm"}, &jobs, named,
-                                      std::move(*execution));
-  ASSERT_TRUE(created.ok()) << created.status();
-  ModelSession& session = **created;
+  // 4 MiB weights: coded on the mirror as on CUDA.
+  CodedModel m = LoadCoded('c', 4, 1024, 1024, 1.0, /*budget_weights=*/3);
+  ASSERT_NE(m.mirror, nullptr);
+  ModelSession& session = *m.session;
+  ProfileJobs& jobs = *m.jobs;
   auto iterate = [&](int batch) {
     for (int attempt = 0;; ++attempt) {
       session.BeforeIteration(IterationPhase::kPrefill, batch, 256);
       at::Tensor x = at::ones({batch * 256, 1024});
-      for (const at::Tensor& t : w) x = at::relu(at::mm(x, t));
+      for (const at::Tensor& t : m.w) x = at::relu(at::mm(x, t));
       if (!session.AfterIteration(absl::OkStatus()) || attempt > 0) break;
     }
     jobs.Drain();
@@ -268,21 +291,17 @@ TEST_F(ModelSessionTest, AShapeRecordedAfterWeightsWereStagedCarriesTheirCodedSi
   for (const runtime::Prefetch& f : first->plan.prefetches) streamed.insert(f.tensors.begin(), f.tensors.end());
   ASSERT_FALSE(streamed.empty());
   // One weight the real coder would have found tighter than the planned ratio.
-  auto* mirror = dynamic_cast<runtime::sim::SimBackend*>(session.execution()->backend());
-  ASSERT_NE(mirror, nullptr);
   const std::string tight = *streamed.begin();
-  mirror->SetCodedBytes(session.execution()->range(tight)->addr, bytes / 3);
+  m.mirror->SetCodedBytes(session.execution()->range(tight)->addr, m.bytes / 3);
   for (int i = 0; i < 2; ++i) iterate(1);  // followed: its streamed weights staged
-  ASSERT_GT(session.execution()->stats().followed_iterations, 0)
-      << session.execution()->stats().last_error << " abandoned " << session.execution()->stats().abandoned_iterations
-      << " own " << session.stats().own << " none " << session.stats().none;
+  ASSERT_GT(session.execution()->stats().followed_iterations, 0) << session.execution()->stats().last_error;
   iterate(2);  // another shape, recorded now
   auto second = jobs.ReadPlan(session.Key(IterationPhase::kPrefill, 2, 256));
   ASSERT_TRUE(second.ok()) << second.status();
   std::set<std::string> carried;
   for (const auto& [id, n] : second->trace.coded_bytes) {
     carried.insert(id);
-    EXPECT_EQ(n, id == tight ? bytes / 3 : static_cast<int64_t>(0.7 * static_cast<double>(bytes))) << id;
+    EXPECT_EQ(n, id == tight ? m.bytes / 3 : static_cast<int64_t>(0.7 * static_cast<double>(m.bytes))) << id;
   }
   EXPECT_EQ(carried, streamed);
 }
@@ -291,27 +310,18 @@ TEST_F(ModelSessionTest, AShapeRecordedAfterWeightsWereStagedCarriesTheirCodedSi
 // its plan streams, a shape recorded before (with no sizes) is planned again with them; a plan that
 // differs replaces the one followed at the next pass, and the shape is not planned again after that.
 TEST_F(ModelSessionTest, AShapesPlanIsMadeAgainOnceItsStreamedWeightsAreCodedAndTheNewOneFollowed) {
-  std::vector<at::Tensor> w;
-  std::vector<runtime::NamedTensor> named;
-  for (int i = 0; i < 16; ++i) {
-    w.push_back(at::randn({2048, 1024}) * 0.02);  // 8 MiB
-    named.push_back({"w" + std::to_string(i), reinterpret_cast<uint64_t>(w.back().data_ptr()),
-                     static_cast<int64_t>(w.back().nbytes())});
-  }
-  const int64_t bytes = named[0].bytes;
-  auto execution = ModelExecution::Mirror(spec_, named, {.mirror_coded_ratio = 0.7});
-  ASSERT_TRUE(execution.ok()) << execution.status();
-  ProfileJobs jobs(repository_.get(), spec_, &clock_, /*coded_ratio=*/0.7);
-  auto created = ModelSession::Create({std::string(64, 'g'), spec_.name, 10 * bytes, "autouvm"}, &jobs, named,
-                                      std::move(*execution));
-  ASSERT_TRUE(created.ok()) << created.status();
-  ModelSession& session = **created;
+  // 16 weights of 8 MiB under 10 of them: at 0.7 the decode step stages what it does not pin
+  // (PlannerTest.TheWeightsMeasuredCodedSizesChooseBetweenStagingAndReadingInPlace).
+  CodedModel m = LoadCoded('g', 16, 2048, 1024, 0.02, /*budget_weights=*/10);
+  ASSERT_NE(m.mirror, nullptr);
+  ModelSession& session = *m.session;
+  ProfileJobs& jobs = *m.jobs;
   const autouvm::v1::ProfileKey key = session.Key(IterationPhase::kDecode, 1, 0);
   auto iterate = [&]() {
     for (int attempt = 0;; ++attempt) {
       session.BeforeIteration(IterationPhase::kDecode, 1, 0);
       const at::Tensor x = at::ones({1, 2048});
-      for (const at::Tensor& t : w) EXPECT_EQ(at::mm(x, t).size(1), 1024);
+      for (const at::Tensor& t : m.w) EXPECT_EQ(at::mm(x, t).size(1), 1024);
       if (!session.AfterIteration(absl::OkStatus()) || attempt > 0) break;
     }
     jobs.Drain();
@@ -321,10 +331,8 @@ TEST_F(ModelSessionTest, AShapesPlanIsMadeAgainOnceItsStreamedWeightsAreCodedAnd
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(first->plan.staged) << "at 0.7 its unpinned weights stream coded";
   // The real coder would find that none of them shrinks.
-  auto* mirror = dynamic_cast<runtime::sim::SimBackend*>(session.execution()->backend());
-  ASSERT_NE(mirror, nullptr);
-  for (const runtime::NamedTensor& t : named) {
-    mirror->SetCodedBytes(session.execution()->range("param:" + t.name)->addr, bytes + 4096);
+  for (const runtime::NamedTensor& t : m.named) {
+    m.mirror->SetCodedBytes(session.execution()->range("param:" + t.name)->addr, m.bytes + 4096);
   }
   iterate();  // followed: its weights staged and coded; their sizes handed over, the plan made again
   EXPECT_EQ(jobs.plans_made_again(), 1);
