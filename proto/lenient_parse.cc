@@ -44,6 +44,10 @@ class BytesTwins {
   BytesTwins() : factory_(&pool_) {}
 
   static void ToBytes(pb::DescriptorProto* m) {
+    // A map's entries become a repeated message of their own (the same wire format): a map's key may not be
+    // bytes, and a schema with one would not build, leaving every request of the file and of the files
+    // that import it without a twin.
+    if (m->options().map_entry()) m->mutable_options()->clear_map_entry();
     for (pb::FieldDescriptorProto& f : *m->mutable_field()) {
       if (f.type() == pb::FieldDescriptorProto::TYPE_STRING) f.set_type(pb::FieldDescriptorProto::TYPE_BYTES);
     }

@@ -5,6 +5,7 @@
 
 #include "autouvm/v1/admin.pb.h"
 #include "autouvm/v1/generation.pb.h"
+#include "autouvm/v1/profile.pb.h"
 
 namespace autouvm::proto {
 namespace {
@@ -64,6 +65,22 @@ TEST(LenientParseTest, StringsInsideRepeatedMessagesAreNamedByTheirPath) {
   EXPECT_EQ(RequestDefect(got), "bundle.entries[1].key: not valid UTF-8 at byte 4");
   ASSERT_EQ(got.bundle().entries_size(), 2);
   EXPECT_EQ(got.bundle().entries(0).key(), "fine");
+}
+
+// A message with a map (AccessTrace.coded_bytes) has a twin too: its entries are checked as a repeated
+// message. Before, the map's twin did not build, and every request of admin.proto, which imports
+// profile.proto, went without one (StringsInsideRepeatedMessagesAreNamedByTheirPath failed).
+TEST(LenientParseTest, MapKeysAreCheckedAsTheEntriesOfARepeatedMessage) {
+  autouvm::v1::AccessTrace sent;
+  sent.add_named()->set_id("param:w");
+  (*sent.mutable_coded_bytes())["bad \xfe"] = 7;
+  autouvm::v1::AccessTrace got;
+  LenientParse(Wire(sent), &got);
+  EXPECT_EQ(RequestDefect(got), "coded_bytes[0].key: not valid UTF-8 at byte 4");
+  ASSERT_EQ(got.named_size(), 1);
+  EXPECT_EQ(got.named(0).id(), "param:w");
+  ASSERT_EQ(got.coded_bytes().size(), 1u);
+  EXPECT_EQ(got.coded_bytes().at(""), 7) << "the key emptied, the value kept";
 }
 
 TEST(LenientParseTest, BytesThatAreNotAMessageSaySo) {
