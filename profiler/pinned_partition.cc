@@ -150,6 +150,13 @@ class Partition {
       window = std::min(std::max(2 * widest, window), room_total / 2);
       Pin(room_total - window, CountFetches(window));
     }
+    // Under half the room, the window still holds the widest op's streamed bytes, pins given up for it
+    // where need be: a narrower one has no room for that op's weights when it comes, and the executor
+    // would stop following at it every pass (4 MiB weights under an 8 MiB budget did).
+    for (int64_t widest = WidestStreamed(); window < widest && widest <= room_total; widest = WidestStreamed()) {
+      window = widest;
+      Pin(room_total - window, CountFetches(window));
+    }
     return window;
   }
 

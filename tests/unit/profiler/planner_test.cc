@@ -284,6 +284,22 @@ TEST(PlannerTest, AStagedPlanPinsTheOneLargeWeightRatherThanWidenItsWindowForIt)
   EXPECT_EQ(p.pinned_bytes + p.streamed_bytes, (64 + 31 * 8) * kMiB);
 }
 
+// The window holds the widest op's streamed weights even where that is more than half the room: four 4
+// MiB weights at a prefill's intensity under 6 MiB. Half the room (3 MiB) has no room for any of them when
+// its op comes, so the executor stopped following at the first every pass.
+TEST(PlannerTest, TheWindowHoldsTheWidestStreamedWeightEvenBeyondHalfTheRoom) {
+  runtime::AccessTrace t;
+  for (int i = 0; i < 4; ++i) t.ops.push_back(Op(i, {"param:w" + std::to_string(i)}, 4));
+  const int64_t budget = 6 * kMiB;
+  const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", budget, "autouvm");
+  const runtime::GpuSpec spec = *runtime::FindGpuSpec("h200-pcie5");
+  const auto p = MakePlan(key, t, ReuseDistances(t), budget, {.spec = &spec});
+  ASSERT_TRUE(p.staged);
+  EXPECT_GE(p.window_bytes, 4 * kMiB);
+  EXPECT_LE(p.pinned_bytes + p.window_bytes, budget);
+  EXPECT_EQ(p.pinned_bytes + p.streamed_bytes, 16 * kMiB);
+}
+
 // The paper's plan for Loop() at decode intensity: every op reads its weight and the cache.
 runtime::Plan PaperPlan(const runtime::AccessTrace& t, PaperOptions options) {
   const auto key = DecodeKey(std::string(64, 'a'), 1, "h200-pcie5", 80 * kMiB, "paper");
