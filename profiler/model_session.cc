@@ -1,6 +1,5 @@
 #include "profiler/model_session.h"
 
-#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <set>
@@ -295,13 +294,7 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
     } else {
       // Note [Coded sizes in the trace]: the plan charges the weights the backend has coded by now at
       // their sizes.
-      if (execution_ != nullptr) {
-        for (auto& [id, bytes] : execution_->CodedBytes()) {
-          const bool named = std::any_of(trace.named.begin(), trace.named.end(),
-                                         [&](const runtime::TensorUse& t) { return t.id == id; });
-          if (named) trace.coded_bytes[id] = bytes;
-        }
-      }
+      if (execution_ != nullptr) trace.coded_bytes = runtime::CodedBytesOfNamed(trace, execution_->CodedBytes());
       jobs_->Submit(key_, std::move(trace), Seconds() - started_);
     }
   }

@@ -353,10 +353,7 @@ void ProfileJobs::RunAgain(const autouvm::v1::ProfileKey& key, const Again& job)
   // Gone or damaged: ReadPlan finds out and says so; nothing to make again here.
   if (!stored.ok() || !stored->has_value() || !plan_bytes.ok() || !plan_bytes->has_value()) return;
   runtime::AccessTrace trace = runtime::FromProto((*stored)->trace());
-  std::map<std::string, int64_t> sizes;
-  for (const runtime::TensorUse& t : trace.named) {
-    if (auto c = job.coded.find(t.id); c != job.coded.end()) sizes[t.id] = c->second;
-  }
+  std::map<std::string, int64_t> sizes = runtime::CodedBytesOfNamed(trace, job.coded);
   if (sizes.empty() || sizes == trace.coded_bytes) return;
   trace.coded_bytes = std::move(sizes);
   Analysis a = Analyze(key, trace, spec_, clock_->Now(), coded_ratio_);

@@ -48,6 +48,15 @@ int64_t CodedLinkBytes(const AccessTrace& trace, const std::string& id, int64_t 
   return static_cast<int64_t>(ratio * static_cast<double>(bytes));
 }
 
+std::map<std::string, int64_t> CodedBytesOfNamed(const AccessTrace& trace,
+                                                 const std::map<std::string, int64_t>& coded) {
+  std::map<std::string, int64_t> out;
+  for (const TensorUse& t : trace.named) {
+    if (auto c = coded.find(t.id); c != coded.end()) out[t.id] = c->second;
+  }
+  return out;
+}
+
 std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace) {
   std::unordered_map<std::string, int64_t> reach;
   for (const OpRecord& op : trace.ops) {

@@ -66,6 +66,9 @@ struct AccessTrace {
 // `ratio` (0: they cross plain): its measured size from the trace's coded_bytes where it has one, else
 // `ratio` of its bytes.
 int64_t CodedLinkBytes(const AccessTrace& trace, const std::string& id, int64_t bytes, double ratio);
+// Of `coded` (sizes by id: what a backend knows), those of the trace's named tensors: what its coded_bytes
+// are to hold.
+std::map<std::string, int64_t> CodedBytesOfNamed(const AccessTrace& trace, const std::map<std::string, int64_t>& coded);
 
 // Of each KV-cache pool the trace's ops touch, the storage bytes they reach from its start.
 std::unordered_map<std::string, int64_t> KvBytesReached(const AccessTrace& trace);
