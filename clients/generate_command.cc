@@ -126,6 +126,8 @@ CLI::App* AddGenerateCommand(CLI::App* app, GenerateFlags* flags) {
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating past end-of-sequence");
   cmd->add_flag("--no-bos", flags->no_bos, "Do not prepend the beginning-of-sequence token");
   cmd->add_option("--request-id", flags->request_id, "Request id for logs (default: made by the server)");
+  cmd->add_option("--logprobs", flags->logprobs,
+                  "Each token's logprob and this many most likely alternatives, 0..20 (shown with --json)");
   cmd->add_flag("--unary", flags->unary, "Use the unary Generate call instead of GenerateStream");
   cmd->add_flag("--json", flags->json, "Print each response message as one JSON line");
   return cmd;

@@ -27,6 +27,7 @@ autouvm::v1::GenerateRequest BuildGenerateRequest(const GenerateFlags& flags) {
   request.set_ignore_eos(flags.ignore_eos);
   if (flags.no_bos) request.set_add_bos(false);
   request.set_request_id(flags.request_id);
+  if (flags.logprobs.has_value()) request.set_logprobs(*flags.logprobs);
   return request;
 }
 

@@ -30,6 +30,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   bool no_bos = false;
   std::string request_id;
+  std::optional<uint32_t> logprobs;  // unset: none
   // Output and call shape, not part of the request.
   bool unary = false;
   bool json = false;

@@ -154,10 +154,11 @@ absl::StatusOr<GenerationParams> ValidateRequest(const GenerationRequest& reques
   if (auto s = CheckSampling(request, names, &p.sampling); !s.ok()) return s;
   p.sampling.seed = request.seed.value_or(random_seed);
   if (auto s = Stops(request, model, limits, names, &p); !s.ok()) return s;
+  // -1 (none) is how the request says "unset", not a value a client sends: the range is the HTTP API's words.
   if (request.logprobs < -1 || request.logprobs > 20) {
-    return Bad(names.logprobs, absl::StrCat("must be in [-1, 20], got ", request.logprobs));
+    return Bad(names.logprobs, absl::StrCat("must be in [0, 20], got ", request.logprobs));
   }
-  p.logprobs = request.logprobs;
+  p.logprobs = static_cast<int32_t>(request.logprobs);
   p.deadline = request.deadline;
   return p;
 }

@@ -43,7 +43,9 @@ struct GenerationRequest {
   std::optional<uint64_t> seed;  // unset: a random one
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop;
-  int32_t logprobs = -1;  // -1: off; 0..20 alternatives (GenerationParams::logprobs)
+  // -1: off; 0..20 alternatives (GenerationParams::logprobs). 64 bits, so that any unsigned 32-bit value a
+  // transport reads (gRPC's uint32) is refused as it was sent instead of wrapping to -1.
+  int64_t logprobs = -1;
   absl::Time deadline = absl::InfiniteFuture();
 };
 

@@ -46,6 +46,18 @@ void FillSummary(const std::string& request_id, const std::string& model, const 
   t->set_total_ms(result.total_ms);
 }
 
+// The token's logprobs as the API sends them; the floats are copied as the engine computed them.
+void FillLogprobs(const engine::GeneratedToken& token, autouvm::v1::TokenLogprobs* out) {
+  out->set_token_id(token.token);
+  out->set_logprob(token.logprob);
+  out->mutable_top()->Reserve(static_cast<int>(token.top.size()));
+  for (const engine::TokenLogprob& t : token.top) {
+    autouvm::v1::TokenLogprob* entry = out->add_top();
+    entry->set_token_id(t.token);
+    entry->set_logprob(t.logprob);
+  }
+}
+
 // Note [The last touch of a stream]: a stream's reactor is deleted by OnDone, which follows Finish once
 // gRPC's own reactions (OnWriteDone, OnCancel) have returned, but not the scheduler's calls into the sink:
 // gRPC does not know of them. So once OnFinish has marked the call finished, any thread's Pump may
@@ -74,6 +86,7 @@ class Call {
                      engine::GenerationSink* sink) {
     engine::GenerationRequest r = FromProto(request);
     r.deadline = absl::FromChrono(context->deadline());
+    logprobs_ = request.has_logprobs();  // before Submit: before any token reaches the sink
     // Note [Requests that do not parse] (proto/lenient_parse.h).
     return call_.Submit(std::move(r), GrpcFieldNames(), sink, autouvm::proto::RequestDefect(request));
   }
@@ -81,6 +94,8 @@ class Call {
   void Cancel() { call_.Cancel(); }
   const std::string& request_id() const { return call_.request_id(); }
   const std::string& model() const { return call_.model(); }
+  // The request asked for logprobs: each token carries them (set by Admit).
+  bool logprobs() const { return logprobs_; }
 
   // The call ends with `status`; `result` when the scheduler ran it. The model label is the served
   // model the request named, or "" (an unknown name is not a label: clients choose it).
@@ -99,6 +114,7 @@ class Call {
  private:
   engine::GenerationCall call_;
   Metrics* metrics_;
+  bool logprobs_ = false;
   int64_t tokens_ = 0;
   std::chrono::steady_clock::time_point last_token_;
 };
@@ -133,6 +149,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<GenerateStreamRespon
     GenerateStreamResponse msg;
     msg.mutable_chunk()->add_token_ids(token.token);
     msg.mutable_chunk()->set_text(token.text);
+    if (call_.logprobs()) FillLogprobs(token, msg.mutable_chunk()->add_logprobs());
     bool kick = false;
     {
       absl::MutexLock lock(&mu_);
@@ -242,6 +259,7 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public engine::Gener
     call_.Token();
     response_->add_token_ids(token.token);
     response_->mutable_text()->append(token.text);
+    if (call_.logprobs()) FillLogprobs(token, response_->add_logprobs());
   }
 
   void OnFinish(const std::string& tail, const engine::GenerationResult& result) override {

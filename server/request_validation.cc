@@ -29,6 +29,7 @@ engine::GenerationRequest FromProto(const autouvm::v1::GenerateRequest& request)
   if (s.has_seed()) r.seed = s.seed();
   r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   r.stop.assign(request.stop().begin(), request.stop().end());
+  if (request.has_logprobs()) r.logprobs = request.logprobs();  // uint32 into int64: as sent, never -1
   return r;
 }
 

@@ -87,13 +87,17 @@ TABLE = {
     'autouvm-cli health --addr 127.0.0.1:1 --timeout 2': run(exit=1),
     'autouvm-cli generate --model NAME (--prompt TEXT | --token-ids 1,2,3) [--max-tokens N] [--temperature F] '
     '[--top-k N] [--top-p F] [--repetition-penalty F] [--seed N] [--stop STR]... [--stop-token-id N]... '
-    '[--ignore-eos] [--no-bos] [--request-id ID] [--unary] [--json]':
+    '[--ignore-eos] [--no-bos] [--request-id ID] [--logprobs N] [--unary] [--json]':
         synopsis('autouvm-cli generate --help'),
     'autouvm-cli generate --model tiny-llama --prompt "Once upon a time" --max-tokens 32 --temperature 0':
         run(summary=True, repeat=True),
     'autouvm-cli generate --model tiny-llama --token-ids 256,72,105 --max-tokens 8 --unary --json':
         run(stderr=r'\A\Z', json_line={'model': 'tiny-llama', 'usage.promptTokens': 3,
                                        'usage.completionTokens': None, 'finishReason': None, 'requestId': None}),
+    'autouvm-cli generate --model tiny-llama --token-ids 256,72,105 --max-tokens 4 --temperature 0 --logprobs 2 '
+    '--unary --json':
+        run(stderr=r'\A\Z', stdout=r'"logprobs":\[\{"tokenId":\d+,"logprob":-?[\d.e-]+,"top":\[\{"tokenId"',
+            json_line={'model': 'tiny-llama', 'usage.completionTokens': 4, 'logprobs': None}),
     "autouvm-cli --timeout 0 generate --model tiny-llama --prompt $'Q: 2+2?\\nA:' --stop $'\\n' --seed 7":
         run(summary=True, one_line=True, repeat=True),
     "autouvm-cli status tiny-llama | grep '^state:'": run(token=True),

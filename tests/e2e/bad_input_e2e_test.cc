@@ -186,6 +186,10 @@ TEST_F(BadInputE2E, EveryFieldOfAGenerateRequest) {
       {{"request_id invalid UTF-8", kInvalid, "request_id"}, [](auto& r) { r.set_request_id(kBadUtf8); }},
       {{"request_id control characters", kInvalid, "request_id: control character 0x0a at byte 2"},
        [](auto& r) { r.set_request_id("id\nFAKE LOG LINE"); }},
+      // logprobs (unset: none; 0..20)
+      {{"logprobs above 20", kInvalid, "logprobs: must be in [0, 20], got 21"}, [](auto& r) { r.set_logprobs(21); }},
+      {{"logprobs UINT32_MAX", kInvalid, "logprobs: must be in [0, 20], got 4294967295"},
+       [](auto& r) { r.set_logprobs(std::numeric_limits<uint32_t>::max()); }},
       // the whole message: past server.limits.max_receive_message_bytes (4 MiB), refused by gRPC itself
       {{"oversized message", StatusCode::RESOURCE_EXHAUSTED, "larger than max"},
        [](auto& r) { r.set_text(std::string(5 << 20, 'a')); }},

@@ -99,6 +99,25 @@ TEST_F(CliE2E, JsonStreamEndsWithTheFinalMessage) {
   EXPECT_NE(last.find("FINISH_REASON_LENGTH"), std::string::npos) << out;
 }
 
+TEST_F(CliE2E, LogprobsComeWithEachTokenInTheJsonOutput) {
+  const std::vector<std::string> common = {"generate",  "--model",      "tiny-llama", "--token-ids",
+                                           "256,65,66", "--max-tokens", "3",          "--temperature",
+                                           "0",         "--unary",      "--json"};
+  std::string out, err;
+  ASSERT_EQ(Cli(common, &out, &err), 0) << err;
+  EXPECT_EQ(out.find("\"tokenId\""), std::string::npos) << out;  // none unless asked
+  std::vector<std::string> asked = common;
+  asked.insert(asked.end(), {"--logprobs", "2"});
+  ASSERT_EQ(Cli(asked, &out, &err), 0) << err;
+  EXPECT_NE(out.find("\"logprobs\":[{\"tokenId\":"), std::string::npos) << out;
+  size_t tops = 0;  // one per token
+  for (size_t at = 0; (at = out.find("\"top\":[", at)) != std::string::npos; ++at) ++tops;
+  EXPECT_EQ(tops, 3u) << out;
+  asked.back() = "21";
+  EXPECT_EQ(Cli(asked, &out, &err), 1);
+  EXPECT_EQ(err.rfind("error: INVALID_ARGUMENT: logprobs: must be in [0, 20], got 21", 0), 0u) << err;
+}
+
 TEST_F(CliE2E, ErrorsPrintTheCodeAndExitNonZero) {
   std::string out, err;
   EXPECT_EQ(Cli({"generate", "--model", "nope", "--prompt", "hi"}, &out, &err), 1);

@@ -1,6 +1,6 @@
 // BuildGenerationParams: one test per rejected field (INVALID_ARGUMENT, message starting with the field),
-// then the defaults and conversions of a valid request; then engine::ValidateRequest's fields that only
-// the HTTP API sets (logprobs). The tiny default model and the byte tokenizer; no model file is needed.
+// then the defaults and conversions of a valid request; then engine::ValidateRequest's own request as the
+// HTTP API fills it. The tiny default model and the byte tokenizer; no model file is needed.
 #include "server/request_validation.h"
 
 #include <gmock/gmock.h>
@@ -302,7 +302,28 @@ TEST_F(RequestValidationTest, PenaltiesDefaultToOffAndTheirBoundsAreAccepted) {
   EXPECT_EQ(p->sampling.frequency_penalty, 2.0f);
 }
 
-// The engine's own request, as the HTTP API fills it: logprobs has no gRPC field.
+TEST_F(RequestValidationTest, LogprobsAboveTwentyAreRefusedWithTheLimit) {
+  request_.set_logprobs(21);
+  ExpectBad("logprobs");
+  EXPECT_EQ(Build().status().message(), "logprobs: must be in [0, 20], got 21");
+  // The largest uint32 is refused as it was sent, not wrapped into -1 (none) on its way to the engine.
+  request_.set_logprobs(std::numeric_limits<uint32_t>::max());
+  EXPECT_EQ(Build().status().message(), "logprobs: must be in [0, 20], got 4294967295");
+}
+
+TEST_F(RequestValidationTest, LogprobsUnsetAreNoneAndZeroToTwentyAreCopied) {
+  auto p = Build();
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->logprobs, -1);
+  for (uint32_t n : {0u, 3u, 20u}) {
+    request_.set_logprobs(n);
+    p = Build();
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->logprobs, static_cast<int32_t>(n));
+  }
+}
+
+// The engine's own request, as the HTTP API fills it.
 class EngineRequestTest : public RequestValidationTest {
  protected:
   absl::StatusOr<engine::GenerationParams> Validate(const engine::GenerationRequest& r) {
