@@ -5,7 +5,9 @@
 //   build-gpu/bench/coded_streaming --preset 7b --factors 1.5,2.0
 //
 // One Llama entry (weights generated on the GPU at load, as autouvm-mkmodel's are); for the resident run
-// and each factor (named bytes / device budget), plain then coded, a daemon of its own: one request
+// and each factor (named bytes / device budget), plain then coded, each with its streamed steps eager and
+// captured as CUDA graphs (--graphs; runtime.cuda_graphs_streaming, Note [Coded copies captured]), a
+// daemon of its own: one request
 // profiles, one warms; a coded daemon is then sent short requests until nearly all it stages crosses
 // coded (its host copies are encoded in the background); then --repeats timed requests. Per run: decode
 // tokens/s and the step, what crossed the link per step (h2d), how much of it coded, the ratio of bf16
@@ -14,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -37,13 +40,23 @@ using autouvm::bench::DaemonRun;
 using autouvm::bench::Die;
 using autouvm::bench::Median;
 
+// The timed requests' logprobs: each token's and its 20 most likely alternatives', compared bit for bit
+// with the resident run's (the logits as the daemon's API shows them).
+constexpr int kLogprobs = 20;
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 struct Run {
   std::string what;
   double factor = 0;  // 0: resident
   bool coded = false;
+  bool graphs = false;  // runtime.cuda_graphs_streaming: streamed steps captured with their copies
   int64_t budget = 0;
   std::vector<DaemonRun> runs;
   autouvm::v1::ExecutionStatus before, after;
+  autouvm::v1::StepGraphStatus graph_status;
   int warm_requests = 0;  // short requests until the coded copies were in use
   int exit_code = 0;
 };
@@ -62,7 +75,15 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", prompt_len, "prompt tokens");
   app.add_option("--repeats", repeats, "timed requests per run");
   app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  std::string graphs_flag = "off,on";
+  app.add_option("--graphs", graphs_flag,
+                 "runtime.cuda_graphs_streaming for the runs under a budget: off, on, or off,on (both, side by side)");
   CLI11_PARSE(app, argc, argv);
+  std::vector<bool> graph_modes;
+  for (const std::string& g : std::vector<std::string>(absl::StrSplit(graphs_flag, ','))) {
+    if (g != "off" && g != "on") Die(absl::StrCat("--graphs: off, on or off,on, not ", graphs_flag));
+    graph_modes.push_back(g == "on");
+  }
 
   const std::string root = absl::StrCat(std::filesystem::temp_directory_path().string(), "/coded-streaming-", getpid());
   const std::string repo = root + "/models";
@@ -71,13 +92,22 @@ int main(int argc, char** argv) {
   c.name = absl::StrCat("bench-", preset);
   // Sized in a child process (bench/sized_entry.h), so that the bench holds nothing on the card.
   const int64_t named = autouvm::bench::WriteSizedEntry(c, repo, 1, spec).named_bytes;
+  const double link = autouvm::bench::MeasureLinkBytesPerS(spec);  // in a child process too
   std::vector<Run> runs;
   runs.push_back({.what = "resident", .budget = named + (int64_t{4} << 30)});
   for (const std::string& f : std::vector<std::string>(absl::StrSplit(factors_flag, ','))) {
     const double factor = std::stod(f);
     const auto budget = static_cast<int64_t>(static_cast<double>(named) / factor);
-    runs.push_back({.what = absl::StrCat("factor ", f, ", plain"), .factor = factor, .budget = budget});
-    runs.push_back({.what = absl::StrCat("factor ", f, ", coded"), .factor = factor, .coded = true, .budget = budget});
+    for (const bool coded : {false, true}) {
+      for (const bool graphs : graph_modes) {
+        runs.push_back(
+            {.what = absl::StrCat("factor ", f, coded ? ", coded" : ", plain", graphs ? ", graphs" : ", eager"),
+             .factor = factor,
+             .coded = coded,
+             .graphs = graphs,
+             .budget = budget});
+      }
+    }
   }
   const std::vector<int32_t> prompt = autouvm::bench::BenchPrompt(prompt_len);
   for (Run& r : runs) {
@@ -86,7 +116,8 @@ int main(int argc, char** argv) {
     const std::string config = autouvm::bench::WriteCudaDaemonConfig(
         dir, repo, spec.name,
         absl::StrCat("models: {", c.name, ": {max_batch: 1, policy: autouvm, device_budget: ", r.budget, "}}"),
-        r.coded ? "compress_streamed: true" : "");
+        absl::StrCat("cuda_graphs_streaming: ", r.graphs ? "true" : "false",
+                     r.coded ? ", compress_streamed: true" : ""));
     autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config, dir);
     autouvm::bench::WaitModelReady(d, c.name);
     autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // profiles
@@ -104,26 +135,34 @@ int main(int argc, char** argv) {
     }
     r.before = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
     for (int i = 0; i < repeats; ++i) {
-      r.runs.push_back(autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens));
+      r.runs.push_back(autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens, kLogprobs));
     }
-    r.after = autouvm::bench::ModelStatusOf(d.admin.get(), c.name).execution();
+    const auto status = autouvm::bench::ModelStatusOf(d.admin.get(), c.name);
+    r.after = status.execution();
+    r.graph_status = status.step_graphs();
     r.exit_code = autouvm::bench::StopDaemon(&d);
   }
 
-  std::printf("%s on CUDA (%s): %.2f GiB named; %d prompt tokens, %d generated, %d timed requests per run\n\n",
-              c.name.c_str(), spec.name.c_str(), static_cast<double>(named) / (1 << 30), prompt_len, tokens, repeats);
+  std::printf(
+      "%s on CUDA (%s): %.2f GiB named; link measured %.1f GB/s; %d prompt tokens, %d generated, %d timed requests "
+      "per run\n\n",
+      c.name.c_str(), spec.name.c_str(), static_cast<double>(named) / (1 << 30), link / 1e9, prompt_len, tokens,
+      repeats);
   std::printf(
       "| run | budget GiB | decode tok/s | step ms | step / plain step | H2D GB / step | of it coded | "
-      "decoded / coded | decode ms / step | step / bf16 floor | tokens = resident | warm requests | exit |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "decoded / coded | decode ms / step | step / bf16 floor | tokens = resident | logprobs = resident | warm "
+      "requests | staged captures / replays | capture failures | exit |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const std::vector<int32_t>& reference = runs.front().runs.front().tokens;
-  double plain_floor_s = 0, plain_step_s = 0;
+  const std::vector<float>& reference_logprobs = runs.front().runs.front().logprobs;
+  double plain_floor_s = 0, plain_step_s = 0;  // the factor's first plain run's
   for (const Run& r : runs) {
     std::vector<double> rates;
-    bool same = true;
+    bool same = true, same_logprobs = true;
     for (const DaemonRun& x : r.runs) {
       rates.push_back(x.decode_tokens_per_s);
       same = same && x.tokens == reference;
+      same_logprobs = same_logprobs && SameBits(x.logprobs, reference_logprobs);
     }
     const double rate = Median(rates);
     const double steps = static_cast<double>(repeats) * tokens;
@@ -132,23 +171,33 @@ int main(int argc, char** argv) {
     const double decoded = static_cast<double>(r.after.decoded_bytes() - r.before.decoded_bytes()) / steps;
     const double decode_s = (r.after.decode_seconds() - r.before.decode_seconds()) / steps;
     // The floor: the weights each step streams (staged: kept as host copies) over the link's rate.
-    if (r.factor > 0 && !r.coded) plain_floor_s = static_cast<double>(r.after.staged_bytes()) / spec.link_bytes_per_s;
+    const bool first_plain = r.factor > 0 && !r.coded && (&r == runs.data() || (&r - 1)->factor != r.factor);
+    if (first_plain) plain_floor_s = static_cast<double>(r.after.staged_bytes()) / link;
     const double step_s = rate > 0 ? 1 / rate : 0;
-    if (r.factor > 0 && !r.coded) plain_step_s = step_s;
-    std::printf("| %s | %.2f | %.2f | %.1f | %s | %.3f | %.0f%% | %s | %s | %s | %s | %d | %d |\n", r.what.c_str(),
-                static_cast<double>(r.budget) / (1 << 30), rate, 1e3 * step_s,
-                r.coded && plain_step_s > 0 ? absl::StrFormat("%.3f", step_s / plain_step_s).c_str() : "-", h2d / 1e9,
-                h2d > 0 ? 100 * coded / h2d : 0.0, coded > 0 ? absl::StrFormat("%.3f", decoded / coded).c_str() : "-",
-                coded > 0 ? absl::StrFormat("%.2f", 1e3 * decode_s).c_str() : "-",
-                r.factor > 0 && plain_floor_s > 0 ? absl::StrFormat("%.3f", step_s / plain_floor_s).c_str() : "-",
-                same ? "yes" : "NO", r.warm_requests, r.exit_code);
+    if (first_plain) plain_step_s = step_s;
+    const auto& g = r.graph_status;
+    std::printf(
+        "| %s | %.2f | %.2f | %.1f | %s | %.3f | %.0f%% | %s | %s | %s | %s | %s | %d | %llu / %llu | %llu | %d |\n",
+        r.what.c_str(), static_cast<double>(r.budget) / (1 << 30), rate, 1e3 * step_s,
+        r.factor > 0 && !first_plain && plain_step_s > 0 ? absl::StrFormat("%.3f", step_s / plain_step_s).c_str() : "-",
+        h2d / 1e9, h2d > 0 ? 100 * coded / h2d : 0.0,
+        coded > 0 ? absl::StrFormat("%.3f", decoded / coded).c_str() : "-",
+        coded > 0 ? absl::StrFormat("%.2f", 1e3 * decode_s).c_str() : "-",
+        r.factor > 0 && plain_floor_s > 0 ? absl::StrFormat("%.3f", step_s / plain_floor_s).c_str() : "-",
+        same ? "yes" : "NO", same_logprobs ? "bit for bit" : "NO", r.warm_requests,
+        static_cast<unsigned long long>(g.staged_captures()), static_cast<unsigned long long>(g.staged_replays()),
+        static_cast<unsigned long long>(g.capture_failures()), r.exit_code);
   }
   std::printf(
-      "\nbf16 floor: the bytes the plain run streams each step (its staged weights) over the spec's link rate "
-      "(%.1f GB/s). H2D, coded and decode per step: counter deltas over the timed requests, as far as the "
-      "backend had delivered them (bench/models_at_once.cc says how they are counted); the step and its "
-      "ratios are exact.\n",
-      spec.link_bytes_per_s / 1e9);
+      "\nbf16 floor: the bytes the factor's first plain run streams each step (its staged weights) over the "
+      "link's measured rate (%.1f GB/s); step / plain step is against that run too. H2D, coded and decode per "
+      "step: counter deltas over the timed requests, as far as the backend had delivered them "
+      "(bench/models_at_once.cc says how they are counted); the step and its ratios are exact. The decoder's "
+      "time counts eager steps only (a graph times nothing). Staged captures / replays: the daemon's "
+      "step_graphs status at the end of the run. logprobs = resident: every timed request's logprobs (each "
+      "token's and its %d most likely alternatives', ids and values; Generate's `logprobs`) have the bits of the "
+      "resident run's first request.\n",
+      link / 1e9, kLogprobs);
   std::filesystem::remove_all(root);
   return 0;
 }

@@ -133,8 +133,9 @@ std::vector<int32_t> BenchPrompt(int len, int64_t vocab) {
 }
 
 DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,
-                                const std::vector<int32_t>& prompt, int tokens) {
+                                const std::vector<int32_t>& prompt, int tokens, int logprobs) {
   autouvm::v1::GenerateRequest req;
+  if (logprobs >= 0) req.set_logprobs(static_cast<uint32_t>(logprobs));
   req.set_model(model);
   for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
   req.set_add_bos(false);
@@ -159,6 +160,13 @@ DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::
         r.ttft_ms = 1e3 * std::chrono::duration<double>(first - start).count();
       }
       r.tokens.push_back(id);
+    }
+    for (const autouvm::v1::TokenLogprobs& lp : resp.chunk().logprobs()) {
+      r.logprobs.push_back(lp.logprob());
+      for (const autouvm::v1::TokenLogprob& t : lp.top()) {
+        r.logprobs.push_back(static_cast<float>(t.token_id()));
+        r.logprobs.push_back(t.logprob());
+      }
     }
   }
   grpc::Status s = reader->Finish();

@@ -38,6 +38,8 @@ struct DaemonRun {
   double ttft_ms = 0;
   std::vector<double> gaps_ms;  // between consecutive tokens (the steps the request was in)
   std::chrono::steady_clock::time_point first_token, last_token;  // when they arrived
+  // With `logprobs` asked for: per token, its logprob, then each alternative's id and logprob (as floats).
+  std::vector<float> logprobs;
 };
 
 std::string ReadWholeFile(const std::string& path);
@@ -65,9 +67,10 @@ std::string WriteCudaDaemonConfig(const std::string& dir, const std::string& rep
 // The benches' prompt: `len` token ids spread over a vocabulary of `vocab` (at least 2), no bos.
 std::vector<int32_t> BenchPrompt(int len, int64_t vocab = 32000);
 autouvm::v1::ModelStatus ModelStatusOf(autouvm::v1::Admin::Stub* admin, const std::string& model);
-// Greedy, EOS ignored, `tokens` tokens after `prompt` (token ids, no bos added).
+// Greedy, EOS ignored, `tokens` tokens after `prompt` (token ids, no bos added); with `logprobs` >= 0, each
+// token's logprob and that many alternatives (DaemonRun::logprobs).
 DaemonRun GenerateThroughDaemon(autouvm::v1::Generation::Stub* stub, const std::string& model,
-                                const std::vector<int32_t>& prompt, int tokens);
+                                const std::vector<int32_t>& prompt, int tokens, int logprobs = -1);
 // SIGTERM, then waits; the exit code (-1 if it died by a signal).
 int StopDaemon(DaemonUnderTest* d);
 

@@ -6,16 +6,25 @@
 // its layers, embedding, output matrix and final norm. Every coded tensor is decoded and compared.
 //
 //   weight_codec_bench [--seed N]
+//
+// With --checkpoint DIR, a Hugging Face checkpoint instead (a save_pretrained directory, as
+// autouvm-convert reads it; tests/gpu/hf_scale.py writes one): every bf16 tensor in it coded and decoded,
+// the sizes summed by kind (the last part of the tensor's name, layers together) and in all.
+//
+//   weight_codec_bench --checkpoint /tmp/scale/hf
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "runtime/weight_codec.h"
+#include "tools/safetensors.h"
 
 namespace {
 
@@ -51,6 +60,69 @@ double Seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
+// A tensor's kind in a Hugging Face Llama checkpoint: its name without the layer ("model.layers.7.mlp.
+// up_proj.weight" is "mlp.up_proj.weight").
+std::string KindOf(const std::string& name) {
+  std::vector<std::string> parts = absl::StrSplit(name, '.');
+  std::string kind;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == "model" || parts[i] == "layers") continue;
+    if (!parts[i].empty() && parts[i].find_first_not_of("0123456789") == std::string::npos) continue;
+    kind += (kind.empty() ? "" : ".") + parts[i];
+  }
+  return kind;
+}
+
+int CodeCheckpoint(const std::string& dir) {
+  auto ckpt = autouvm::tools::Checkpoint::Open(dir);
+  if (!ckpt.ok()) {
+    std::fprintf(stderr, "%s\n", ckpt.status().ToString().c_str());
+    return 1;
+  }
+  struct Sum {
+    int tensors = 0;
+    double raw = 0, coded = 0, escapes = 0, weights = 0;
+    int plain = 0;
+  };
+  std::map<std::string, Sum> kinds;
+  Sum all;
+  int skipped = 0;
+  for (const std::string& name : (*ckpt)->names()) {
+    const autouvm::tools::TensorView t = *(*ckpt)->View(name);
+    if (t.dtype != "BF16") {
+      ++skipped;
+      continue;
+    }
+    std::vector<uint16_t> v(static_cast<size_t>(t.bytes / 2));
+    std::memcpy(v.data(), t.data, static_cast<size_t>(t.bytes));
+    const std::vector<uint8_t> packed = wc::Encode(v);
+    const wc::Header h = *wc::ReadHeader(packed);
+    std::vector<uint16_t> back(v.size());
+    if (const absl::Status decoded = wc::Decode(packed, absl::MakeSpan(back)); !decoded.ok() || back != v) {
+      std::fprintf(stderr, "%s: does not decode to its bits: %s\n", name.c_str(), decoded.ToString().c_str());
+      return 1;
+    }
+    for (Sum* s : {&kinds[KindOf(name)], &all}) {
+      ++s->tensors;
+      s->raw += static_cast<double>(t.bytes);
+      s->coded += static_cast<double>(packed.size());
+      s->escapes += static_cast<double>(h.escapes);
+      s->weights += static_cast<double>(v.size());
+      if (h.mode == wc::Mode::kPlain) ++s->plain;
+    }
+  }
+  std::printf("%s: %d bf16 tensors (%d of other dtypes left out)\n\n", dir.c_str(), all.tensors, skipped);
+  std::printf("| kind | tensors | bf16 MB | coded MB | ratio | bits/weight | escaped | stored plain |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  auto row = [](const std::string& kind, const Sum& s) {
+    std::printf("| %s | %d | %.1f | %.1f | %.3f | %.2f | %.3f%% | %d |\n", kind.c_str(), s.tensors, s.raw / 1e6,
+                s.coded / 1e6, s.raw / s.coded, 16 * s.coded / s.raw, 100 * s.escapes / s.weights, s.plain);
+  };
+  for (const auto& [kind, s] : kinds) row(kind, s);
+  row("**all**", all);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,8 +130,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (std::string(argv[i]) == "--checkpoint" && i + 1 < argc) {
+      return CodeCheckpoint(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: weight_codec_bench [--seed N]\n");
+      std::fprintf(stderr, "usage: weight_codec_bench [--seed N] [--checkpoint DIR]\n");
       return 2;
     }
   }

@@ -192,15 +192,28 @@ class DeviceBackend {
   // graph on `stream` (a cudaStream_t in capture), its calls here go into the graph: kCompute is that
   // stream, kCopy a copy stream of the capture's own that joins the graph at EndCapture(), a wait on an
   // event recorded before BeginCapture is left out (a replay is launched after both streams' work), and
-  // what a graph cannot hold (a prefetch, an advice, a discard, a coded copy) is refused. Other threads
-  // keep the usual streams. UNIMPLEMENTED on a backend that captures nothing.
+  // what a graph cannot hold (a prefetch, an advice, a discard) is refused; a coded copy lands in slots of the
+  // capture's own (Note [Coded copies captured], runtime/cuda/cuda_backend_capture.cc). Other threads keep the usual
+  // streams. UNIMPLEMENTED on a backend that captures nothing.
   virtual absl::Status BeginCapture(void* /*stream*/) {
     return absl::UnimplementedError("this backend captures no graphs");
   }
   virtual void EndCapture() {}
-  // A captured pass was replayed: its copies carried `staged_bytes` into device buffers (counted as
-  // staged h2d bytes, as StageInto counts them).
-  virtual void CountReplayedStaging(int64_t /*staged_bytes*/) {}
+  // What StageInto has moved so far: the bytes over the link, of them the coded ones, and the bytes
+  // decoded from those (Note [Coded host copies], runtime/cuda/cuda_backend_coded.cc).
+  struct StagingTally {
+    int64_t link = 0;
+    int64_t coded = 0;
+    int64_t decoded = 0;
+  };
+  virtual StagingTally StagingSoFar() { return {}; }
+  // A captured pass was replayed: its copies moved `pass` (what its capture's StageInto calls moved),
+  // counted as StageInto counts them.
+  virtual void CountReplayedStaging(const StagingTally& /*pass*/) {}
+  // Changes whenever a host copy may cross in another form from its next StageInto on (its coded form
+  // finished in the background): a captured pass keyed on it is captured again (Note [Coded copies
+  // captured], runtime/cuda/cuda_backend_capture.cc).
+  virtual uint64_t StagingEpoch() { return 0; }
 };
 
 }  // namespace autouvm::runtime

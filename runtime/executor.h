@@ -246,6 +246,7 @@ class Executor {
   struct PassRecord {
     uint64_t start = 0, end = 0;
     int64_t prefetched = 0, evicted = 0, ahead = 0, at_op = 0;
+    DeviceBackend::StagingTally staging;  // the backend's StageInto tally (at BeginPass; the pass's after)
     bool whole = false;
   };
   void BeginPass();  // at the first op

@@ -73,6 +73,8 @@ uint64_t Executor::PassKey() const {
   state.push_back(static_cast<int64_t>(buffer_));
   state.push_back(static_cast<int64_t>(preparation_));
   state.push_back(window_bytes_);
+  // The form the host copies cross in (Note [Coded copies captured], runtime/cuda/cuda_backend_capture.cc).
+  state.push_back(static_cast<int64_t>(backend_->StagingEpoch()));
   state.push_back(buffer_state_.tail);
   state.push_back(static_cast<int64_t>(next_ahead_));
   for (const Slot& s : buffer_state_.slots) {
@@ -107,6 +109,7 @@ void Executor::BeginPass() {
   pass_.evicted = evicted_bytes_;
   pass_.ahead = fetch_counts_.ahead;
   pass_.at_op = fetch_counts_.at_op;
+  pass_.staging = backend_->StagingSoFar();
 }
 
 void Executor::EndPass() {
@@ -114,12 +117,16 @@ void Executor::EndPass() {
     last_pass_ = PassRecord();
     return;
   }
+  const DeviceBackend::StagingTally now = backend_->StagingSoFar();
   last_pass_ = {.start = pass_.start,
                 .end = PassKey(),
                 .prefetched = prefetched_bytes_ - pass_.prefetched,
                 .evicted = evicted_bytes_ - pass_.evicted,
                 .ahead = fetch_counts_.ahead - pass_.ahead,
                 .at_op = fetch_counts_.at_op - pass_.at_op,
+                .staging = {.link = now.link - pass_.staging.link,
+                            .coded = now.coded - pass_.staging.coded,
+                            .decoded = now.decoded - pass_.staging.decoded},
                 .whole = true};
   pass_ = PassRecord();
 }
@@ -145,7 +152,7 @@ absl::Status Executor::Replayed() {
   evicted_bytes_ += last_pass_.evicted;
   fetch_counts_.ahead += last_pass_.ahead;
   fetch_counts_.at_op += last_pass_.at_op;
-  backend_->CountReplayedStaging(last_pass_.prefetched);
+  backend_->CountReplayedStaging(last_pass_.staging);
   ReplaceEvents();
   return absl::OkStatus();
 }

@@ -137,9 +137,19 @@ void SerializedBackend::EndCapture() {
   backend_->EndCapture();
 }
 
-void SerializedBackend::CountReplayedStaging(int64_t staged_bytes) {
+DeviceBackend::StagingTally SerializedBackend::StagingSoFar() {
   absl::MutexLock lock(&mu_);
-  backend_->CountReplayedStaging(staged_bytes);
+  return backend_->StagingSoFar();
+}
+
+void SerializedBackend::CountReplayedStaging(const StagingTally& pass) {
+  absl::MutexLock lock(&mu_);
+  backend_->CountReplayedStaging(pass);
+}
+
+uint64_t SerializedBackend::StagingEpoch() {
+  absl::MutexLock lock(&mu_);
+  return backend_->StagingEpoch();
 }
 
 }  // namespace autouvm::runtime

@@ -60,7 +60,9 @@ class SerializedBackend final : public DeviceBackend {
   double counter_lag_s() const override { return backend_->counter_lag_s(); }  // immutable
   absl::Status BeginCapture(void* stream) override;
   void EndCapture() override;
-  void CountReplayedStaging(int64_t staged_bytes) override;
+  StagingTally StagingSoFar() override;
+  void CountReplayedStaging(const StagingTally& pass) override;
+  uint64_t StagingEpoch() override;
 
  private:
   const std::unique_ptr<DeviceBackend> backend_;

@@ -32,7 +32,8 @@ absl::StatusOr<CodedCopy> CodedCopy::Of(const uint8_t* host, int64_t bytes, int6
   return c;
 }
 
-absl::StatusOr<std::unique_ptr<CodedStager>> CodedStager::Create(void* copy_stream, int64_t slot_bytes, int slots) {
+absl::StatusOr<std::unique_ptr<CodedStager>> CodedStager::Create(void* copy_stream, int64_t slot_bytes, int slots,
+                                                                 bool timed) {
   if (slot_bytes <= 0 || slot_bytes % 256 != 0 || slots < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(slots, " landing slots of ", slot_bytes, " bytes (a positive multiple of 256)"));
@@ -63,7 +64,7 @@ absl::StatusOr<std::unique_ptr<CodedStager>> CodedStager::Create(void* copy_stre
     RETURN_IF_ERROR(Check(cudaEventCreateWithFlags(&free, cudaEventDisableTiming), "cudaEventCreate"));
     slot.free = free;
   }
-  s->timers_.resize(kTimers);
+  if (timed) s->timers_.resize(kTimers);
   for (Timer& t : s->timers_) {
     cudaEvent_t start = nullptr, end = nullptr;
     RETURN_IF_ERROR(Check(cudaEventCreate(&start), "cudaEventCreate"));
@@ -124,18 +125,29 @@ absl::Status CodedStager::Stage(const CodedCopy& coded, uint16_t* out) {
     }
     RETURN_IF_ERROR(Check(cudaEventRecord(E(slot.landed), S(copy_)), "cudaEventRecord"));
     RETURN_IF_ERROR(Check(cudaStreamWaitEvent(S(decode_), E(slot.landed), 0), "cudaStreamWaitEvent"));
-    Timer& timer = timers_[next_timer_];
-    next_timer_ = (next_timer_ + 1) % timers_.size();
-    Harvest(timer);  // a pair still pending here (the GPU far behind) goes unread: its time is lost
-    RETURN_IF_ERROR(Check(cudaEventRecord(E(timer.start), S(decode_)), "cudaEventRecord"));
+    Timer* timer = nullptr;
+    if (!timers_.empty()) {
+      timer = &timers_[next_timer_];
+      next_timer_ = (next_timer_ + 1) % timers_.size();
+      Harvest(*timer);  // a pair still pending here (the GPU far behind) goes unread: its time is lost
+      RETURN_IF_ERROR(Check(cudaEventRecord(E(timer->start), S(decode_)), "cudaEventRecord"));
+    }
     RETURN_IF_ERROR(LaunchWeightDecodeChunk(slot.landing, coded.header, chunk, out, decode_));
-    RETURN_IF_ERROR(Check(cudaEventRecord(E(timer.end), S(decode_)), "cudaEventRecord"));
-    timer.pending = true;
+    if (timer != nullptr) {
+      RETURN_IF_ERROR(Check(cudaEventRecord(E(timer->end), S(decode_)), "cudaEventRecord"));
+      timer->pending = true;
+    }
     RETURN_IF_ERROR(Check(cudaEventRecord(E(slot.free), S(decode_)), "cudaEventRecord"));
     slot.used = true;
     decoded_ = true;
   }
   return absl::OkStatus();
+}
+
+void CodedStager::Restart() {
+  for (Slot& slot : slots_) slot.used = false;
+  next_ = 0;
+  decoded_ = false;
 }
 
 void* CodedStager::Tail() {

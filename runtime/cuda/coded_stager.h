@@ -36,8 +36,11 @@ struct CodedCopy {
 
 class CodedStager {
  public:
-  // `copy_stream` is a cudaStream_t; `slots` landing slots of `slot_bytes` each (device memory).
-  static absl::StatusOr<std::unique_ptr<CodedStager>> Create(void* copy_stream, int64_t slot_bytes, int slots);
+  // `copy_stream` is a cudaStream_t; `slots` landing slots of `slot_bytes` each (device memory). An
+  // untimed stager records no timing events: one that stages into CUDA graphs (Note [Coded copies
+  // captured], runtime/cuda/cuda_backend_capture.cc), whose decode_ns() stays 0.
+  static absl::StatusOr<std::unique_ptr<CodedStager>> Create(void* copy_stream, int64_t slot_bytes, int slots,
+                                                             bool timed = true);
   ~CodedStager();
   CodedStager(const CodedStager&) = delete;
   CodedStager& operator=(const CodedStager&) = delete;
@@ -51,6 +54,11 @@ class CodedStager {
   void* Tail();
   // Waits for the copy stream and the decodes.
   absl::Status Synchronize();
+  // Forgets the slots' last uses and the decodes queued: for a stager whose copy stream a new CUDA graph
+  // capture has just forked, so that nothing in the capture waits on an event recorded outside it.
+  void Restart();
+  // Whether a decode was queued since Create or Restart (Tail() is then the decode stream).
+  bool decoded() const { return decoded_; }
 
   // The decoder's GPU time so far, over the decodes whose timing events have been read: each chunk's
   // kernel is timed by a pair of events, read when the pair is reused or at Synchronize. Any thread.
@@ -81,7 +89,7 @@ class CodedStager {
   std::vector<Slot> slots_;
   size_t next_ = 0;
   bool decoded_ = false;
-  std::vector<Timer> timers_;
+  std::vector<Timer> timers_;  // empty when untimed
   size_t next_timer_ = 0;
   std::atomic<int64_t> decode_ns_{0};
 };

@@ -139,7 +139,8 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t ev : streams_->events) {
     if (ev != nullptr) cudaEventDestroy(ev);
   }
-  for (const CaptureStreams& c : capture_streams_) {
+  for (CaptureStreams& c : capture_streams_) {
+    c.stager.reset();  // waits for its decodes; its copy stream is destroyed next
     if (c.copy != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(c.copy));
     if (c.fork != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(c.fork));
     if (c.join != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(c.join));
@@ -261,9 +262,8 @@ EventId CudaBackend::RecordEvent(Stream stream) {
   const EventId id = next_event_++;
   // Checked by its absence of consequence: an event that fails to record completes at once, so a
   // stream waiting on it does not wait — the same as the sim backend's unknown events.
-  cudaEventRecord(
-      streams_->events[static_cast<size_t>(id % kEventRing)],
-      static_cast<cudaStream_t>(stream == Stream::kCopy && Capturing() == nullptr ? CopyTail() : StreamOf(stream)));
+  cudaEventRecord(streams_->events[static_cast<size_t>(id % kEventRing)],
+                  static_cast<cudaStream_t>(stream == Stream::kCopy ? CopyTail() : StreamOf(stream)));
   return id;
 }
 
@@ -511,8 +511,11 @@ absl::Status CudaBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t devic
 #if AUTOUVM_CUDA_KERNELS
   if (copy->coding == StagedCopy::Coding::kCoded && stream == Stream::kCopy &&
       reinterpret_cast<uintptr_t>(device_addr) % 16 == 0) {
-    RETURN_IF_ERROR(RefuseInCapture("a coded copy"));
-    RETURN_IF_ERROR(stager_->Stage(*copy->coded, reinterpret_cast<uint16_t*>(device_addr)));
+    CodedStager* stager = stager_.get();
+    if (Capturing() != nullptr) {
+      ASSIGN_OR_RETURN(stager, CaptureStager());  // Note [Coded copies captured]
+    }
+    RETURN_IF_ERROR(stager->Stage(*copy->coded, reinterpret_cast<uint16_t*>(device_addr)));
     staged_in_bytes_ += copy->coded->link_bytes;
     coded_bytes_ += copy->coded->link_bytes;
     decoded_bytes_ += bytes;
@@ -532,6 +535,12 @@ void* CudaBackend::StreamOf(Stream stream) const {
 }
 
 void* CudaBackend::CopyTail() {
+  if (const Capture* c = Capturing(); c != nullptr) {
+#if AUTOUVM_CUDA_KERNELS
+    if (c->stager != nullptr) return c->stager->Tail();
+#endif
+    return c->copy;
+  }
 #if AUTOUVM_CUDA_KERNELS
   if (stager_ != nullptr) return stager_->Tail();
 #endif

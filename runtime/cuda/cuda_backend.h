@@ -81,7 +81,14 @@ class CudaBackend final : public DeviceBackend {
   // Note [Staged passes captured] (runtime/executor_capture.cc; cuda_backend_capture.cc).
   absl::Status BeginCapture(void* stream) override;
   void EndCapture() override;
-  void CountReplayedStaging(int64_t staged_bytes) override { staged_in_bytes_ += staged_bytes; }
+  StagingTally StagingSoFar() override { return {staged_in_bytes_, coded_bytes_, decoded_bytes_}; }
+  void CountReplayedStaging(const StagingTally& pass) override {
+    staged_in_bytes_ += pass.link;
+    coded_bytes_ += pass.coded;
+    decoded_bytes_ += pass.decoded;
+  }
+  // The coder's finished jobs (Note [Coded copies captured]).
+  uint64_t StagingEpoch() override;
   double counter_lag_s() const override;
   // Staging (Note [Staged streaming] in device_backend.h): host copies in pinned memory, one per range;
   // needs CUDA 13 (cudaMemDiscardBatchAsync). The range may be any managed memory, the backend's or not.
@@ -103,7 +110,8 @@ class CudaBackend final : public DeviceBackend {
 
   // Whether staged copies cross the link coded (Note [Coded host copies]).
   bool coding() const { return stager_ != nullptr; }
-  // Device memory the backend holds for itself: the coded copies' landing slots.
+  // Device memory the backend holds for itself: the coded copies' landing slots, the eager ones and
+  // those of the threads' graphs (Note [Coded copies captured]).
   int64_t device_bytes() const;
   // Blocks until every host copy made so far has its coded form (or is known not to shrink): benchmarks
   // and tests, which want coded staging from the first step.
@@ -156,6 +164,7 @@ class CudaBackend final : public DeviceBackend {
     void* compute = nullptr;
     void* copy = nullptr;
     EventId first = 0;
+    CodedStager* stager = nullptr;  // its coded copies' (CaptureStager), once it has one
   };
   const Capture* Capturing() const;     // the calling thread's, null when it captures nothing
   void* StreamOf(Stream stream) const;  // a cudaStream_t: the calling thread's capture's, else the backend's
@@ -169,7 +178,12 @@ class CudaBackend final : public DeviceBackend {
     void* copy = nullptr;
     void* fork = nullptr;
     void* join = nullptr;
+    // Coded copies captured (Note [Coded copies captured]): landing slots of the thread's graphs, made
+    // at its first captured coded copy.
+    std::shared_ptr<CodedStager> stager;
   };
+  // The calling thread's capture stager, made on first use.
+  absl::StatusOr<CodedStager*> CaptureStager();
   std::vector<CaptureStreams> capture_streams_;
   absl::Status CopyToHost(uint64_t addr, int64_t bytes, Staging staging);
   // The host copy of the range StageOut or KeepHostCopy was given; FAILED_PRECONDITION for any other.

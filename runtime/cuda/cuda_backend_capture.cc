@@ -7,7 +7,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "runtime/cuda/cuda_backend.h"
+#if AUTOUVM_CUDA_KERNELS
+#include "runtime/cuda/coded_stager.h"
+#endif
 
 namespace autouvm::runtime::cuda {
 namespace {
@@ -77,11 +81,58 @@ void CudaBackend::EndCapture() {
   const std::thread::id self = c->thread;
   auto it = std::find_if(capture_streams_.begin(), capture_streams_.end(),
                          [&](const CaptureStreams& s) { return s.thread == self; });
-  // The join: the capture stream waits for the copy stream's last node. Unchecked here: a capture left
-  // unjoined fails at cudaStreamEndCapture, which the capturing arena reports.
-  (void)cudaEventRecord(static_cast<cudaEvent_t>(it->join), static_cast<cudaStream_t>(c->copy));
+  // The join: the capture stream waits for the copy side's last node, the decodes' included (CopyTail).
+  // Unchecked here: a capture left unjoined fails at cudaStreamEndCapture, which the capturing arena
+  // reports.
+  (void)cudaEventRecord(static_cast<cudaEvent_t>(it->join), static_cast<cudaStream_t>(CopyTail()));
   (void)cudaStreamWaitEvent(static_cast<cudaStream_t>(c->compute), static_cast<cudaEvent_t>(it->join), 0);
   captures_.erase(captures_.begin() + (c - captures_.data()));
+}
+
+// Note [Coded copies captured]: issue 30 under issue 29's graphs. A staged pass whose weights cross
+// coded (Note [Coded host copies], cuda_backend_coded.cc) is captured with its chunks' copies and decodes:
+// - The chunks land in slots of the capturing thread's own (a CodedStager whose copy stream is the
+//   thread's capture copy stream), not the eager stager's: a replay must not wait on, or overwrite, a slot
+//   an eager pass's decode may still read, and a graph cannot wait on an event recorded outside it. The
+//   slots' order within a graph is its edges (each chunk waits for its slot's last decode, as eagerly).
+//   Across replays nothing is needed: every graph replays on the one compute stream the models share
+//   (runtime/cuda/compute_device.cc), so a graph has ended before the next begins.
+// - The stager's decode stream joins the capture by waiting on a chunk's landing, and rejoins it at
+//   EndCapture through CopyTail, as an event the executor records for the copy side does.
+// - Its slots are made at the thread's first captured coded copy, in relaxed capture mode (cudaMalloc is
+//   refused during a global-mode capture otherwise); each capture restarts their state. They are
+//   device_bytes(): 64 MiB per capturing thread with the default 4 slots of 16 MiB.
+// - Nothing in a graph is timed, so the decoder's time (decode_ns) counts eager passes' decodes only;
+//   the replays' coded and decoded bytes are counted by CountReplayedStaging.
+// - A graph keeps the form each copy had at its capture. A copy coded after it (the coder's threads
+//   finish in the background) changes the executor's pass key (DeviceBackend::StagingEpoch), so the pass
+//   is captured again once it repeats, with the coded copy.
+absl::StatusOr<CodedStager*> CudaBackend::CaptureStager() {
+#if AUTOUVM_CUDA_KERNELS
+  const std::thread::id self = std::this_thread::get_id();
+  auto c = std::find_if(captures_.begin(), captures_.end(), [&](const Capture& x) { return x.thread == self; });
+  if (c == captures_.end()) return absl::FailedPreconditionError("this thread captures no graph");
+  if (c->stager != nullptr) return c->stager;
+  auto it = std::find_if(capture_streams_.begin(), capture_streams_.end(),
+                         [&](const CaptureStreams& s) { return s.thread == self; });
+  if (it == capture_streams_.end()) return absl::InternalError("a capture without its copy stream");
+  if (it->stager == nullptr) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (const cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode); e != cudaSuccess) {
+      return Failed("relaxing the capture mode for a graph's landing slots", e);
+    }
+    absl::StatusOr<std::unique_ptr<CodedStager>> made =
+        CodedStager::Create(it->copy, options_.coded_slot_bytes, options_.coded_slots, /*timed=*/false);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);  // back to the capture's own
+    if (!made.ok()) return made.status();
+    it->stager = std::move(*made);
+  }
+  it->stager->Restart();
+  c->stager = it->stager.get();
+  return c->stager;
+#else
+  return absl::FailedPreconditionError("coded copies need the CUDA kernels");
+#endif
 }
 
 }  // namespace autouvm::runtime::cuda

@@ -94,11 +94,17 @@ void CudaBackend::FreeHostCopy(uint64_t addr, StagedCopy& copy) {
   FreePinnedHost(copy.host, copy.mapped);
 }
 
+uint64_t CudaBackend::StagingEpoch() { return coder_ == nullptr ? 0 : coder_->finished(); }
+
 int64_t CudaBackend::device_bytes() const {
+  int64_t bytes = 0;
 #if AUTOUVM_CUDA_KERNELS
-  if (stager_ != nullptr) return stager_->device_bytes();
+  if (stager_ != nullptr) bytes += stager_->device_bytes();
+  for (const CaptureStreams& c : capture_streams_) {
+    if (c.stager != nullptr) bytes += c.stager->device_bytes();
+  }
 #endif
-  return 0;
+  return bytes;
 }
 
 void CudaBackend::WaitForCodedCopies() {

@@ -88,6 +88,7 @@ void HostCopyCoder::Work() {
       if (coded.memory.ptr != nullptr) FreePinnedHost(coded.memory.ptr, coded.memory.mapped);
     } else {
       done_[job.addr] = std::move(coded);
+      finished_.fetch_add(1, std::memory_order_release);
     }
     changed_.notify_all();
   }

@@ -10,6 +10,7 @@
 // Thread-safety: thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -47,6 +48,8 @@ class HostCopyCoder {
   void Forget(uint64_t addr);
   // Blocks until no job is queued or being encoded (benchmarks and tests).
   void WaitIdle();
+  // Jobs finished so far (taken or not). Any thread.
+  uint64_t finished() const { return finished_.load(std::memory_order_acquire); }
 
  private:
   struct Job {
@@ -64,6 +67,7 @@ class HostCopyCoder {
   std::map<uint64_t, Coded> done_;  // finished, not yet taken
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  std::atomic<uint64_t> finished_{0};
 };
 
 }  // namespace autouvm::runtime::cuda

@@ -126,7 +126,19 @@ class SimBackend final : public DeviceBackend {
   // What the range at `addr` codes to, as the real coder measured it (a trace's coded_bytes, replayed):
   // its host copy then crosses as that many bytes, or plain, not decoded, where that is not fewer than its
   // own. Only with a coded ratio (SimOptions::coded_ratio).
-  void SetCodedBytes(uint64_t addr, int64_t coded) { measured_coded_[addr] = coded; }
+  // A changed size changes StagingEpoch, as a copy the real coder finishes does.
+  void SetCodedBytes(uint64_t addr, int64_t coded) {
+    auto [it, added] = measured_coded_.try_emplace(addr, coded);
+    if (added || it->second != coded) ++staging_epoch_;
+    it->second = coded;
+  }
+  StagingTally StagingSoFar() override { return {staged_in_bytes_, coded_bytes_, decoded_bytes_}; }
+  void CountReplayedStaging(const StagingTally& pass) override {
+    staged_in_bytes_ += pass.link;
+    coded_bytes_ += pass.coded;
+    decoded_bytes_ += pass.decoded;
+  }
+  uint64_t StagingEpoch() override { return staging_epoch_; }
 
   // Runs a kernel on `stream` and advances that stream's clock. `host_s`: host time spent issuing it
   // (the framework's per-op cost); the kernel cannot start before the host has issued it, and the host
@@ -184,6 +196,7 @@ class SimBackend final : public DeviceBackend {
   int64_t put_back_bytes_ = 0;
   int64_t staged_in_bytes_ = 0;  // bytes StageIn copied (MigrationCause::kStaged)
   int64_t exact_counter_reads_ = 0;
+  uint64_t staging_epoch_ = 0;                            // SetCodedBytes' changes
   int64_t coded_bytes_ = 0, decoded_bytes_ = 0;           // Note [Coded host copies]
   std::unordered_map<uint64_t, int64_t> measured_coded_;  // SetCodedBytes
   double decode_s_ = 0;

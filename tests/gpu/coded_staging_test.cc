@@ -114,5 +114,98 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
   EXPECT_TRUE(gpu.FreeDevice(*buffer).ok());
 }
 
+// Note [Coded copies captured] (runtime/cuda/cuda_backend_capture.cc): coded copies staged while a thread
+// captures a CUDA graph (in global mode, as libtorch's graphs are) go into the graph, through landing
+// slots of the thread's own; each replay puts the same bytes in the buffer, and an eager staging between
+// replays (the backend's own slots) does too.
+TEST(CodedStagingTest, CodedCopiesCapturedInAGraphDeliverTheSameBytesAtEveryReplay) {
+  if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
+  auto made = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
+                                   .code_host_copies = true,
+                                   .coded_min_bytes = kMiB,
+                                   .coded_slot_bytes = 4 * kMiB,
+                                   .coded_slots = 2});
+  ASSERT_TRUE(made.ok()) << made.status();
+  CudaBackend& gpu = **made;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 0.02f);
+  const std::vector<int64_t> sizes = {24 * kMiB, 5 * kMiB + 2, 9 * kMiB};
+  std::vector<uint64_t> addrs;
+  std::vector<std::vector<uint16_t>> values;
+  auto padded = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  int64_t total = 0;
+  for (int64_t bytes : sizes) {
+    values.emplace_back(static_cast<size_t>(bytes / 2));
+    for (auto& v : values.back()) v = weight_codec::RoundToBf16(normal(rng));
+    auto addr = gpu.AllocateManaged(bytes);
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    addrs.push_back(*addr);
+    std::memcpy(reinterpret_cast<void*>(*addr), values.back().data(), static_cast<size_t>(bytes));
+    ASSERT_TRUE(gpu.KeepHostCopy(*addr, bytes).ok());
+    total += padded(bytes);
+  }
+  gpu.WaitForCodedCopies();
+  auto buffer = gpu.AllocateDevice(total);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto stage_all = [&]() -> absl::Status {
+    uint64_t at = *buffer;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (absl::Status s = gpu.StageInto(addrs[i], sizes[i], at, Stream::kCopy); !s.ok()) return s;
+      at += static_cast<uint64_t>(padded(sizes[i]));
+    }
+    gpu.WaitEvent(Stream::kCompute, gpu.RecordEvent(Stream::kCopy));
+    return absl::OkStatus();
+  };
+  auto expect_buffer = [&](const char* when) {
+    uint64_t at = *buffer;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint16_t> back(values[i].size());
+      ASSERT_EQ(cudaMemcpy(back.data(), reinterpret_cast<void*>(at), static_cast<size_t>(sizes[i]), cudaMemcpyDefault),
+                cudaSuccess);
+      EXPECT_EQ(back, values[i]) << sizes[i] << " bytes, " << when;
+      at += static_cast<uint64_t>(padded(sizes[i]));
+    }
+  };
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const int64_t eager_slots = gpu.device_bytes();
+  const UvmCounters before = *gpu.ReadCounters();
+  cudaGraphExec_t exec[2] = {nullptr, nullptr};
+  for (cudaGraphExec_t& e : exec) {  // two graphs: the second capture restarts the slots' state
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_TRUE(gpu.BeginCapture(stream).ok());
+    const absl::Status staged = stage_all();
+    gpu.EndCapture();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(staged.ok()) << staged;
+    ASSERT_EQ(cudaGraphInstantiate(&e, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+  }
+  const UvmCounters captured = *gpu.ReadCounters() - before;
+  EXPECT_EQ(captured.decoded_bytes, 2 * (sizes[0] + sizes[1] + sizes[2])) << "each capture counts as one staging";
+  EXPECT_EQ(gpu.device_bytes(), eager_slots + 2 * 4 * kMiB) << "the capturing thread's landing slots";
+  for (int replay = 0; replay < 3; ++replay) {
+    for (cudaGraphExec_t e : exec) {
+      ASSERT_EQ(cudaMemsetAsync(reinterpret_cast<void*>(*buffer), 0xCD, static_cast<size_t>(total), stream),
+                cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(e, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      expect_buffer("replayed");
+    }
+    ASSERT_EQ(cudaMemset(reinterpret_cast<void*>(*buffer), 0xCD, static_cast<size_t>(total)), cudaSuccess);
+    ASSERT_TRUE(stage_all().ok());  // eagerly, between replays
+    ASSERT_TRUE(gpu.Synchronize().ok());
+    expect_buffer("staged eagerly");
+  }
+  for (cudaGraphExec_t e : exec) cudaGraphExecDestroy(e);
+  cudaStreamDestroy(stream);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_TRUE(gpu.ForgetHostCopies(addrs[i], sizes[i], DeviceBackend::WhenStaged::kDrop).ok());
+    EXPECT_TRUE(gpu.FreeManaged(addrs[i]).ok());
+  }
+  EXPECT_TRUE(gpu.FreeDevice(*buffer).ok());
+}
+
 }  // namespace
 }  // namespace autouvm::runtime::cuda

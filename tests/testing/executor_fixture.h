@@ -30,8 +30,10 @@ struct Fixture {
   std::unordered_map<std::string, TensorRange> ranges;
   std::vector<std::string> ids;  // allocation order
 
-  explicit Fixture(const AccessTrace& t, const GpuSpec& spec = *FindGpuSpec("h200-pcie5")) {
-    sim = *sim::SimBackend::Create({.spec = spec});
+  explicit Fixture(const AccessTrace& t, const GpuSpec& spec = *FindGpuSpec("h200-pcie5"))
+      : Fixture(t, sim::SimOptions{.spec = spec}) {}
+  Fixture(const AccessTrace& t, const sim::SimOptions& options) {
+    sim = *sim::SimBackend::Create(options);
     for (const TensorUse& n : t.named) {
       ranges[n.id] = {*sim->AllocateManaged(n.bytes), n.bytes};
       ids.push_back(n.id);

@@ -154,5 +154,59 @@ TEST(ExecutorCaptureTest, APlanPreparedAgainRepeatsUnderAKeyOfItsOwn) {
   EXPECT_NE(first.back().key, second.back().key);
 }
 
+// Note [Coded copies captured] (runtime/cuda/cuda_backend_capture.cc), the executor's part: a replay tells
+// the backend what its capture's copies moved, coded bytes and decoded ones included, and a host copy
+// whose coded size changes (the coder finished it) changes the key, so its graph is captured again.
+TEST(ExecutorCaptureTest, AReplayCountsItsCapturesCodedBytesAndANewlyCodedCopyChangesTheKey) {
+  const AccessTrace t = testing::DecodeLikeTrace(8, 64, 1, /*elementwise=*/200);
+  const Plan plan = DriftingPlan(t);
+  GpuSpec spec = *FindGpuSpec("h200-pcie5");
+  spec.decode_bytes_per_s = 400e9;
+  Fixture f(t, sim::SimOptions{.spec = spec, .coded_ratio = 0.7});
+  Executor ex(f.sim.get(), plan, t, f.ranges);
+  ex.set_periodic_ring(true);
+  ASSERT_TRUE(ex.Prepare().ok());
+  auto run = [&] {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+      f.Launch(t.ops[i]);
+      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+    }
+  };
+  for (int pass = 0; pass < 3 && !ex.PassRepeats(); ++pass) run();
+  ASSERT_TRUE(ex.PassRepeats());
+  const uint64_t key = ex.PassKey();
+  const DeviceBackend::StagingTally before = f.sim->StagingSoFar();
+  run();  // the pass a graph would capture
+  const DeviceBackend::StagingTally after = f.sim->StagingSoFar();
+  const DeviceBackend::StagingTally captured{after.link - before.link, after.coded - before.coded,
+                                             after.decoded - before.decoded};
+  ex.AfterCapture();
+  ASSERT_GT(captured.coded, 0);
+  EXPECT_EQ(captured.link, captured.coded);  // every streamed weight crosses coded (64 MiB each)
+  EXPECT_GT(captured.decoded, captured.coded);
+  for (int replay = 0; replay < 2; ++replay) {
+    const DeviceBackend::StagingTally r0 = f.sim->StagingSoFar();
+    ASSERT_TRUE(ex.Replayed().ok());
+    const DeviceBackend::StagingTally r1 = f.sim->StagingSoFar();
+    EXPECT_EQ(r1.link - r0.link, captured.link);
+    EXPECT_EQ(r1.coded - r0.coded, captured.coded);
+    EXPECT_EQ(r1.decoded - r0.decoded, captured.decoded);
+    EXPECT_EQ(f.sim->ReadCounters()->coded_bytes, r1.coded);  // the metrics see the replays
+  }
+  EXPECT_EQ(ex.PassKey(), key);
+  // A weight's copy found to code otherwise: the captured pass no longer stands for the next one.
+  f.sim->SetCodedBytes(f.ranges.at(t.named.front().id).addr, 1 << 20);
+  EXPECT_NE(ex.PassKey(), key);
+  EXPECT_FALSE(ex.PassRepeats());
+  EXPECT_EQ(ex.Replayed().code(), absl::StatusCode::kFailedPrecondition);
+  run();
+  run();
+  EXPECT_TRUE(ex.PassRepeats());  // the same size set again changes nothing
+  const uint64_t again = ex.PassKey();
+  f.sim->SetCodedBytes(f.ranges.at(t.named.front().id).addr, 1 << 20);
+  EXPECT_EQ(ex.PassKey(), again);
+}
+
 }  // namespace
 }  // namespace autouvm::runtime
