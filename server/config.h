@@ -110,9 +110,10 @@ struct ServerConfig {
   int64_t cuda_graph_max_batch = 32;
   // With cuda_graphs, decode steps that stream weights through their plan's device buffer are captured
   // too, with the plan's copies (runtime.cuda_graphs_streaming; Note [Staged passes captured],
-  // runtime/executor_capture.cc). Off by default until it is faster than eager stepping on the GPU host:
-  // the first measurement was slower (bench/results/2026-12-06-staged-graphs-h100.md).
-  bool cuda_graphs_streaming = false;
+  // runtime/executor_capture.cc), coded copies included (Note [Coded copies captured],
+  // runtime/cuda/cuda_backend_capture.cc). On: 0.85-0.96 of the eager step at factor 1.1 on the H100, within
+  // 3% of it at 1.25-2.0 (bench/results/2026-12-07-staged-graphs-whole-pools-h100.md, docs/profiling.md).
+  bool cuda_graphs_streaming = true;
   int64_t monitor_every = 64;         // time one followed iteration in this many (runtime.monitor_every; 0: never)
   double monitor_min_interval_s = 5;  // and none sooner than this after the last (runtime.monitor_min_interval_s)
   // A file holding the bearer token Admin calls must carry ("" with AUTOUVM_ADMIN_TOKEN unset: no token).

@@ -180,7 +180,8 @@ std::string Metrics::Scrape() const {
                "Staged weights' bytes that crossed the link exponent-coded (runtime.compress_streamed)", T::Counter);
   auto* decoded =
       s.Family("autouvm_decoded_bytes_total", "The bf16 bytes the coded staged weights decoded into", T::Counter);
-  auto* decode_seconds = s.Family("autouvm_decode_seconds_total", "GPU time decoding coded weights", T::Counter);
+  auto* decode_seconds =
+      s.Family("autouvm_decode_seconds_total", "GPU time decoding coded weights (eagerly run steps)", T::Counter);
   auto* sampled =
       s.Family("autouvm_monitor_samples_total", "Iterations the runtime monitor timed op by op", T::Counter);
   auto* reclassified =

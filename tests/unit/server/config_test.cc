@@ -263,10 +263,10 @@ TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
   // runtime.cuda_graphs (Note [Captured steps], engine/step_graphs.cc): on by default, up to 32 rows.
   EXPECT_TRUE(c->cuda_graphs);
   EXPECT_EQ(c->cuda_graph_max_batch, 32);
-  EXPECT_FALSE(c->cuda_graphs_streaming);
-  auto streaming = ParseServerConfig("runtime: {cuda_graphs_streaming: true}\n", kOrigin);
+  EXPECT_TRUE(c->cuda_graphs_streaming);
+  auto streaming = ParseServerConfig("runtime: {cuda_graphs_streaming: false}\n", kOrigin);
   ASSERT_TRUE(streaming.ok()) << streaming.status();
-  EXPECT_TRUE(streaming->cuda_graphs_streaming);
+  EXPECT_FALSE(streaming->cuda_graphs_streaming);
   ExpectInvalid("runtime: {cuda_graphs_streaming: sometimes}\n", "runtime.cuda_graphs_streaming");
   auto eager = ParseServerConfig("runtime: {cuda_graphs: false, cuda_graph_max_batch: 8}\n", kOrigin);
   ASSERT_TRUE(eager.ok()) << eager.status();
