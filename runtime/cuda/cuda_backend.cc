@@ -507,7 +507,10 @@ absl::Status CudaBackend::StageInto(uint64_t addr, int64_t bytes, uint64_t devic
     return absl::InvalidArgumentError(
         absl::StrCat(bytes, " bytes at 0x", absl::Hex(device_addr), " do not lie in one device buffer"));
   }
-  AdoptCoded(addr, *copy);
+  // Not while capturing: a coded form that cannot be kept is freed (cudaFreeHost, which a global-mode
+  // capture refuses), and the copy's form goes with the epoch of the pass's key (Note [Coded copies
+  // captured]); the next eager pass adopts it.
+  if (Capturing() == nullptr) AdoptCoded(addr, *copy);
 #if AUTOUVM_CUDA_KERNELS
   if (copy->coding == StagedCopy::Coding::kCoded && stream == Stream::kCopy &&
       reinterpret_cast<uintptr_t>(device_addr) % 16 == 0) {
