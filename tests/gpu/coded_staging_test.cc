@@ -22,13 +22,18 @@ constexpr int64_t kMiB = 1 << 20;
 
 using autouvm::testing::HaveCudaDevice;
 
+// Host copies of 1 MiB or more coded, through two landing slots of 4 MiB.
+absl::StatusOr<std::unique_ptr<CudaBackend>> CodingBackend() {
+  return CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
+                              .code_host_copies = true,
+                              .coded_min_bytes = kMiB,
+                              .coded_slot_bytes = 4 * kMiB,
+                              .coded_slots = 2});
+}
+
 TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
   if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
-  auto made = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
-                                   .code_host_copies = true,
-                                   .coded_min_bytes = kMiB,
-                                   .coded_slot_bytes = 4 * kMiB,
-                                   .coded_slots = 2});
+  auto made = CodingBackend();
   ASSERT_TRUE(made.ok()) << made.status();
   CudaBackend& gpu = **made;
   ASSERT_TRUE(gpu.coding()) << "the CUDA kernels are built where this test is";
@@ -120,11 +125,7 @@ TEST(CodedStagingTest, StageIntoDeliversTheSameBytesCodedAndPlain) {
 // replays (the backend's own slots) does too.
 TEST(CodedStagingTest, CodedCopiesCapturedInAGraphDeliverTheSameBytesAtEveryReplay) {
   if (!HaveCudaDevice()) GTEST_SKIP() << "no CUDA device";
-  auto made = CudaBackend::Create({.spec = *FindGpuSpec("h200-pcie5"),
-                                   .code_host_copies = true,
-                                   .coded_min_bytes = kMiB,
-                                   .coded_slot_bytes = 4 * kMiB,
-                                   .coded_slots = 2});
+  auto made = CodingBackend();
   ASSERT_TRUE(made.ok()) << made.status();
   CudaBackend& gpu = **made;
   std::mt19937 rng(5);

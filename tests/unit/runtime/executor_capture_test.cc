@@ -26,6 +26,15 @@ struct Pass {
   int64_t fetched = 0;
 };
 
+// One pass of `t` through `ex` on `f`'s backend.
+void RunPass(Fixture& f, Executor& ex, const AccessTrace& t) {
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
+    f.Launch(t.ops[i]);
+    ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
+  }
+}
+
 // `passes` passes of `t` through an executor of `plan` prepared on `f`'s backend, released at the end.
 std::vector<Pass> RunPasses(Fixture& f, const AccessTrace& t, const Plan& plan, bool periodic, int passes) {
   Executor ex(f.sim.get(), plan, t, f.ranges);
@@ -36,11 +45,7 @@ std::vector<Pass> RunPasses(Fixture& f, const AccessTrace& t, const Plan& plan, 
   for (int pass = 0; pass < passes; ++pass) {
     Pass p{.key = ex.PassKey(), .repeats = ex.PassRepeats()};
     const int64_t before = ex.prefetched_bytes();
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      EXPECT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
-      f.Launch(t.ops[i]);
-      EXPECT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
-    }
+    RunPass(f, ex, t);
     p.fetched = ex.prefetched_bytes() - before;
     out.push_back(p);
   }
@@ -100,13 +105,7 @@ TEST(ExecutorCaptureTest, AReplayedPassCountsWhatTheCapturedOneFetchedAndOnlyAPa
   ex.set_periodic_ring(true);
   ASSERT_TRUE(ex.Prepare().ok());
   EXPECT_EQ(ex.Replayed().code(), absl::StatusCode::kFailedPrecondition);  // no pass ran
-  auto run = [&] {
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
-      f.Launch(t.ops[i]);
-      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
-    }
-  };
+  auto run = [&] { RunPass(f, ex, t); };
   for (int pass = 0; pass < 3 && !ex.PassRepeats(); ++pass) run();
   ASSERT_TRUE(ex.PassRepeats());
   const uint64_t key = ex.PassKey();
@@ -166,13 +165,7 @@ TEST(ExecutorCaptureTest, AReplayCountsItsCapturesCodedBytesAndANewlyCodedCopyCh
   Executor ex(f.sim.get(), plan, t, f.ranges);
   ex.set_periodic_ring(true);
   ASSERT_TRUE(ex.Prepare().ok());
-  auto run = [&] {
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      ASSERT_TRUE(ex.BeforeOp(static_cast<int64_t>(i)).ok());
-      f.Launch(t.ops[i]);
-      ASSERT_TRUE(ex.AfterOp(static_cast<int64_t>(i)).ok());
-    }
-  };
+  auto run = [&] { RunPass(f, ex, t); };
   for (int pass = 0; pass < 3 && !ex.PassRepeats(); ++pass) run();
   ASSERT_TRUE(ex.PassRepeats());
   const uint64_t key = ex.PassKey();
