@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
 #include "runtime/weight_codec.h"
 #include "tools/safetensors.h"
@@ -60,6 +61,27 @@ double Seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
+// `v` coded, then decoded and checked against its bits, each way timed.
+struct Coded {
+  std::vector<uint8_t> packed;
+  wc::Header header;
+  double encode_s = 0, decode_s = 0;
+};
+absl::StatusOr<Coded> CodeAndCheck(const std::vector<uint16_t>& v) {
+  Coded c;
+  auto t0 = std::chrono::steady_clock::now();
+  c.packed = wc::Encode(v);
+  c.encode_s = Seconds(t0);
+  c.header = *wc::ReadHeader(c.packed);
+  std::vector<uint16_t> back(v.size());
+  t0 = std::chrono::steady_clock::now();
+  const absl::Status decoded = wc::Decode(c.packed, absl::MakeSpan(back));
+  c.decode_s = Seconds(t0);
+  if (!decoded.ok()) return decoded;
+  if (back != v) return absl::DataLossError("does not decode to its bits");
+  return c;
+}
+
 // A tensor's kind in a Hugging Face Llama checkpoint: its name without the layer ("model.layers.7.mlp.
 // up_proj.weight" is "mlp.up_proj.weight").
 std::string KindOf(const std::string& name) {
@@ -95,13 +117,13 @@ int CodeCheckpoint(const std::string& dir) {
     }
     std::vector<uint16_t> v(static_cast<size_t>(t.bytes / 2));
     std::memcpy(v.data(), t.data, static_cast<size_t>(t.bytes));
-    const std::vector<uint8_t> packed = wc::Encode(v);
-    const wc::Header h = *wc::ReadHeader(packed);
-    std::vector<uint16_t> back(v.size());
-    if (const absl::Status decoded = wc::Decode(packed, absl::MakeSpan(back)); !decoded.ok() || back != v) {
-      std::fprintf(stderr, "%s: does not decode to its bits: %s\n", name.c_str(), decoded.ToString().c_str());
+    const absl::StatusOr<Coded> c = CodeAndCheck(v);
+    if (!c.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), c.status().ToString().c_str());
       return 1;
     }
+    const std::vector<uint8_t>& packed = c->packed;
+    const wc::Header& h = c->header;
     for (Sum* s : {&kinds[KindOf(name)], &all}) {
       ++s->tensors;
       s->raw += static_cast<double>(t.bytes);
@@ -166,19 +188,14 @@ int main(int argc, char** argv) {
       std::mt19937_64 rng(seed);
       for (const Tensor& t : tensors) {
         const std::vector<uint16_t> v = Draw(t, mkmodel, rng);
-        auto t0 = std::chrono::steady_clock::now();
-        const std::vector<uint8_t> packed = wc::Encode(v);
-        const double encode_s = Seconds(t0);
-        const wc::Header h = *wc::ReadHeader(packed);
-        std::vector<uint16_t> back(v.size());
-        t0 = std::chrono::steady_clock::now();
-        const absl::Status decoded = wc::Decode(packed, absl::MakeSpan(back));
-        const double decode_s = Seconds(t0);
-        if (!decoded.ok() || back != v) {
-          std::fprintf(stderr, "%s %s %s: does not decode to its bits: %s\n", s.model, init, t.name.c_str(),
-                       decoded.ToString().c_str());
+        const absl::StatusOr<Coded> c = CodeAndCheck(v);
+        if (!c.ok()) {
+          std::fprintf(stderr, "%s %s %s: %s\n", s.model, init, t.name.c_str(), c.status().ToString().c_str());
           return 1;
         }
+        const std::vector<uint8_t>& packed = c->packed;
+        const wc::Header& h = c->header;
+        const double encode_s = c->encode_s, decode_s = c->decode_s;
         const double raw = 2.0 * static_cast<double>(v.size());
         const double coded = static_cast<double>(packed.size());
         total.raw += raw * t.per_model;
