@@ -68,13 +68,14 @@ int main(int argc, char** argv) {
   CLI::App app{"coded_streaming: streamed weights coded against plain, through the daemon (GPU host)"};
   std::string preset = "7b", factors_flag = "1.5,2.0";
   int tokens = 64, prompt_len = 16, repeats = 2;
-  std::string daemon_path = AUTOUVMD_PATH;
+  std::string daemon_path = AUTOUVMD_PATH, log_dir;
   app.add_option("--preset", preset, "7b, 13b or small");
   app.add_option("--factors", factors_flag, "oversubscription factors: named bytes / device budget");
   app.add_option("--tokens", tokens, "tokens generated per request");
   app.add_option("--prompt", prompt_len, "prompt tokens");
   app.add_option("--repeats", repeats, "timed requests per run");
   app.add_option("--autouvmd", daemon_path, "the daemon binary");
+  app.add_option("--log-dir", log_dir, "keep each daemon's log (--log-level debug: a line per pass) here");
   std::string graphs_flag = "off,on";
   app.add_option("--graphs", graphs_flag,
                  "runtime.cuda_graphs_streaming for the runs under a budget: off, on, or off,on (both, side by side)");
@@ -118,7 +119,9 @@ int main(int argc, char** argv) {
         absl::StrCat("models: {", c.name, ": {max_batch: 1, policy: autouvm, device_budget: ", r.budget, "}}"),
         absl::StrCat("cuda_graphs_streaming: ", r.graphs ? "true" : "false",
                      r.coded ? ", compress_streamed: true" : ""));
-    autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(daemon_path, config, dir);
+    autouvm::bench::DaemonUnderTest d = autouvm::bench::StartDaemon(
+        daemon_path, config, dir,
+        log_dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--log-level", "debug"});
     autouvm::bench::WaitModelReady(d, c.name);
     autouvm::bench::GenerateThroughDaemon(d.generation.get(), c.name, prompt, tokens);  // profiles
     autouvm::bench::WaitDecodeReady(d.admin.get(), c.name, absl::Seconds(120));
@@ -141,6 +144,11 @@ int main(int argc, char** argv) {
     r.after = status.execution();
     r.graph_status = status.step_graphs();
     r.exit_code = autouvm::bench::StopDaemon(&d);
+    if (!log_dir.empty()) {
+      std::filesystem::create_directories(log_dir);
+      std::filesystem::copy_file(dir + "/daemon.log", absl::StrCat(log_dir, "/run-", &r - runs.data(), ".log"),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
   }
 
   std::printf(
@@ -198,6 +206,11 @@ int main(int argc, char** argv) {
       "token's and its %d most likely alternatives', ids and values; Generate's `logprobs`) have the bits of the "
       "resident run's first request.\n",
       link / 1e9, kLogprobs);
+  for (const Run& r : runs) {
+    if (r.graph_status.capture_failures() > 0) {
+      std::printf("%s: the last capture failed with: %s\n", r.what.c_str(), r.graph_status.last_error().c_str());
+    }
+  }
   std::filesystem::remove_all(root);
   return 0;
 }

@@ -287,13 +287,18 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     absl::MutexLock lock(&mu_);
     stats_.capture_seconds += seconds;
     if (!work.ok()) {
-      staged_failed_.insert({b.batch, b.span});
+      int& failures = staged_failed_[{b.batch, b.span}];
+      if (work.status().code() != absl::StatusCode::kAborted) ++failures;
       staged_.erase({b.batch, b.span});
       ++stats_.capture_failures;
       stats_.last_error =
           absl::StrCat("a staged pass of batch ", b.batch, ", span ", b.span, ": ", work.status().message());
       AUTOUVM_LOG(WARNING) << "capturing a staged decode pass of batch " << b.batch << ", span " << b.span
-                           << " failed (" << work.status().message() << "); that bucket's staged passes run eagerly";
+                           << " failed (" << work.status().message() << "; " << failures << " of "
+                           << kStagedCaptureTries << " tries failed)"
+                           << (failures < kStagedCaptureTries
+                                   ? "; it runs again, and is captured again where it repeats"
+                                   : "; that bucket's staged passes run eagerly");
       *how = profiler::PassGraph::kCaptureFailed;
       last_form_ = "decode: staged, capture failed";
       return absl::Status(work.status().code(), absl::StrCat("capturing a staged pass: ", work.status().message()));
@@ -326,6 +331,12 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     stats_.bytes = arena_->bytes();
   }
   return e.out_host.narrow(0, 0, rows);
+}
+
+bool StepGraphs::TakesStaged(Bucket b) const {
+  if (!Takes(b)) return false;
+  const auto it = staged_failed_.find({b.batch, b.span});
+  return it == staged_failed_.end() || it->second < kStagedCaptureTries;
 }
 
 void StepGraphs::CountEager() {

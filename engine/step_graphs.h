@@ -18,7 +18,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -70,13 +69,18 @@ class StepGraphs {
   //   the executor issues at its op boundaries, through views of the whole pools (Note [Staged graphs read
   //   the whole pools], step_graphs.cc), kept if `held()` then says OK, and launched (kCaptured); a later
   //   step of the same bucket and key replays it (kReplayed), whatever its `live`; another key captures
-  //   again (one graph per bucket). kCaptureFailed: the error returned is the capture's or held()'s; nothing ran, and
-  //   the bucket's staged steps run eagerly from then on (TakesStaged() is false).
+  //   again (one graph per bucket). kCaptureFailed: the error returned is the capture's or held()'s; nothing
+  //   ran, and the pass runs again. The bucket is captured again at its next repeating key, until
+  //   kStagedCaptureTries of its captures failed; then its staged steps run eagerly for good (TakesStaged()
+  //   is false). An ABORTED held() (the plan's state moved under the capture: a coded copy the coder
+  //   finished meanwhile, ModelExecution::StagedCaptureHeld) does not count: it is tried again regardless.
   absl::StatusOr<at::Tensor> RunStaged(Bucket b, uint64_t key, int64_t live, int64_t rows,
                                        const std::function<void(int64_t* host)>& fill,
                                        const std::function<absl::Status()>& held, profiler::PassGraph* how);
-  // Whether staged steps of bucket `b` may run by RunStaged (none of its captures failed).
-  bool TakesStaged(Bucket b) const { return Takes(b) && !staged_failed_.contains({b.batch, b.span}); }
+  static constexpr int kStagedCaptureTries = 3;
+  // Whether staged steps of bucket `b` may run by RunStaged (fewer than kStagedCaptureTries of its captures
+  // failed, those aborted not counted).
+  bool TakesStaged(Bucket b) const;
   // Called by the runner for a step it ran without a graph while they are on.
   void CountEager();
   // How Run's last step ran: "decode: replayed", "decode: eager, then captured", "decode: eager, captured
@@ -118,7 +122,7 @@ class StepGraphs {
     Entry entry;
   };
   std::map<std::pair<int64_t, int64_t>, StagedEntry> staged_;
-  std::set<std::pair<int64_t, int64_t>> staged_failed_;
+  std::map<std::pair<int64_t, int64_t>, int> staged_failed_;  // a bucket's failed captures, those aborted not counted
   const char* last_form_ = "";
   mutable absl::Mutex mu_;
   StepGraphStats stats_ ABSL_GUARDED_BY(mu_);

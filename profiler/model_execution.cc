@@ -328,6 +328,7 @@ absl::Status ModelExecution::End() {
 uint64_t ModelExecution::StagedCaptureKey() const {
   if (!options_.capture_passes || executor_ == nullptr || !op_by_op_ || timed_ || !kv_error_.ok()) return 0;
   if (!executor_->PassRepeats()) return 0;
+  key_epoch_ = backend_->StagingEpoch();
   // The plan's key too: another plan's executor may come to the same state (its buffer where this one's was).
   const uint64_t key = executor_->PassKey() ^ (std::hash<std::string>{}(key_)*0x9e3779b97f4a7c15ull);
   return key == 0 ? 1 : key;
@@ -336,6 +337,10 @@ uint64_t ModelExecution::StagedCaptureKey() const {
 absl::Status ModelExecution::StagedCaptureHeld(uint64_t key) const {
   if (follower_ == nullptr) return absl::FailedPreconditionError("no plan was followed");
   RETURN_IF_ERROR(follower_->Followed());
+  if (const uint64_t epoch = backend_->StagingEpoch(); key != 0 && epoch != key_epoch_) {
+    return absl::AbortedError(absl::StrCat("a coded host copy was finished during the capture (staging epoch ",
+                                           key_epoch_, ", then ", epoch, "): its state is captured again"));
+  }
   if (key == 0 || StagedCaptureKey() != key) {
     return absl::FailedPreconditionError("the captured pass did not end in the state it started from");
   }

@@ -173,7 +173,9 @@ class ModelExecution {
   uint64_t StagedCaptureKey() const;
   // After the pass captured under `key` has run its last op (nothing of it ran on the device yet): OK
   // when it followed the plan through every op and ended in the state it started from, so that its graph
-  // stands for every pass from that key; else why not, and the graph is not kept.
+  // stands for every pass from that key; else why not, and the graph is not kept. ABORTED where the
+  // backend's staging epoch moved since the key was asked (a coded copy finished during the capture): not
+  // the pass's doing, so its next repeating state is worth capturing again.
   absl::Status StagedCaptureHeld(uint64_t key) const;
   // How that iteration used such a graph (before End()).
   void RanAsGraph(PassGraph how);
@@ -269,7 +271,8 @@ class ModelExecution {
   int64_t differing_ops_ = 0;
   int64_t ops_compared_ = 0;
   runtime::Executor::FetchCounts fetch_counts_;
-  bool op_by_op_ = false;  // the iteration Begin() prepared is observed op by op
+  bool op_by_op_ = false;           // the iteration Begin() prepared is observed op by op
+  mutable uint64_t key_epoch_ = 0;  // the backend's StagingEpoch at the last StagedCaptureKey()
   // Note [Counters per model]: the counters at the open window's last reading.
   std::optional<runtime::UvmCounters> counters_before_;
   int64_t released_prefetched_ = 0;  // by executors released since

@@ -13,10 +13,12 @@
 #include "base/clock.h"
 #include "engine/llama_builder.h"
 #include "engine/model_runner.h"
+#include "engine/step_graphs.h"
 #include "profiler/model_session.h"
 #include "profiler/profile_repository.h"
 #include "profiler/profile_store.h"
 #include "runtime/observer.h"
+#include "runtime/sim/sim_backend.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
 
@@ -39,6 +41,33 @@ class RefusingHeld final : public IterationHooks {
 
  private:
   const ModelSession* session_;
+};
+
+// The session's hooks as the runner asks them, but the mirror's coder finishes a coded copy (a new size
+// for the range at `addr`: DeviceBackend::StagingEpoch moves) while each of the first `finishes` captured
+// passes runs, as the real one does in the background while its copies are coded.
+class FinishingCoder final : public IterationHooks {
+ public:
+  FinishingCoder(const ModelSession* session, runtime::sim::SimBackend* mirror, uint64_t addr, int finishes)
+      : session_(session), mirror_(mirror), addr_(addr), finishes_(finishes) {}
+  void BeforeIteration(IterationPhase, int, int64_t) override {}
+  bool AfterIteration(const absl::Status&) override { return false; }
+  uint64_t StagedCaptureKey() const override { return session_->StagedCaptureKey(); }
+  absl::Status StagedCaptureHeld(uint64_t key) const override {
+    ++asked;
+    if (finishes_ > 0) {
+      --finishes_;
+      mirror_->SetCodedBytes(addr_, 4096 + asked);
+    }
+    return session_->StagedCaptureHeld(key);
+  }
+  mutable int asked = 0;
+
+ private:
+  const ModelSession* session_;
+  runtime::sim::SimBackend* const mirror_;
+  const uint64_t addr_;
+  mutable int finishes_;
 };
 
 struct Model {
@@ -221,36 +250,79 @@ TEST_F(StagedGraphsTest, ACapturedPassServesOnWhileTheKvRowsInUseGrow) {
 }
 
 // A capture whose pass did not hold (StagedCaptureHeld) is not kept: the pass runs again eagerly, with the
-// eager logits, and the bucket's passes stay eager, counted as a capture failure with its reason.
-TEST_F(StagedGraphsTest, ACapturedPassThatDidNotFollowItsPlanIsDroppedAndItsBucketRunsEagerly) {
+// eager logits, and the bucket is captured again where its passes repeat, kStagedCaptureTries times in
+// all; then its passes stay eager. Each failure is counted, with its reason.
+TEST_F(StagedGraphsTest, ACapturedPassThatDidNotFollowItsPlanIsDroppedAndItsBucketRunsEagerlyAfterAFewTries) {
   Model eager, graphs;
   ASSERT_NO_FATAL_FAILURE(LoadBoth(&eager, &graphs));
   RefusingHeld refusing(graphs.session.get());
   graphs.runner->set_staged_capture(&refusing);
-  const int kSteps = 8;
+  const int kSteps = 24;
+  const int kTries = engine::StepGraphs::kStagedCaptureTries;
   ASSERT_NO_FATAL_FAILURE(StepBoth(eager, graphs, kSteps));
-  int failed = 0;
+  int failed = 0, last_failed = -1;
   for (size_t i = 0; i < graphs.graphs.size(); ++i) {
     EXPECT_NE(graphs.graphs[i], PassGraph::kCaptured) << "pass " << i;
     EXPECT_NE(graphs.graphs[i], PassGraph::kReplayed) << "pass " << i;
-    if (graphs.graphs[i] == PassGraph::kCaptureFailed) ++failed;
+    if (graphs.graphs[i] == PassGraph::kCaptureFailed) {
+      ++failed;
+      last_failed = static_cast<int>(i);
+    }
   }
-  EXPECT_EQ(failed, 1);
-  EXPECT_EQ(refusing.asked, 1);
-  // The refused pass ran again (the scheduler's second attempt, which follows no plan: ModelSession's
+  EXPECT_EQ(failed, kTries);
+  EXPECT_EQ(refusing.asked, kTries);
+  EXPECT_LT(last_failed, kSteps - 4);  // the last steps were not even tried
+  // Each refused pass ran again (the scheduler's second attempt, which follows no plan: ModelSession's
   // run again) and every other step followed the plan.
-  EXPECT_EQ(graphs.graphs.size(), static_cast<size_t>(kSteps + 1));
+  EXPECT_EQ(graphs.graphs.size(), static_cast<size_t>(kSteps + kTries));
   const ExecutionStats g = graphs.session->execution()->stats();
-  EXPECT_EQ(g.abandoned_iterations, 1);
-  EXPECT_EQ(g.followed_iterations, kSteps - 1);
+  EXPECT_EQ(g.abandoned_iterations, kTries);
+  EXPECT_EQ(g.followed_iterations, kSteps - kTries);
   const engine::StepGraphStats stats = graphs.runner->step_graph_stats();
   EXPECT_EQ(stats.staged_captures, 0);
   EXPECT_EQ(stats.staged_replays, 0);
-  EXPECT_EQ(stats.capture_failures, 1);
+  EXPECT_EQ(stats.capture_failures, kTries);
   // The run again ran eagerly too: no graph of the bucket's resident step was captured for it.
   EXPECT_EQ(stats.captures, 0);
   EXPECT_EQ(stats.replays, 0);
   EXPECT_NE(stats.last_error.find("cannot be replayed: op 7 is aten::is_pinned"), std::string::npos)
+      << stats.last_error;
+}
+
+// The coder finishing a coded copy while a pass is captured moves the plan's state under it (its key has
+// the backend's StagingEpoch): the capture is not kept, the pass runs again, and the bucket is captured
+// again where its passes repeat, however often that happened (the coder finishes each copy once), with
+// the eager logits throughout.
+TEST_F(StagedGraphsTest, ACodedCopyFinishedDuringACaptureDropsItAndTheBucketIsCapturedAgain) {
+  Model eager, graphs;
+  ASSERT_NO_FATAL_FAILURE(LoadBoth(&eager, &graphs));
+  auto* mirror = dynamic_cast<runtime::sim::SimBackend*>(graphs.session->execution()->backend());
+  ASSERT_NE(mirror, nullptr);
+  const runtime::TensorRange* range = nullptr;  // the first weight's
+  for (const runtime::NamedTensor& t : graphs.runner->NamedTensors()) {
+    if (range == nullptr && !t.name.starts_with("kv_cache"))
+      range = graphs.session->execution()->range("param:" + t.name);
+  }
+  ASSERT_NE(range, nullptr);
+  const int kFinishes = engine::StepGraphs::kStagedCaptureTries + 1;
+  FinishingCoder coder(graphs.session.get(), mirror, range->addr, kFinishes);
+  graphs.runner->set_staged_capture(&coder);
+  ASSERT_NO_FATAL_FAILURE(StepBoth(eager, graphs, 32));
+  int failed = 0, captured = 0, replayed = 0;
+  for (PassGraph how : graphs.graphs) {
+    failed += how == PassGraph::kCaptureFailed ? 1 : 0;
+    captured += how == PassGraph::kCaptured ? 1 : 0;
+    replayed += how == PassGraph::kReplayed ? 1 : 0;
+  }
+  EXPECT_EQ(failed, kFinishes);
+  EXPECT_EQ(captured, 1);
+  EXPECT_GE(replayed, 4);
+  EXPECT_EQ(coder.asked, kFinishes + 1);
+  const engine::StepGraphStats stats = graphs.runner->step_graph_stats();
+  EXPECT_EQ(stats.capture_failures, kFinishes);
+  EXPECT_EQ(stats.staged_captures, 1);
+  EXPECT_EQ(stats.staged_replays, replayed);
+  EXPECT_NE(stats.last_error.find("a coded host copy was finished during the capture"), std::string::npos)
       << stats.last_error;
 }
 
