@@ -12,7 +12,7 @@ bf16's resolution apart, as tests/gpu/hf_verify.py). At 32 layers two bf16 imple
 than hf_verify's small-model bound, transformers' two attention kernels included; the gate is that ours
 is no further from fp32 than 1.5x transformers' own bf16. Prints Markdown tables; exits 1 if missed.
 
-    python3 tests/gpu/hf_scale.py build-gpu/tools/autouvm-convert --dir /tmp/scale
+    python3 tests/gpu/hf_scale.py build-gpu/tools/autouvm-convert --dir /tmp/scale [--layers N] [--keep]
 """
 import argparse
 import os
@@ -49,6 +49,9 @@ def main():
     ap.add_argument("convert")
     ap.add_argument("--dir", default="/tmp/hf-scale")
     ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--keep", action="store_true",
+                    help="keep --dir (the saved checkpoint in hf/, the converted entry in repo/), e.g. for "
+                         "weight_codec_bench --checkpoint DIR/hf")
     args = ap.parse_args()
     transformers.utils.logging.disable_progress_bar()
     shutil.rmtree(args.dir, ignore_errors=True)
@@ -113,7 +116,8 @@ def main():
           f"{forced['agree']}/{forced['n']} ({forced['ties']} bf16 ties, {forced['clear_disagree']} disagreements "
           f"off ties); transformers eager against sdpa: {rel(hf_eager, hf_bf16):.2e}. Gate: entry dtype bf16 and "
           f"ours no further from fp32 than 1.5x transformers' sdpa: " + ("met" if good else "MISSED"))
-    shutil.rmtree(args.dir, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(args.dir, ignore_errors=True)
     sys.exit(0 if good else 1)
 
 
