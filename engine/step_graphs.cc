@@ -255,6 +255,11 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
   }
   if (e.work != nullptr && (staged.key != key || e.addresses != Addresses())) {
     // Another state of the plan (or another plan), or a tensor it reads has moved: captured again.
+    AUTOUVM_LOG(DEBUG) << "step graphs: the staged graph of batch " << b.batch << ", span " << b.span
+                       << " is captured again: "
+                       << (staged.key != key
+                               ? absl::StrFormat("its key was %016x, the pass's is %016x", staged.key, key)
+                               : std::string("a tensor it reads has moved"));
     e.work.reset();
     absl::MutexLock lock(&mu_);
     ++stats_.recaptures;
@@ -311,7 +316,8 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     *how = profiler::PassGraph::kCaptured;
     last_form_ = "decode: staged, captured";
     AUTOUVM_LOG(DEBUG) << "step graphs: captured a staged decode pass of batch " << b.batch << ", span " << b.span
-                       << " in " << absl::StrFormat("%.1f", 1e3 * seconds) << " ms";
+                       << " at key " << absl::StrFormat("%016x", key) << " in "
+                       << absl::StrFormat("%.1f", 1e3 * seconds) << " ms";
   } else {
     *how = profiler::PassGraph::kReplayed;
     last_form_ = "decode: staged, replayed";
