@@ -64,7 +64,7 @@ struct StepGraphStats {
   int64_t graphs = 0;            // captured and held now
   int64_t captures = 0;          // captures that succeeded
   int64_t capture_failures = 0;  // captures that failed (admin.proto: which buckets are tried again)
-  int64_t recaptures = 0;        // graphs dropped because a tensor they read had moved
+  int64_t recaptures = 0;        // graphs captured again (a read tensor moved; a staged one: another key)
   int64_t replays = 0;           // decode steps run by a graph
   int64_t eager_steps = 0;       // steps run eagerly while graphs were on (not decode, not allowed, too wide)
   double capture_seconds = 0;    // spent capturing (not the eager step each capture follows)

@@ -299,11 +299,13 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
       stats_.last_error =
           absl::StrCat("a staged pass of batch ", b.batch, ", span ", b.span, ": ", work.status().message());
       AUTOUVM_LOG(WARNING) << "capturing a staged decode pass of batch " << b.batch << ", span " << b.span
-                           << " failed (" << work.status().message() << "; " << failures << " of "
-                           << kStagedCaptureTries << " tries failed)"
+                           << " failed (" << work.status().message() << "; "
+                           << (work.status().code() == absl::StatusCode::kAborted
+                                   ? std::string("not counted against its tries")
+                                   : absl::StrCat(failures, " of ", kStagedCaptureTries, " tries failed"))
                            << (failures < kStagedCaptureTries
-                                   ? "; it runs again, and is captured again where it repeats"
-                                   : "; that bucket's staged passes run eagerly");
+                                   ? "); it runs again, and is captured again where it repeats"
+                                   : "); that bucket's staged passes run eagerly");
       *how = profiler::PassGraph::kCaptureFailed;
       last_form_ = "decode: staged, capture failed";
       return absl::Status(work.status().code(), absl::StrCat("capturing a staged pass: ", work.status().message()));
