@@ -6,6 +6,7 @@
 // same path as CUDA graphs (bench/step_graphs at factors above 1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,34 +26,38 @@
 namespace autouvm::profiler {
 namespace {
 
-// The session's hooks as the runner asks them, but for a capture's check, which refuses every graph: as
-// when a captured pass stopped following its plan (its ops differ, a call the capture cannot hold).
-class RefusingHeld final : public IterationHooks {
+// The session's hooks as the runner asks them (the staged capture's key), but for the capture's check,
+// which a subclass answers; `asked` counts the checks.
+class HeldCheck : public IterationHooks {
  public:
-  explicit RefusingHeld(const ModelSession* session) : session_(session) {}
+  explicit HeldCheck(const ModelSession* session) : session_(session) {}
   void BeforeIteration(IterationPhase, int, int64_t) override {}
   bool AfterIteration(const absl::Status&) override { return false; }
   uint64_t StagedCaptureKey() const override { return session_->StagedCaptureKey(); }
+  mutable int asked = 0;
+
+ protected:
+  const ModelSession* const session_;
+};
+
+// A check that refuses every graph: as when a captured pass stopped following its plan (its ops differ, a
+// call the capture cannot hold).
+class RefusingHeld final : public HeldCheck {
+ public:
+  using HeldCheck::HeldCheck;
   absl::Status StagedCaptureHeld(uint64_t) const override {
     ++asked;
     return absl::FailedPreconditionError("op 7 is aten::is_pinned, the plan expected aten::copy_");
   }
-  mutable int asked = 0;
-
- private:
-  const ModelSession* session_;
 };
 
-// The session's hooks as the runner asks them, but the mirror's coder finishes a coded copy (a new size
-// for the range at `addr`: DeviceBackend::StagingEpoch moves) while each of the first `finishes` captured
-// passes runs, as the real one does in the background while its copies are coded.
-class FinishingCoder final : public IterationHooks {
+// The session's own check, but the mirror's coder finishes a coded copy (a new size for the range at
+// `addr`: DeviceBackend::StagingEpoch moves) while each of the first `finishes` captured passes runs, as
+// the real one does in the background while its copies are coded.
+class FinishingCoder final : public HeldCheck {
  public:
   FinishingCoder(const ModelSession* session, runtime::sim::SimBackend* mirror, uint64_t addr, int finishes)
-      : session_(session), mirror_(mirror), addr_(addr), finishes_(finishes) {}
-  void BeforeIteration(IterationPhase, int, int64_t) override {}
-  bool AfterIteration(const absl::Status&) override { return false; }
-  uint64_t StagedCaptureKey() const override { return session_->StagedCaptureKey(); }
+      : HeldCheck(session), mirror_(mirror), addr_(addr), finishes_(finishes) {}
   absl::Status StagedCaptureHeld(uint64_t key) const override {
     ++asked;
     if (finishes_ > 0) {
@@ -61,14 +66,17 @@ class FinishingCoder final : public IterationHooks {
     }
     return session_->StagedCaptureHeld(key);
   }
-  mutable int asked = 0;
 
  private:
-  const ModelSession* session_;
   runtime::sim::SimBackend* const mirror_;
   const uint64_t addr_;
   mutable int finishes_;
 };
+
+// How many of `graphs` ran as `how`.
+int CountOf(const std::vector<PassGraph>& graphs, PassGraph how) {
+  return static_cast<int>(std::count(graphs.begin(), graphs.end(), how));
+}
 
 struct Model {
   std::unique_ptr<engine::ModelRunner> runner;
@@ -308,14 +316,9 @@ TEST_F(StagedGraphsTest, ACodedCopyFinishedDuringACaptureDropsItAndTheBucketIsCa
   FinishingCoder coder(graphs.session.get(), mirror, range->addr, kFinishes);
   graphs.runner->set_staged_capture(&coder);
   ASSERT_NO_FATAL_FAILURE(StepBoth(eager, graphs, 32));
-  int failed = 0, captured = 0, replayed = 0;
-  for (PassGraph how : graphs.graphs) {
-    failed += how == PassGraph::kCaptureFailed ? 1 : 0;
-    captured += how == PassGraph::kCaptured ? 1 : 0;
-    replayed += how == PassGraph::kReplayed ? 1 : 0;
-  }
-  EXPECT_EQ(failed, kFinishes);
-  EXPECT_EQ(captured, 1);
+  const int replayed = CountOf(graphs.graphs, PassGraph::kReplayed);
+  EXPECT_EQ(CountOf(graphs.graphs, PassGraph::kCaptureFailed), kFinishes);
+  EXPECT_EQ(CountOf(graphs.graphs, PassGraph::kCaptured), 1);
   EXPECT_GE(replayed, 4);
   EXPECT_EQ(coder.asked, kFinishes + 1);
   const engine::StepGraphStats stats = graphs.runner->step_graph_stats();
