@@ -285,17 +285,19 @@ int main(int argc, char** argv) {
       "max(HBM roof, (H2D + in place) per pass / the link).\n\n"
       "| factor | graphs | batch | step ms | step / HBM roof | streamed GiB | H2D GB / pass | in place GB / pass "
       "| floor ms | floor / step | "
-      "step / eager step | aggregate tok/s | tokens = eager | replays | captures (again) | staged: captured / replayed "
-      "| "
-      "failures | capture ms | graphs' MiB | exit |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "step / eager step | aggregate tok/s | TTFT ms | tokens = eager | replays | captures (again) | staged: captured "
+      "/ "
+      "replayed | packed: captured / replayed | failures | capture ms | graphs' MiB | exit |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       tokens + 1);
   for (const Cell& cell : cells) {
-    std::vector<double> steps, aggregates;
+    std::vector<double> steps, aggregates, ttfts;
     for (const Burst& b : cell.bursts) {
       aggregates.push_back(b.aggregate);
-      for (const DaemonRun& r : b.runs)
+      for (const DaemonRun& r : b.runs) {
         if (r.decode_tokens_per_s > 0) steps.push_back(1 / r.decode_tokens_per_s);
+        ttfts.push_back(r.ttft_ms);
+      }
     }
     const double step_s = Median(steps);
     // The eager daemon's run of the same factor and batch: its step, and whether each of this run's token
@@ -325,17 +327,18 @@ int main(int argc, char** argv) {
         static_cast<double>(cell.after.in_place_read_bytes() - cell.before.in_place_read_bytes()) / passes;
     const double floor_s = std::max(roof_s, (h2d_per_pass + in_place_per_pass) / link);
     std::printf(
-        "| %.2f | %s | %d | %.2f | %.2f | %.2f | %.3f | %.3f | %.2f | %.3f | %s | %.1f | %s | %llu | %llu (%llu) | "
-        "%llu / "
-        "%llu "
-        "| %llu | %.0f | %.0f | %d |\n",
+        "| %.2f | %s | %d | %.2f | %.2f | %.2f | %.3f | %.3f | %.2f | %.3f | %s | %.1f | %.1f | %s | %llu | %llu "
+        "(%llu) "
+        "| %llu / %llu | %llu / %llu | %llu | %.0f | %.0f | %d |\n",
         cell.factor, cell.graphs ? "on" : "off", cell.batch, 1e3 * step_s, step_s / roof_s, streamed / (1 << 30),
         h2d_per_pass / 1e9, in_place_per_pass / 1e9, 1e3 * floor_s, floor_s / step_s,
         cell.graphs && eager_s > 0 ? absl::StrFormat("%.3f", step_s / eager_s).c_str() : "-", Median(aggregates),
-        same.c_str(), static_cast<unsigned long long>(g.replays()), static_cast<unsigned long long>(g.captures()),
-        static_cast<unsigned long long>(g.recaptures()), static_cast<unsigned long long>(g.staged_captures()),
-        static_cast<unsigned long long>(g.staged_replays()), static_cast<unsigned long long>(g.capture_failures()),
-        1e3 * g.capture_seconds(), static_cast<double>(g.bytes()) / (1 << 20), cell.exit_code);
+        Median(ttfts), same.c_str(), static_cast<unsigned long long>(g.replays()),
+        static_cast<unsigned long long>(g.captures()), static_cast<unsigned long long>(g.recaptures()),
+        static_cast<unsigned long long>(g.staged_captures()), static_cast<unsigned long long>(g.staged_replays()),
+        static_cast<unsigned long long>(g.packed_captures()), static_cast<unsigned long long>(g.packed_replays()),
+        static_cast<unsigned long long>(g.capture_failures()), 1e3 * g.capture_seconds(),
+        static_cast<double>(g.bytes()) / (1 << 20), cell.exit_code);
   }
   std::printf(
       "\nThe engine alone (a ModelRunner in a child process, no daemon, %d decode steps, host packing and the "
@@ -352,7 +355,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nstep: the median over the timed bursts' streams of 1 / the stream's decode rate (tokens 2..N at the "
-      "client); replays, captures (in brackets, those of a bucket captured before: recaptures) and the graphs' "
+      "client); TTFT: the median of their first tokens' times (the burst's prompts prefilled in one packed step, "
+      "which graphs capture from its bucket's second step: packed); replays, captures (in brackets, those of a bucket "
+      "captured before: recaptures) and the graphs' "
       "memory: the daemon's GetModelStatus after that batch's bursts "
       "(cumulative over the daemon's life). tokens = eager: each stream's greedy tokens are one of the sequences "
       "the eager daemon's streams gave in a burst of the same steps (the same passes and rows by kind, read from "

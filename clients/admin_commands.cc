@@ -78,7 +78,7 @@ void PrintStatus(const ModelStatus& status) {
   line("device_budget_bytes", status.device_budget_bytes());
   for (const auto& profile : status.profiles()) line("profile", ProfileOneLine(profile));
   if (status.has_step_graphs()) {
-    // Decode steps run as CUDA graphs: docs/configuration.md runtime.cuda_graphs.
+    // Decode and packed steps run as CUDA graphs: docs/configuration.md runtime.cuda_graphs.
     const auto& g = status.step_graphs();
     line("step_graphs.graphs", g.graphs());
     line("step_graphs.captures", g.captures());
@@ -88,6 +88,8 @@ void PrintStatus(const ModelStatus& status) {
     line("step_graphs.eager_steps", g.eager_steps());
     line("step_graphs.staged_captures", g.staged_captures());
     line("step_graphs.staged_replays", g.staged_replays());
+    line("step_graphs.packed_captures", g.packed_captures());
+    line("step_graphs.packed_replays", g.packed_replays());
     line("step_graphs.capture_seconds", g.capture_seconds());
     line("step_graphs.bytes", g.bytes());
     if (!g.last_error().empty()) line("step_graphs.last_error", g.last_error());

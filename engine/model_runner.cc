@@ -237,10 +237,11 @@ absl::Status ModelRunner::Step(absl::Span<const KvShare> shares, absl::Span<cons
   return RunStep(shares, rows, /*every_position=*/false, logits);
 }
 
-// The packed step's inputs as one int64 tensor, in this order: tokens, positions and kv_rows [N] (the
-// decode rows' tokens first, then the prompt rows'), d_rows [nd x d_span], p_index [rows x longest
-// chunk], p_flat [prompt tokens], p_rows [rows x p_span], logit_ix [wanted logits] (Note [Packed steps],
-// engine/llama_module.cc).
+// A step of decode rows that each want their logits runs over its bucket's shape (RunDecode), as does a packed
+// step on a GPU or with graphs on (RunPacked; both in model_runner_graphs.cc). Otherwise the step packs its
+// inputs unpadded as one int64 tensor, in this order: tokens, positions and kv_rows [N] (the decode rows'
+// tokens first, then the prompt rows'), d_rows [nd x d_span], p_index [rows x longest chunk], p_flat [prompt
+// tokens], p_rows [rows x p_span], logit_ix [wanted logits] (Note [Packed steps], engine/llama_module.cc).
 absl::Status ModelRunner::RunStep(absl::Span<const KvShare> shares, absl::Span<const Row> rows, bool every_position,
                                   std::vector<float>* logits) {
   if (rows.empty()) return absl::InvalidArgumentError("a step with no rows");
@@ -291,8 +292,13 @@ absl::Status ModelRunner::RunStep(absl::Span<const KvShare> shares, absl::Span<c
       std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.logits; })) {
     return RunDecode(rows, d_span, logits);
   }
+  // Note [Packed steps by bucket] (step_graph_options.h): padded where a graph may run them.
+  if (!every_position && (impl_->graphs != nullptr || impl_->device != nullptr)) {
+    return RunPacked(rows, PackedBucketOf(nd, d_span, rp, tp, n - nd, p_span, max_batch_, config_.max_seq), logits);
+  }
+  // Unpadded: on the CPU without graphs, or every position's logits (ForwardAll).
   if (impl_->graphs != nullptr) impl_->graphs->CountEager();
-  last_step_form_ = "packed";
+  last_step_form_ = every_position ? "packed, every position" : "packed";
   std::vector<size_t> order;  // decode rows first
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].decode) order.push_back(i);

@@ -1,7 +1,9 @@
-// ModelRunner, its decode steps: the bucket's layout, run eagerly or by the bucket's graph (Note [Captured
-// steps], step_graphs.cc; Note [Staged passes captured], runtime/executor_capture.cc).
+// ModelRunner, its decode and packed steps: the bucket's layout, run eagerly or by the bucket's graph (Note
+// [Captured steps], step_graphs.cc; Note [Staged passes captured], runtime/executor_capture.cc; Note [Packed
+// steps by bucket], step_graph_options.h).
 #include <torch/script.h>
 
+#include <algorithm>
 #include <exception>
 #include <vector>
 
@@ -52,7 +54,7 @@ StepGraphStats ModelRunner::step_graph_stats() const {
 
 absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, std::vector<float>* logits) {
   const int64_t nd = static_cast<int64_t>(rows.size());
-  const DecodeBucket bucket = DecodeBucketOf(nd, d_span, max_batch_, config_.max_seq);
+  const StepBucket bucket = DecodeBucketOf(nd, d_span, max_batch_, config_.max_seq);
   const KvBlocks& blocks = impl_->blocks;
   const int64_t B = bucket.batch, S = bucket.span;
   // The first nd rows of the layout; the rest stays as it comes (zeros: padding rows).
@@ -97,11 +99,100 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
     if (graphs != nullptr) graphs->CountEager();
     last_step_form_ = graphs == nullptr ? "decode" : "decode: eager, too wide";
     // The same layout as the graph's.
-    auto packed = torch::empty({DecodeLayoutSize(bucket)}, torch::kLong);
-    ResetDecodeLayout(bucket, packed.data_ptr<int64_t>());
+    auto packed = torch::empty({LayoutOf(bucket).size}, torch::kLong);
+    ResetStepLayout(bucket, packed.data_ptr<int64_t>());
     fill(packed.data_ptr<int64_t>());
     CopyInto(impl_->Step(packed, B, B, S, 0, 0, 0, 0, B).narrow(0, 0, nd), logits);
     last_step_launch_s_ = impl_->launch_s;
+  } catch (const std::exception& e) {
+    return TorchError("forward pass", e);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::RunPacked(absl::Span<const Row> rows, StepBucket bucket, std::vector<float>* logits) {
+  const StepBucket b = bucket;
+  const StepLayout l = LayoutOf(b);
+  const KvBlocks& blocks = impl_->blocks;
+  // The logit rows (batch + prompt_rows: decode rows first, in the order they come, then prompt rows) each of
+  // `rows` that wants its logits reads, in the order of `rows`.
+  std::vector<int64_t> wanted;
+  for (int64_t d = 0, p = 0; const Row& r : rows) {
+    if (r.logits) wanted.push_back(r.decode ? d : b.batch + p);
+    ++(r.decode ? d : p);
+  }
+  auto fill = [&rows, &blocks, &b, &l](int64_t* host) {
+    int64_t d = 0, p = 0, at = b.batch;  // the next decode row, prompt row and packed prompt token
+    int64_t* flat = host + l.p_flat;
+    for (const Row& r : rows) {
+      if (r.decode) {
+        host[d] = r.tokens[0];
+        host[l.positions + d] = r.start_pos;
+        host[l.kv_rows + d] = blocks.RowOf(r.slot, r.start_pos);
+        int64_t* table = host + l.d_rows + d * b.span;
+        for (int64_t j = 0; j <= r.start_pos; ++j) table[j] = blocks.RowOf(r.slot, j);  // past it: row 0
+        ++d;
+        continue;
+      }
+      const auto len = static_cast<int64_t>(r.tokens.size());
+      for (int64_t k = 0; k < len; ++k) {
+        host[at + k] = r.tokens[static_cast<size_t>(k)];
+        host[l.positions + at + k] = r.start_pos + k;
+        host[l.kv_rows + at + k] = blocks.RowOf(r.slot, r.start_pos + k);
+      }
+      int64_t* table = host + l.p_rows + p * b.prompt_span;
+      for (int64_t j = 0; j < r.start_pos + len; ++j) table[j] = blocks.RowOf(r.slot, j);
+      for (int64_t t = 0; t < b.chunk; ++t) host[l.p_index + p * b.chunk + t] = at + std::min(t, len - 1);
+      for (int64_t t = 0; t < len; ++t) *flat++ = p * b.chunk + t;
+      host[l.logit_ix + b.batch + p] = at + len - 1;
+      at += len;
+      ++p;
+    }
+  };
+  StepGraphs* graphs = impl_->graphs.get();
+  const int64_t logit_rows = b.batch + b.prompt_rows;
+  try {
+    torch::Tensor out;  // [logit_rows, vocab] on the host
+    if (graphs != nullptr && !graphs_allowed_) {
+      // Note [Staged passes captured], as RunDecode's; every observed packed pass, captured or not, runs the
+      // ops of RunStaged's pass: a profile's passes (keyed by rows and longest chunk, not by the prompt
+      // tokens that decide Takes) run the same ops, on either side of cuda_graph_max_tokens.
+      const profiler::IterationHooks* hooks = staged_hooks_;
+      const uint64_t key = hooks != nullptr && graphs->TakesStaged(b) ? hooks->StagedCaptureKey() : 0;
+      torch::NoGradGuard no_grad;
+      auto on = impl_->Enter();
+      ASSIGN_OR_RETURN(out, graphs->RunStaged(
+                                b, key, blocks.live_rows(), logit_rows, fill,
+                                [hooks, key] { return hooks->StagedCaptureHeld(key); }, &last_pass_graph_));
+      last_step_form_ = graphs->last_form();
+      last_step_launch_s_ = -1;
+    } else if (graphs != nullptr && graphs_allowed_ && graphs->Takes(b)) {
+      torch::NoGradGuard no_grad;
+      auto on = impl_->Enter();
+      ASSIGN_OR_RETURN(out, graphs->Run(b, logit_rows, fill));
+      last_step_form_ = graphs->last_form();
+      last_step_launch_s_ = -1;  // a replay is launched at once
+    } else {
+      if (graphs != nullptr) graphs->CountEager();
+      last_step_form_ = graphs == nullptr ? "packed"
+                        : b.batch > 0 && !graphs->Takes({.batch = b.batch, .span = b.span})
+                            ? "packed: eager, too wide"
+                            : "packed: eager, too many tokens";
+      // The same layout as the graph's.
+      auto packed = torch::empty({l.size}, torch::kLong);
+      ResetStepLayout(b, packed.data_ptr<int64_t>());
+      fill(packed.data_ptr<int64_t>());
+      out = impl_->Step(packed, b.batch + b.prompt_tokens, b.batch, b.span, b.prompt_rows, b.chunk, b.prompt_tokens,
+                        b.prompt_span, logit_rows);
+      last_step_launch_s_ = impl_->launch_s;
+    }
+    bool all_in_order = static_cast<int64_t>(wanted.size()) == logit_rows;
+    for (size_t i = 0; all_in_order && i < wanted.size(); ++i) all_in_order = wanted[i] == static_cast<int64_t>(i);
+    if (wanted.empty()) {
+      logits->clear();  // inner chunks only
+    } else {
+      CopyInto(all_in_order ? out : out.index_select(0, torch::tensor(wanted)), logits);
+    }
   } catch (const std::exception& e) {
     return TorchError("forward pass", e);
   }

@@ -20,11 +20,16 @@ namespace autouvm::engine {
 // - One graph per bucket (Note [Decode steps by bucket], step_graph_options.h), whose padding the eager
 //   step has too: a graph replays the step the runner would run eagerly. `live` is the whole pool: the
 //   graph's views do not change with the rows in use (the pool's rows are the same either way).
+// - Packed steps too — prompt chunks, alone (prefills) or with decode rows (mixed steps) — by the bucket of
+//   Note [Packed steps by bucket], up to options.max_tokens prompt tokens: the host's dispatch of a 7B's
+//   step is 17-29 ms on the H200 whatever its tokens, where 512 prompt tokens' compute is ~10 ms. A packed
+//   bucket is captured at its second step: its shapes vary more than decode steps', and one seen once
+//   should cost no capture.
 // - Inputs through one static tensor per bucket, filled from a pinned host copy before each replay;
 //   the logits come out of the graph's own output tensor. Sampling stays outside, on the host.
-// - The first step of a bucket runs eagerly on the static inputs (its result is the step's, and it is
-//   the capture's warm-up), then the bucket is captured; the next ones replay. A capture that fails
-//   leaves its bucket eager for good, counted, logged once.
+// - The first step of a decode bucket (a packed one's second) runs eagerly on the static inputs (its result
+//   is the step's, and it is the capture's warm-up), then the bucket is captured; the next ones replay. A capture that
+//   fails leaves its bucket eager for good, counted, logged once.
 // - The capture's allocations come from an arena of the graphs' own (Note [Captured steps'
 //   allocations], runtime/cuda/managed_memory.cc), which holds them: the graphs' device memory, counted
 //   and reported (stats().bytes), in managed memory under the process's limits.
@@ -105,27 +110,35 @@ std::vector<const void*> StepGraphs::Addresses() const {
 }
 
 StepGraphs::Entry& StepGraphs::EntryOf(Bucket b) {
-  Entry& e = entries_[{b.batch, b.span}];
+  Entry& e = entries_[b];
   if (!e.host.defined()) MakeEntry(b, e);
   return e;
 }
 
 void StepGraphs::MakeEntry(Bucket b, Entry& e) {
-  const int64_t n = DecodeLayoutSize(b);
+  const StepLayout l = LayoutOf(b);
   const bool device = options_.mode == StepGraphMode::kDevice;
-  e.host = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device));
-  e.inputs = device ? at::empty({n}, at::TensorOptions().dtype(at::kLong).device(on_)) : e.host;
+  e.host = at::empty({l.size}, at::TensorOptions().dtype(at::kLong).pinned_memory(device));
+  e.inputs = device ? at::empty({l.size}, at::TensorOptions().dtype(at::kLong).device(on_)) : e.host;
   const at::Tensor& in = e.inputs;
-  const int64_t B = b.batch;
-  e.views.tokens = in.narrow(0, 0, B);
-  e.views.positions = in.narrow(0, B, B);
-  e.views.kv_rows = in.narrow(0, 2 * B, B);
-  e.views.d_rows = in.narrow(0, 3 * B, B * b.span).view({B, b.span});
-  e.views.logit_ix = in.narrow(0, 3 * B + B * b.span, B);
-  const auto long_on = at::TensorOptions().dtype(at::kLong).device(on_);
-  e.views.p_index = at::empty({0, 0}, long_on);
-  e.views.p_flat = at::empty({0}, long_on);
-  e.views.p_rows = at::empty({0, 0}, long_on);
+  const int64_t n = b.batch + b.prompt_tokens;
+  e.views.tokens = in.narrow(0, 0, n);
+  e.views.positions = in.narrow(0, l.positions, n);
+  e.views.kv_rows = in.narrow(0, l.kv_rows, n);
+  e.views.d_rows = in.narrow(0, l.d_rows, b.batch * b.span).view({b.batch, b.span});
+  e.views.p_index = in.narrow(0, l.p_index, b.prompt_rows * b.chunk).view({b.prompt_rows, b.chunk});
+  e.views.p_flat = in.narrow(0, l.p_flat, b.prompt_tokens);
+  e.views.p_rows = in.narrow(0, l.p_rows, b.prompt_rows * b.prompt_span).view({b.prompt_rows, b.prompt_span});
+  e.views.logit_ix = in.narrow(0, l.logit_ix, b.batch + b.prompt_rows);
+}
+
+std::string StepGraphs::Describe(Bucket b) {
+  std::string out = absl::StrCat("batch ", b.batch, ", span ", b.span);
+  if (b.packed()) {
+    absl::StrAppend(&out, "; ", b.prompt_rows, " prompt rows of ", b.chunk, ", ", b.prompt_tokens,
+                    " prompt tokens, prompt span ", b.prompt_span);
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> StepGraphs::CaptureWork(
@@ -151,23 +164,27 @@ void StepGraphs::Capture(Bucket b, Entry& e) {
     e.failed = true;
     e.out = at::Tensor();
     ++stats_.capture_failures;
-    stats_.last_error = absl::StrCat("batch ", b.batch, ", span ", b.span, ": ", work.status().message());
-    AUTOUVM_LOG(WARNING) << "capturing the decode step of batch " << b.batch << ", span " << b.span << " failed ("
-                         << work.status().message() << "); that bucket runs eagerly";
+    stats_.last_error = absl::StrCat(Describe(b), ": ", work.status().message());
+    AUTOUVM_LOG(WARNING) << "capturing the " << (b.packed() ? "packed" : "decode") << " step of " << Describe(b)
+                         << " failed (" << work.status().message() << "); that bucket runs eagerly";
     return;
   }
   e.work = std::move(*work);
   e.addresses = Addresses();
   ++stats_.captures;
   ++stats_.graphs;
+  if (b.packed()) ++stats_.packed_captures;
 }
 
 absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill) {
-  if (rows < 1 || rows > b.batch) {
-    return absl::InvalidArgumentError(absl::StrCat("a step of ", rows, " rows in a bucket of ", b.batch));
+  if (rows < 1 || rows > b.batch + b.prompt_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step of ", rows, " logit rows in a bucket of ", b.batch + b.prompt_rows));
   }
   Entry& e = EntryOf(b);
-  ResetDecodeLayout(b, e.host.data_ptr<int64_t>());
+  ++e.steps;
+  const bool packed = b.packed();
+  ResetStepLayout(b, e.host.data_ptr<int64_t>());
   fill(e.host.data_ptr<int64_t>());
   if (!e.inputs.is_same(e.host)) e.inputs.copy_(e.host, /*non_blocking=*/true);
   at::Tensor out;
@@ -184,17 +201,29 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
   if (e.work != nullptr) {
     if (absl::Status s = e.work->Replay(); !s.ok()) return s;
     out = e.out;
-    last_form_ = "decode: replayed";
+    last_form_ = packed ? "packed: replayed" : "decode: replayed";
     absl::MutexLock lock(&mu_);
     ++stats_.replays;
+    if (packed) ++stats_.packed_replays;
+  } else if (packed && e.steps == 1) {
+    // Note [Packed steps by bucket]: a packed shape may not come again; captured when it does.
+    out = forward_(e.views, -1);
+    CountEager();
+    last_form_ = "packed: eager, the first of its bucket";
   } else {
     out = forward_(e.views, -1);  // this step's result, and the warm-up of the capture that follows
     const bool tried = !e.failed;
     if (tried) Capture(b, e);
     if (e.failed) CountEager();
-    last_form_ = e.failed ? (tried ? "decode: eager, capture failed" : "decode: eager (its capture failed before)")
-                 : again  ? "decode: eager, captured again"
-                          : "decode: eager, then captured";
+    if (packed) {
+      last_form_ = e.failed ? (tried ? "packed: eager, capture failed" : "packed: eager (its capture failed before)")
+                   : again  ? "packed: eager, captured again"
+                            : "packed: eager, then captured";
+    } else {
+      last_form_ = e.failed ? (tried ? "decode: eager, capture failed" : "decode: eager (its capture failed before)")
+                   : again  ? "decode: eager, captured again"
+                            : "decode: eager, then captured";
+    }
   }
   // The copy to the host waits for the step; the next step's fill may then rewrite the pinned copy.
   at::Tensor logits = out.narrow(0, 0, rows).to(at::kCPU);
@@ -209,20 +238,25 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
                                                  const std::function<void(int64_t* host)>& fill,
                                                  const std::function<absl::Status()>& held, profiler::PassGraph* how) {
   *how = profiler::PassGraph::kNone;
-  if (rows < 1 || rows > b.batch) {
-    return absl::InvalidArgumentError(absl::StrCat("a step of ", rows, " rows in a bucket of ", b.batch));
+  if (rows < 1 || rows > b.batch + b.prompt_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step of ", rows, " logit rows in a bucket of ", b.batch + b.prompt_rows));
   }
   const bool device = options_.mode == StepGraphMode::kDevice;
-  StagedEntry& staged = staged_[{b.batch, b.span}];
+  const bool packed = b.packed();
+  StagedEntry& staged = staged_[b];
   Entry& e = staged.entry;
   if (!e.host.defined()) {
     // Unobserved: the bucket's first pass has the ops of every other.
     at::RecordFunctionGuard unobserved(/*is_enabled=*/false);
     MakeEntry(b, e);
     // Pinned, made before any capture (an allocation of pinned memory cannot be captured).
-    if (device) e.out_host = at::empty({b.batch, vocab_}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    if (device) {
+      e.out_host =
+          at::empty({b.batch + b.prompt_rows, vocab_}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    }
   }
-  ResetDecodeLayout(b, e.host.data_ptr<int64_t>());
+  ResetStepLayout(b, e.host.data_ptr<int64_t>());
   fill(e.host.data_ptr<int64_t>());
   // The pass's ops, the same whether captured or run eagerly: a plan recorded from the eager pass is the
   // plan the captured one follows, op for op. On a device the input and output copies are among them (one
@@ -250,13 +284,16 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     RETURN_IF_ERROR(body(live, &out));
     if (device) RETURN_IF_ERROR(device_->WaitForStream());
     CountEager();
-    last_form_ = "decode: eager, observed";
-    return e.out_host.narrow(0, 0, rows);
+    last_form_ = packed ? "packed: eager, observed" : "decode: eager, observed";
+    at::Tensor logits = e.out_host.narrow(0, 0, rows);
+    // A packed bucket too large for a graph runs here only for its ops (ModelRunner::RunPacked): its buffers
+    // go back (to the caching allocators) rather than stay, one set per shape seen.
+    if (!Takes(b)) staged_.erase(b);
+    return logits;
   }
   if (e.work != nullptr && (staged.key != key || e.addresses != Addresses())) {
     // Another state of the plan (or another plan), or a tensor it reads has moved: captured again.
-    AUTOUVM_LOG(DEBUG) << "step graphs: the staged graph of batch " << b.batch << ", span " << b.span
-                       << " is captured again: "
+    AUTOUVM_LOG(DEBUG) << "step graphs: the staged graph of " << Describe(b) << " is captured again: "
                        << (staged.key != key
                                ? absl::StrFormat("its key was %016x, the pass's is %016x", staged.key, key)
                                : std::string("a tensor it reads has moved"));
@@ -292,13 +329,12 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     absl::MutexLock lock(&mu_);
     stats_.capture_seconds += seconds;
     if (!work.ok()) {
-      int& failures = staged_failed_[{b.batch, b.span}];
+      int& failures = staged_failed_[b];
       if (work.status().code() != absl::StatusCode::kAborted) ++failures;
-      staged_.erase({b.batch, b.span});
+      staged_.erase(b);
       ++stats_.capture_failures;
-      stats_.last_error =
-          absl::StrCat("a staged pass of batch ", b.batch, ", span ", b.span, ": ", work.status().message());
-      AUTOUVM_LOG(WARNING) << "capturing a staged decode pass of batch " << b.batch << ", span " << b.span
+      stats_.last_error = absl::StrCat("a staged pass of ", Describe(b), ": ", work.status().message());
+      AUTOUVM_LOG(WARNING) << "capturing a staged " << (packed ? "packed" : "decode") << " pass of " << Describe(b)
                            << " failed (" << work.status().message() << "; "
                            << (work.status().code() == absl::StatusCode::kAborted
                                    ? std::string("not counted against its tries")
@@ -307,7 +343,7 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
                                    ? "); it runs again, and is captured again where it repeats"
                                    : "); that bucket's staged passes run eagerly");
       *how = profiler::PassGraph::kCaptureFailed;
-      last_form_ = "decode: staged, capture failed";
+      last_form_ = packed ? "packed: staged, capture failed" : "decode: staged, capture failed";
       return absl::Status(work.status().code(), absl::StrCat("capturing a staged pass: ", work.status().message()));
     }
     e.work = std::move(*work);
@@ -315,17 +351,19 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     ++stats_.captures;
     ++stats_.staged_captures;
     ++stats_.graphs;
+    if (packed) ++stats_.packed_captures;
     *how = profiler::PassGraph::kCaptured;
-    last_form_ = "decode: staged, captured";
-    AUTOUVM_LOG(DEBUG) << "step graphs: captured a staged decode pass of batch " << b.batch << ", span " << b.span
-                       << " at key " << absl::StrFormat("%016x", key) << " in "
+    last_form_ = packed ? "packed: staged, captured" : "decode: staged, captured";
+    AUTOUVM_LOG(DEBUG) << "step graphs: captured a staged " << (packed ? "packed" : "decode") << " pass of "
+                       << Describe(b) << " at key " << absl::StrFormat("%016x", key) << " in "
                        << absl::StrFormat("%.1f", 1e3 * seconds) << " ms";
   } else {
     *how = profiler::PassGraph::kReplayed;
-    last_form_ = "decode: staged, replayed";
+    last_form_ = packed ? "packed: staged, replayed" : "decode: staged, replayed";
     absl::MutexLock lock(&mu_);
     ++stats_.replays;
     ++stats_.staged_replays;
+    if (packed) ++stats_.packed_replays;
   }
   // A device's capture ran nothing: the captured pass runs now, as every replay does.
   if (device) {
@@ -343,7 +381,7 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
 
 bool StepGraphs::TakesStaged(Bucket b) const {
   if (!Takes(b)) return false;
-  const auto it = staged_failed_.find({b.batch, b.span});
+  const auto it = staged_failed_.find(b);
   return it == staged_failed_.end() || it->second < kStagedCaptureTries;
 }
 

@@ -1,9 +1,9 @@
-// StepGraphs: a model's decode steps captured once per bucket and replayed (Note [Captured steps],
-// step_graphs.cc). ModelRunner owns one while its step graphs are on; it fills the bucket's host
+// StepGraphs: a model's decode and packed steps captured once per bucket and replayed (Note [Captured
+// steps], step_graphs.cc). ModelRunner owns one while its step graphs are on; it fills the bucket's host
 // layout and gets the step's logits back.
 //
 //   auto graphs = StepGraphs::Create(options, device, torch::kCUDA, storages, forward);
-//   const DecodeBucket b = DecodeBucketOf(rows, span, max_batch, max_seq);   // step_graph_options.h
+//   const StepBucket b = DecodeBucketOf(rows, span, max_batch, max_seq);   // step_graph_options.h
 //   if ((*graphs)->Takes(b)) {
 //     ASSIGN_OR_RETURN(at::Tensor logits, (*graphs)->Run(b, rows, fill));   // [rows, vocab] on the host
 //   }
@@ -18,7 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <utility>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,7 +39,7 @@ class StepGraphs {
   // Runs the module's step on `in` over the KV pools' first `live` rows (-1: the whole pools, what a
   // graph of an unobserved step reads: Note [Captured steps]): logits [batch, vocab] on the device.
   using Forward = std::function<at::Tensor(const Inputs& in, int64_t live)>;
-  using Bucket = DecodeBucket;
+  using Bucket = StepBucket;
 
   // `reads`: the storages of every tensor the step reads or writes but its inputs (weights, buffers, KV
   // pools), which the caller keeps alive while this lives (not owned: a reference here would keep a
@@ -52,13 +52,14 @@ class StepGraphs {
                                                             int64_t vocab);
   ~StepGraphs();
 
-  // Whether steps of bucket `b` (Note [Decode steps by bucket]) run by graphs: not wider than
-  // options.max_batch.
-  bool Takes(Bucket b) const { return b.batch <= options_.max_batch; }
-  // One decode step of `rows` rows in bucket `b`. `fill` writes the first `rows` rows of the host layout
-  // [tokens | positions | kv_rows: batch each | d_rows: batch x span | logit_ix: batch], which comes to
-  // it zeroed but for logit_ix (0..batch-1); the logits of those rows, on the host. The step runs eagerly
-  // the first time (and is then captured), by its graph after, and eagerly for good if its capture failed.
+  // Whether steps of bucket `b` (Note [Decode steps by bucket], Note [Packed steps by bucket]) run by
+  // graphs: not wider than options.max_batch, no more prompt tokens than options.max_tokens.
+  bool Takes(Bucket b) const { return b.batch <= options_.max_batch && b.prompt_tokens <= options_.max_tokens; }
+  // One step of bucket `b`. `fill` writes the step's rows into the host layout (StepLayout), which comes to
+  // it as ResetStepLayout leaves it (padding throughout, logit_ix 0..batch-1 and then 0s); the logits of
+  // the first `rows` of its batch + prompt_rows logit rows, on the host. A decode step runs eagerly the
+  // first time (and is then captured), by its graph after; a packed step eagerly the first time, then
+  // eagerly and captured, then by its graph. A bucket whose capture failed runs eagerly for good.
   absl::StatusOr<at::Tensor> Run(Bucket b, int64_t rows, const std::function<void(int64_t* host)>& fill);
   // Note [Staged passes captured] (runtime/executor_capture.cc): one observed decode step of bucket `b`,
   // which may follow a plan through the device buffer, the KV pools' first `live` rows in use. Its ops are
@@ -84,7 +85,8 @@ class StepGraphs {
   // Called by the runner for a step it ran without a graph while they are on.
   void CountEager();
   // How Run's last step ran: "decode: replayed", "decode: eager, then captured", "decode: eager, captured
-  // again" (a read storage moved), "decode: eager, capture failed", "decode: eager (its capture failed before)".
+  // again" (a read storage moved), "decode: eager, capture failed", "decode: eager (its capture failed before)";
+  // a packed step's likewise ("packed: replayed", ...), and "packed: eager, the first of its bucket".
   const char* last_form() const { return last_form_; }
   StepGraphStats stats() const;  // from any thread
 
@@ -98,11 +100,13 @@ class StepGraphs {
     std::unique_ptr<runtime::ComputeDevice::CapturedWork> work;
     std::vector<const void*> addresses;  // of `reads_` at the capture
     bool failed = false;
+    int64_t steps = 0;  // run through this entry
   };
   StepGraphs(const StepGraphOptions& options, runtime::ComputeDevice* device, at::Device on,
              std::vector<const c10::StorageImpl*> reads, Forward forward, int64_t vocab);
   Entry& EntryOf(Bucket b);
   void MakeEntry(Bucket b, Entry& e);
+  static std::string Describe(Bucket b);  // for the log and last_error
   absl::StatusOr<std::unique_ptr<runtime::ComputeDevice::CapturedWork>> CaptureWork(
       const std::function<absl::Status()>& body);
   std::vector<const void*> Addresses() const;
@@ -116,13 +120,13 @@ class StepGraphs {
   const int64_t vocab_;
   // Declared before the entries: their captured work and tensors go before the arena they came from.
   std::unique_ptr<runtime::ComputeDevice::CaptureArena> arena_;
-  std::map<std::pair<int64_t, int64_t>, Entry> entries_;
+  std::map<Bucket, Entry> entries_;
   struct StagedEntry {
     uint64_t key = 0;
     Entry entry;
   };
-  std::map<std::pair<int64_t, int64_t>, StagedEntry> staged_;
-  std::map<std::pair<int64_t, int64_t>, int> staged_failed_;  // a bucket's failed captures, those aborted not counted
+  std::map<Bucket, StagedEntry> staged_;
+  std::map<Bucket, int> staged_failed_;  // a bucket's failed captures, those aborted not counted
   const char* last_form_ = "";
   mutable absl::Mutex mu_;
   StepGraphStats stats_ ABSL_GUARDED_BY(mu_);

@@ -188,6 +188,8 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_capture_failures(static_cast<uint64_t>(g.capture_failures));
     x->set_staged_captures(static_cast<uint64_t>(g.staged_captures));
     x->set_staged_replays(static_cast<uint64_t>(g.staged_replays));
+    x->set_packed_captures(static_cast<uint64_t>(g.packed_captures));
+    x->set_packed_replays(static_cast<uint64_t>(g.packed_replays));
     x->set_recaptures(static_cast<uint64_t>(g.recaptures));
     x->set_replays(static_cast<uint64_t>(g.replays));
     x->set_eager_steps(static_cast<uint64_t>(g.eager_steps));

@@ -157,6 +157,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text, con
   ft.Bool("compress_streamed", &c.compress_streamed);
   ft.Bool("cuda_graphs", &c.cuda_graphs);
   ft.Int("cuda_graph_max_batch", &c.cuda_graph_max_batch, 1, 4096);
+  ft.Int("cuda_graph_max_tokens", &c.cuda_graph_max_tokens, 0, 65536);
   ft.Bool("cuda_graphs_streaming", &c.cuda_graphs_streaming);
   ft.Double("device_reserve", &c.device_reserve, 0, 1e15);
   if (auto s = ft.Finish(); !s.ok()) return wrap(s);

@@ -104,10 +104,12 @@ struct ServerConfig {
   // Stream weights over the link exponent-coded and decode them on the GPU (runtime.compress_streamed;
   // Note [Coded host copies], runtime/cuda/cuda_backend_coded.cc): lossless, fewer bytes per step. CUDA only.
   bool compress_streamed = false;
-  // Decode steps run as CUDA graphs of their bucket (runtime.cuda_graphs; Note [Captured steps],
-  // engine/step_graphs.cc), up to cuda_graph_max_batch rows. CUDA only.
+  // Decode and packed steps run as CUDA graphs of their bucket (runtime.cuda_graphs; Note [Captured steps],
+  // engine/step_graphs.cc), up to cuda_graph_max_batch decode rows and cuda_graph_max_tokens prompt tokens
+  // (Note [Packed steps by bucket], engine/step_graph_options.h). CUDA only.
   bool cuda_graphs = true;
   int64_t cuda_graph_max_batch = 32;
+  int64_t cuda_graph_max_tokens = 512;
   // With cuda_graphs, decode steps that stream weights through their plan's device buffer are captured
   // too, with the plan's copies (runtime.cuda_graphs_streaming; Note [Staged passes captured],
   // runtime/executor_capture.cc), coded copies included (Note [Coded copies captured],

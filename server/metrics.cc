@@ -194,14 +194,15 @@ std::string Metrics::Scrape() const {
   auto* asleep = s.Family("autouvm_model_asleep", "1 while the model sleeps", T::Gauge);
   auto* wake_seconds =
       s.Family("autouvm_model_last_wake_seconds", "How long the pass that last woke the model took", T::Gauge);
-  auto* graphs = s.Family("autouvm_step_graphs", "Decode steps' CUDA graphs held (runtime.cuda_graphs)", T::Gauge);
-  auto* graph_replays = s.Family("autouvm_step_graph_replays_total", "Decode steps a CUDA graph ran", T::Counter);
-  auto* graph_captures = s.Family("autouvm_step_graph_captures_total",
-                                  "Captures of decode steps, by outcome (captured, failed)", T::Counter);
-  auto* graph_seconds =
-      s.Family("autouvm_step_graph_capture_seconds_total", "Time spent capturing decode steps", T::Counter);
+  auto* graphs =
+      s.Family("autouvm_step_graphs", "Steps' CUDA graphs held, decode and packed (runtime.cuda_graphs)", T::Gauge);
+  auto* graph_replays =
+      s.Family("autouvm_step_graph_replays_total", "Steps (decode and packed) a CUDA graph ran", T::Counter);
+  auto* graph_captures =
+      s.Family("autouvm_step_graph_captures_total", "Captures of steps, by outcome (captured, failed)", T::Counter);
+  auto* graph_seconds = s.Family("autouvm_step_graph_capture_seconds_total", "Time spent capturing steps", T::Counter);
   auto* graph_bytes =
-      s.Family("autouvm_step_graph_bytes", "Device memory the decode steps' graphs hold (their activations)", T::Gauge);
+      s.Family("autouvm_step_graph_bytes", "Device memory the steps' graphs hold (their activations)", T::Gauge);
   auto* profiles = s.Family("autouvm_profiles", "Profile keys this process knows, by state", T::Gauge);
   auto* profiling =
       s.Family("autouvm_profiling_seconds_total", "Seconds spent recording and analysing profiles", T::Counter);

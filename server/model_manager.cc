@@ -271,10 +271,12 @@ absl::Status ModelManager::LoadOne(ServedModel* m) {
                    engine::ModelRunner::Create(
                        m->dir, m->config, static_cast<int>(m->settings.max_batch), device_,
                        {.tokens = m->settings.kv_cache_tokens, .block_tokens = m->settings.kv_block_tokens}, place));
-  // Note [Captured steps] (engine/step_graphs.cc): on a GPU, decode steps nothing observes run as graphs.
+  // Note [Captured steps] (engine/step_graphs.cc): on a GPU, decode and packed steps nothing observes run as
+  // graphs.
   if (config_.cuda_graphs && device_ != nullptr && device_->kind() == "cuda") {
-    const absl::Status s = m->runner->EnableStepGraphs(
-        {.mode = engine::StepGraphMode::kDevice, .max_batch = static_cast<int>(config_.cuda_graph_max_batch)});
+    const absl::Status s = m->runner->EnableStepGraphs({.mode = engine::StepGraphMode::kDevice,
+                                                        .max_batch = static_cast<int>(config_.cuda_graph_max_batch),
+                                                        .max_tokens = static_cast<int>(config_.cuda_graph_max_tokens)});
     if (s.ok()) {
       m->graphs_on = true;
     } else {

@@ -18,6 +18,7 @@
 #include "runtime/compute_device.h"
 #include "runtime/gpu_spec.h"
 #include "runtime/observer.h"
+#include "tests/testing/packed_steps.h"
 #include "tests/testing/small_model.h"
 #include "tests/testing/temp_dir.h"
 
@@ -286,7 +287,8 @@ TEST(ManagedMemoryTest, PackedStepsOfOneRowAndOfSeveralRunTheSameOpsOnTheGpu) {
 // sequences of every span bucket, each bucket captured on its first step and replayed after, give the
 // logits of a runner without graphs bit for bit (bf16; both pad a step to its bucket: Note [Decode steps
 // by bucket], engine/step_graph_options.h), so the same greedy tokens, and the graphs' activations are in
-// managed memory of their own arena.
+// managed memory of their own arena. Then packed steps of every kind (Note [Packed steps by bucket]), each
+// bucket captured on its second step.
 TEST(ManagedMemoryTest, DecodeStepsRunAsCudaGraphsGiveTheEagerLogits) {
   auto spec = FindGpuSpec("h200-pcie5");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -345,10 +347,23 @@ TEST(ManagedMemoryTest, DecodeStepsRunAsCudaGraphsGiveTheEagerLogits) {
     }
     const engine::StepGraphStats s = (*graphs)->step_graph_stats();
     EXPECT_EQ(s.capture_failures, 0) << s.last_error;
-    EXPECT_GT(s.captures, 3);
-    EXPECT_EQ(s.replays, kSteps - s.captures);
+    EXPECT_GT(s.captures - s.packed_captures, 3);
+    EXPECT_EQ(s.packed_captures, 1);  // the prompts of 3 and 9 tokens share a bucket (Note [Packed steps by bucket])
+    EXPECT_EQ(s.replays - s.packed_replays, kSteps - (s.captures - s.packed_captures));
     EXPECT_GT(s.bytes, 0);
     EXPECT_GT(s.capture_seconds, 0);
+
+    // Packed steps (prefills and mixed steps) as CUDA graphs, from each bucket's second step, give the eager
+    // logits bit for bit too.
+    testing::PackedSteps run = testing::PrefilledBuckets({3, 9, 20, 70, 130}, 8, c.max_seq);
+    EXPECT_EQ(run.Captures(), s.packed_captures);
+    const int kPacked = 48;
+    testing::RunPackedSteps(eager->get(), graphs->get(), len, kPacked, 8, c.max_seq, c.vocab_size, &run);
+    const engine::StepGraphStats after = (*graphs)->step_graph_stats();
+    EXPECT_EQ(after.capture_failures, 0) << after.last_error;
+    EXPECT_EQ(after.packed_captures, run.Captures());
+    EXPECT_EQ(after.packed_replays, run.Replays());
+    EXPECT_GE(run.Replays(), kPacked / 3);
   }
 }
 

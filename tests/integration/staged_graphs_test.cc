@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,11 +139,27 @@ class StagedGraphsTest : public ::testing::Test {
   static absl::Status Step(Model& m, int rows, int64_t pos, std::vector<float>* logits) {
     std::vector<engine::ModelRunner::DecodeRow> batch;
     for (int r = 0; r < rows; ++r) batch.push_back({r, 100 + r + static_cast<int32_t>(pos) % 7, pos});
+    return Pass(m, IterationPhase::kDecode, rows, 0, [&] { return m.runner->Decode(batch, logits); });
+  }
+  // One prefill of `rows` prompts of 8 tokens (the `step`th of them) into slots 0.. at position 0, as the
+  // scheduler runs it: a packed pass (Note [Packed steps by bucket], engine/step_graph_options.h).
+  static absl::Status PrefillStep(Model& m, int rows, int step, std::vector<float>* logits) {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<engine::StepRunner::Row> batch;
+    for (int r = 0; r < rows; ++r) {
+      prompts.emplace_back();
+      for (int i = 0; i < 8; ++i) prompts.back().push_back(1 + (step * 31 + r * 7 + i * 3) % 1000);
+    }
+    for (int r = 0; r < rows; ++r) batch.push_back({.slot = r, .tokens = prompts[static_cast<size_t>(r)]});
+    return Pass(m, IterationPhase::kPrefill, rows, 8, [&] { return m.runner->Step(batch, logits); });
+  }
+  static absl::Status Pass(Model& m, IterationPhase phase, int rows, int64_t prompt_len,
+                           const std::function<absl::Status()>& run) {
     absl::Status s;
     for (int attempt = 0;; ++attempt) {
-      m.session->BeforeIteration(IterationPhase::kDecode, rows, 0);
+      m.session->BeforeIteration(phase, rows, prompt_len);
       m.runner->set_graphs_allowed(m.session->PassMayBeCaptured());
-      s = m.runner->Decode(batch, logits);
+      s = run();
       m.graphs.push_back(m.runner->last_pass_graph());
       m.session->RanAsGraph(m.runner->last_pass_graph());
       if (!m.session->AfterIteration(s) || attempt > 0) break;
@@ -327,6 +344,50 @@ TEST_F(StagedGraphsTest, ACodedCopyFinishedDuringACaptureDropsItAndTheBucketIsCa
   EXPECT_EQ(stats.staged_replays, replayed);
   EXPECT_NE(stats.last_error.find("a coded host copy was finished during the capture"), std::string::npos)
       << stats.last_error;
+}
+
+// Note [Packed steps by bucket] (engine/step_graph_options.h): prefills, packed passes, that follow their plan
+// through the device buffer are captured with their copies too, once their plan's state repeats, and replay
+// with the eager logits.
+TEST_F(StagedGraphsTest, PackedPassesThroughTheDeviceBufferAreCapturedAndReplayedWithTheEagerLogits) {
+  // The eager model steps over the packed buckets' shapes too (as on a GPU): graphs on, its passes never
+  // captured (no key asked: each runs as an observed pass with no key, eagerly).
+  Model eager = Load(/*graphs=*/true), graphs;
+  ASSERT_NE(eager.session, nullptr);
+  eager.runner->set_staged_capture(nullptr);
+  std::vector<float> logits, expected;
+  ASSERT_TRUE(PrefillStep(eager, 2, 0, &logits).ok());  // recorded, then planned
+  jobs_->Drain();
+  graphs = Load(/*graphs=*/true);
+  ASSERT_NE(graphs.session, nullptr);
+  const int kSteps = 8;
+  for (int step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(PrefillStep(eager, 2, step, &expected).ok());
+    ASSERT_TRUE(PrefillStep(graphs, 2, step, &logits).ok());
+    ASSERT_EQ(logits.size(), expected.size());
+    for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "step " << step << ", " << i;
+  }
+  const ExecutionStats g = graphs.session->execution()->stats();
+  EXPECT_GT(g.staged_bytes, 0);
+  EXPECT_EQ(g.followed_iterations, kSteps) << g.last_error;
+  EXPECT_EQ(g.abandoned_iterations, 0) << g.last_error;
+  // Every pass fetched what the eager one did, replays included (the eager model's recorded pass fetched
+  // nothing ahead).
+  EXPECT_EQ(g.prefetched_bytes, eager.session->execution()->stats().prefetched_bytes);
+  EXPECT_GT(g.prefetched_bytes, 0);
+  const int captured = CountOf(graphs.graphs, PassGraph::kCaptured);
+  const int replayed = CountOf(graphs.graphs, PassGraph::kReplayed);
+  EXPECT_EQ(captured, 1);
+  EXPECT_EQ(CountOf(graphs.graphs, PassGraph::kCaptureFailed), 0);
+  EXPECT_GE(replayed, kSteps - 4);
+  const engine::StepGraphStats stats = graphs.runner->step_graph_stats();
+  EXPECT_EQ(stats.staged_captures, 1);
+  EXPECT_EQ(stats.packed_captures, 1);
+  EXPECT_EQ(stats.staged_replays, replayed);
+  EXPECT_EQ(stats.packed_replays, replayed);
+  EXPECT_EQ(stats.capture_failures, 0) << stats.last_error;
+  EXPECT_EQ(std::string(graphs.runner->last_step_form()), "packed: staged, replayed");
+  EXPECT_EQ(eager.runner->step_graph_stats().captures, 0);
 }
 
 }  // namespace

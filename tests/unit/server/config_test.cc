@@ -263,6 +263,7 @@ TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
   // runtime.cuda_graphs (Note [Captured steps], engine/step_graphs.cc): on by default, up to 32 rows.
   EXPECT_TRUE(c->cuda_graphs);
   EXPECT_EQ(c->cuda_graph_max_batch, 32);
+  EXPECT_EQ(c->cuda_graph_max_tokens, 512);
   EXPECT_TRUE(c->cuda_graphs_streaming);
   auto streaming = ParseServerConfig("runtime: {cuda_graphs_streaming: false}\n", kOrigin);
   ASSERT_TRUE(streaming.ok()) << streaming.status();
@@ -273,6 +274,10 @@ TEST(ServerConfigTest, ProfilingSettingsHaveDefaultsAndAreChecked) {
   EXPECT_FALSE(eager->cuda_graphs);
   EXPECT_EQ(eager->cuda_graph_max_batch, 8);
   ExpectInvalid("runtime: {cuda_graph_max_batch: 0}\n", "runtime.cuda_graph_max_batch");
+  auto no_packed = ParseServerConfig("runtime: {cuda_graph_max_tokens: 0}\n", kOrigin);
+  ASSERT_TRUE(no_packed.ok()) << no_packed.status();
+  EXPECT_EQ(no_packed->cuda_graph_max_tokens, 0);
+  ExpectInvalid("runtime: {cuda_graph_max_tokens: -1}\n", "runtime.cuda_graph_max_tokens");
   ExpectInvalid("runtime: {cuda_graphs: often}\n", "runtime.cuda_graphs");
 }
 
