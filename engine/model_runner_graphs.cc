@@ -18,6 +18,7 @@
 namespace autouvm::engine {
 
 using runner_internal::CopyInto;
+using runner_internal::CopyRowsInto;
 using runner_internal::TorchError;
 
 absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
@@ -186,13 +187,7 @@ absl::Status ModelRunner::RunPacked(absl::Span<const Row> rows, StepBucket bucke
                         b.prompt_span, logit_rows);
       last_step_launch_s_ = impl_->launch_s;
     }
-    bool all_in_order = static_cast<int64_t>(wanted.size()) == logit_rows;
-    for (size_t i = 0; all_in_order && i < wanted.size(); ++i) all_in_order = wanted[i] == static_cast<int64_t>(i);
-    if (wanted.empty()) {
-      logits->clear();  // inner chunks only
-    } else {
-      CopyInto(all_in_order ? out : out.index_select(0, torch::tensor(wanted)), logits);
-    }
+    CopyRowsInto(out, wanted, logits);  // none: inner chunks only
   } catch (const std::exception& e) {
     return TorchError("forward pass", e);
   }

@@ -5,6 +5,7 @@
 
 #include <torch/script.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -41,6 +42,19 @@ inline torch::Tensor ToLongTensor(absl::Span<const int32_t> ids) {
 inline void CopyInto(const torch::Tensor& t, std::vector<float>* out) {
   auto c = t.to(torch::kFloat).contiguous();
   out->assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+// Rows `rows` of the 2-D `t`, in that order, into `out`: by the host, after the same ops as CopyInto's whatever
+// the rows (an index_select of the rows a step wants would be an op of some steps and not of others, and a
+// step whose ops depend on its rows cannot follow a plan recorded from another: Note [Packed steps]).
+inline void CopyRowsInto(const torch::Tensor& t, absl::Span<const int64_t> rows, std::vector<float>* out) {
+  auto c = t.to(torch::kFloat).contiguous();
+  const int64_t width = c.size(1);
+  const float* from = c.data_ptr<float>();
+  out->resize(rows.size() * static_cast<size_t>(width));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy(from + rows[i] * width, from + (rows[i] + 1) * width, out->begin() + static_cast<int64_t>(i) * width);
+  }
 }
 
 inline std::vector<float> ToVector(const torch::Tensor& t) {

@@ -22,9 +22,9 @@ namespace autouvm::engine {
 //   graph's views do not change with the rows in use (the pool's rows are the same either way).
 // - Packed steps too — prompt chunks, alone (prefills) or with decode rows (mixed steps) — by the bucket of
 //   Note [Packed steps by bucket], up to options.max_tokens prompt tokens: the host's dispatch of a 7B's
-//   step is 17-29 ms on the H200 whatever its tokens, where 512 prompt tokens' compute is ~10 ms. A packed
-//   bucket is captured at its second step: its shapes vary more than decode steps', and one seen once
-//   should cost no capture.
+//   step is 17-29 ms on the H200 whatever its tokens, where 512 prompt tokens are 7 TFLOP (~10 ms at 700
+//   TFLOP/s, an estimate, not measured). A packed bucket is captured at its second step: its shapes vary
+//   more than decode steps', and one seen once should cost no capture.
 // - Inputs through one static tensor per bucket, filled from a pinned host copy before each replay;
 //   the logits come out of the graph's own output tensor. Sampling stays outside, on the host.
 // - The first step of a decode bucket (a packed one's second) runs eagerly on the static inputs (its result

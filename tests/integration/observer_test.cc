@@ -35,9 +35,11 @@ class ObserverTest : public ::testing::Test {
     observer_ = std::move(*obs);
   }
 
-  std::unique_ptr<engine::ModelRunner> Load(const engine::ModelConfig& c, int64_t kv_block_tokens = 16) {
+  std::unique_ptr<engine::ModelRunner> Load(const engine::ModelConfig& c, int64_t kv_block_tokens = 16,
+                                            int max_batch = 2) {
     EXPECT_TRUE(engine::WriteLlamaModel(c, 11, dir_.path()).ok());
-    auto runner = engine::ModelRunner::Create(dir_.Sub(c.name), c, 2, nullptr, {.block_tokens = kv_block_tokens});
+    auto runner =
+        engine::ModelRunner::Create(dir_.Sub(c.name), c, max_batch, nullptr, {.block_tokens = kv_block_tokens});
     EXPECT_TRUE(runner.ok()) << runner.status();
     if (!runner.ok()) return nullptr;
     (*runner)->NameTensors(observer_.get());
@@ -409,16 +411,23 @@ TEST_F(ObserverTest, EveryLengthOfAPrefillBucketRunsTheSameOps) {
 // Prompt groups of one row and of several run the same ops, so a prefill (or mixed pass) of many prompts
 // can follow the plan of one with a single prompt: with grouped-query attention and with one key/value head
 // per query head (Llama-2-7B's), where the queries' transposed view of a single row was a view aten::matmul
-// could fold and that of several rows was copied inside it (Note [Packed steps], engine/llama_module.cc).
+// could fold and that of several rows was copied inside it (Note [Packed steps], engine/llama_module.cc). Padded
+// to their buckets (Note [Packed steps by bucket], engine/step_graph_options.h: on a GPU, or with graphs on, as
+// here, observed), three prompts have a padding row, and the logits of the rows they want are picked out of
+// those of every row without an op of their own.
 TEST_F(ObserverTest, APromptGroupOfOneRowAndOfTwoRunTheSameOps) {
-  for (const int64_t kv_heads : {2, 4}) {
-    engine::ModelConfig c = SmallConfig(absl::StrCat("rows", kv_heads), 1);
+  for (const auto& [kv_heads, padded] : std::vector<std::pair<int64_t, bool>>{{2, false}, {4, false}, {2, true}}) {
+    engine::ModelConfig c = SmallConfig(absl::StrCat("rows", kv_heads, padded ? "p" : ""), 1);
     c.n_kv_heads = kv_heads;
-    auto runner = Load(c);
+    auto runner = Load(c, 16, 4);
     ASSERT_NE(runner, nullptr);
+    if (padded) {
+      ASSERT_TRUE(runner->EnableStepGraphs({.mode = engine::StepGraphMode::kEmulated}).ok());
+      runner->set_graphs_allowed(false);
+    }
     const std::vector<int32_t> prompt(8, 65);
     std::vector<std::vector<std::string>> kernels;
-    for (int rows = 1; rows <= 2; ++rows) {
+    for (int rows = 1; rows <= 3; ++rows) {
       std::vector<engine::StepRunner::Row> step;
       for (int32_t slot = 0; slot < rows; ++slot) step.push_back({.slot = slot, .tokens = prompt});
       std::vector<float> logits;
@@ -429,10 +438,14 @@ TEST_F(ObserverTest, APromptGroupOfOneRowAndOfTwoRunTheSameOps) {
       for (int32_t slot = 0; slot < rows; ++slot) runner->Release(slot);
     }
     ASSERT_FALSE(kernels[0].empty());
-    for (size_t i = 0; i < std::min(kernels[0].size(), kernels[1].size()); ++i) {
-      ASSERT_EQ(kernels[1][i], kernels[0][i]) << "op " << i << " with " << kv_heads << " key/value heads";
+    for (size_t r = 1; r < kernels.size(); ++r) {
+      SCOPED_TRACE(absl::StrCat(r + 1, " rows, ", kv_heads, " key/value heads", padded ? ", padded" : ""));
+      for (size_t i = 0; i < std::min(kernels[0].size(), kernels[r].size()); ++i) {
+        ASSERT_EQ(kernels[r][i], kernels[0][i]) << "op " << i;
+      }
+      EXPECT_EQ(kernels[r].size(), kernels[0].size());
     }
-    EXPECT_EQ(kernels[1].size(), kernels[0].size()) << kv_heads << " key/value heads";
+    if (padded) EXPECT_EQ(std::string(runner->last_step_form()), "packed: eager, observed");
   }
 }
 
