@@ -127,7 +127,7 @@ class ModelRunner final : public StepRunner {
   absl::Status RunDecode(absl::Span<const Row> rows, int64_t d_span, std::vector<float>* logits);
   // A step with prompt chunks (rows checked; `bucket` from them) over its bucket's shape (Note [Packed steps by
   // bucket]): by the bucket's graph where graphs are on and allowed, else eagerly; the logits its rows want.
-  absl::Status RunPacked(absl::Span<const Row> rows, StepBucket bucket, std::vector<float>* logits);
+  absl::Status RunPacked(absl::Span<const Row> rows, StepBucket b, std::vector<float>* logits);
 
   std::unique_ptr<Impl> impl_;
   ModelConfig config_;

@@ -21,6 +21,21 @@ using runner_internal::CopyInto;
 using runner_internal::CopyRowsInto;
 using runner_internal::TorchError;
 
+namespace {
+
+// Decode row `d` of bucket `b`'s host layout `l`: row `r`'s token, position, pool row and the pool rows of its
+// positions (past them: row 0, as the layout comes).
+void FillDecodeRow(const StepBucket& b, const StepLayout& l, const KvBlocks& blocks, int64_t d,
+                   const StepRunner::Row& r, int64_t* host) {
+  host[d] = r.tokens[0];
+  host[l.positions + d] = r.start_pos;
+  host[l.kv_rows + d] = blocks.RowOf(r.slot, r.start_pos);
+  int64_t* table = host + l.d_rows + d * b.span;
+  for (int64_t j = 0; j <= r.start_pos; ++j) table[j] = blocks.RowOf(r.slot, j);
+}
+
+}  // namespace
+
 absl::Status ModelRunner::EnableStepGraphs(const StepGraphOptions& options) {
   impl_->graphs.reset();
   if (options.mode == StepGraphMode::kOff) return absl::OkStatus();
@@ -58,16 +73,11 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
   const StepBucket bucket = DecodeBucketOf(nd, d_span, max_batch_, config_.max_seq);
   const KvBlocks& blocks = impl_->blocks;
   const int64_t B = bucket.batch, S = bucket.span;
+  const StepLayout layout = LayoutOf(bucket);
   // The first nd rows of the layout; the rest stays as it comes (zeros: padding rows).
-  auto fill = [&rows, &blocks, B, S](int64_t* host) {
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      host[i] = r.tokens[0];
-      host[B + i] = r.start_pos;
-      host[2 * B + i] = blocks.RowOf(r.slot, r.start_pos);
-      int64_t* table = host + 3 * B + static_cast<int64_t>(i) * S;
-      for (int64_t j = 0; j <= r.start_pos; ++j) table[j] = blocks.RowOf(r.slot, j);  // past it: row 0
-    }
+  auto fill = [&rows, &blocks, &bucket, &layout](int64_t* host) {
+    for (size_t i = 0; i < rows.size(); ++i)
+      FillDecodeRow(bucket, layout, blocks, static_cast<int64_t>(i), rows[i], host);
   };
   StepGraphs* graphs = impl_->graphs.get();
   try {
@@ -100,7 +110,7 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
     if (graphs != nullptr) graphs->CountEager();
     last_step_form_ = graphs == nullptr ? "decode" : "decode: eager, too wide";
     // The same layout as the graph's.
-    auto packed = torch::empty({LayoutOf(bucket).size}, torch::kLong);
+    auto packed = torch::empty({layout.size}, torch::kLong);
     ResetStepLayout(bucket, packed.data_ptr<int64_t>());
     fill(packed.data_ptr<int64_t>());
     CopyInto(impl_->Step(packed, B, B, S, 0, 0, 0, 0, B).narrow(0, 0, nd), logits);
@@ -111,8 +121,7 @@ absl::Status ModelRunner::RunDecode(absl::Span<const Row> rows, int64_t d_span, 
   return absl::OkStatus();
 }
 
-absl::Status ModelRunner::RunPacked(absl::Span<const Row> rows, StepBucket bucket, std::vector<float>* logits) {
-  const StepBucket b = bucket;
+absl::Status ModelRunner::RunPacked(absl::Span<const Row> rows, StepBucket b, std::vector<float>* logits) {
   const StepLayout l = LayoutOf(b);
   const KvBlocks& blocks = impl_->blocks;
   // The logit rows (batch + prompt_rows: decode rows first, in the order they come, then prompt rows) each of
@@ -127,12 +136,7 @@ absl::Status ModelRunner::RunPacked(absl::Span<const Row> rows, StepBucket bucke
     int64_t* flat = host + l.p_flat;
     for (const Row& r : rows) {
       if (r.decode) {
-        host[d] = r.tokens[0];
-        host[l.positions + d] = r.start_pos;
-        host[l.kv_rows + d] = blocks.RowOf(r.slot, r.start_pos);
-        int64_t* table = host + l.d_rows + d * b.span;
-        for (int64_t j = 0; j <= r.start_pos; ++j) table[j] = blocks.RowOf(r.slot, j);  // past it: row 0
-        ++d;
+        FillDecodeRow(b, l, blocks, d++, r, host);
         continue;
       }
       const auto len = static_cast<int64_t>(r.tokens.size());

@@ -67,6 +67,31 @@ class EmulatedWork final : public runtime::ComputeDevice::CapturedWork {
   const std::function<absl::Status()> body_;
 };
 
+// How a step ran (StepGraphs::last_form), a decode step's and a packed step's.
+struct Forms {
+  const char *replayed, *captured, *captured_again, *capture_failed, *failed_before, *observed, *staged_captured,
+      *staged_replayed, *staged_failed;
+};
+constexpr Forms kDecodeForms{"decode: replayed",
+                             "decode: eager, then captured",
+                             "decode: eager, captured again",
+                             "decode: eager, capture failed",
+                             "decode: eager (its capture failed before)",
+                             "decode: eager, observed",
+                             "decode: staged, captured",
+                             "decode: staged, replayed",
+                             "decode: staged, capture failed"};
+constexpr Forms kPackedForms{"packed: replayed",
+                             "packed: eager, then captured",
+                             "packed: eager, captured again",
+                             "packed: eager, capture failed",
+                             "packed: eager (its capture failed before)",
+                             "packed: eager, observed",
+                             "packed: staged, captured",
+                             "packed: staged, replayed",
+                             "packed: staged, capture failed"};
+const Forms& FormsOf(StepBucket b) { return b.packed() ? kPackedForms : kDecodeForms; }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StepGraphs>> StepGraphs::Create(const StepGraphOptions& options,
@@ -201,7 +226,7 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
   if (e.work != nullptr) {
     if (absl::Status s = e.work->Replay(); !s.ok()) return s;
     out = e.out;
-    last_form_ = packed ? "packed: replayed" : "decode: replayed";
+    last_form_ = FormsOf(b).replayed;
     absl::MutexLock lock(&mu_);
     ++stats_.replays;
     if (packed) ++stats_.packed_replays;
@@ -215,15 +240,8 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(Bucket b, int64_t rows, const std::fu
     const bool tried = !e.failed;
     if (tried) Capture(b, e);
     if (e.failed) CountEager();
-    if (packed) {
-      last_form_ = e.failed ? (tried ? "packed: eager, capture failed" : "packed: eager (its capture failed before)")
-                   : again  ? "packed: eager, captured again"
-                            : "packed: eager, then captured";
-    } else {
-      last_form_ = e.failed ? (tried ? "decode: eager, capture failed" : "decode: eager (its capture failed before)")
-                   : again  ? "decode: eager, captured again"
-                            : "decode: eager, then captured";
-    }
+    const Forms& f = FormsOf(b);
+    last_form_ = e.failed ? (tried ? f.capture_failed : f.failed_before) : again ? f.captured_again : f.captured;
   }
   // The copy to the host waits for the step; the next step's fill may then rewrite the pinned copy.
   at::Tensor logits = out.narrow(0, 0, rows).to(at::kCPU);
@@ -284,7 +302,7 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     RETURN_IF_ERROR(body(live, &out));
     if (device) RETURN_IF_ERROR(device_->WaitForStream());
     CountEager();
-    last_form_ = packed ? "packed: eager, observed" : "decode: eager, observed";
+    last_form_ = FormsOf(b).observed;
     at::Tensor logits = e.out_host.narrow(0, 0, rows);
     // A packed bucket too large for a graph runs here only for its ops (ModelRunner::RunPacked): its buffers
     // go back (to the caching allocators) rather than stay, one set per shape seen.
@@ -343,7 +361,7 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
                                    ? "); it runs again, and is captured again where it repeats"
                                    : "); that bucket's staged passes run eagerly");
       *how = profiler::PassGraph::kCaptureFailed;
-      last_form_ = packed ? "packed: staged, capture failed" : "decode: staged, capture failed";
+      last_form_ = FormsOf(b).staged_failed;
       return absl::Status(work.status().code(), absl::StrCat("capturing a staged pass: ", work.status().message()));
     }
     e.work = std::move(*work);
@@ -353,13 +371,13 @@ absl::StatusOr<at::Tensor> StepGraphs::RunStaged(Bucket b, uint64_t key, int64_t
     ++stats_.graphs;
     if (packed) ++stats_.packed_captures;
     *how = profiler::PassGraph::kCaptured;
-    last_form_ = packed ? "packed: staged, captured" : "decode: staged, captured";
+    last_form_ = FormsOf(b).staged_captured;
     AUTOUVM_LOG(DEBUG) << "step graphs: captured a staged " << (packed ? "packed" : "decode") << " pass of "
                        << Describe(b) << " at key " << absl::StrFormat("%016x", key) << " in "
                        << absl::StrFormat("%.1f", 1e3 * seconds) << " ms";
   } else {
     *how = profiler::PassGraph::kReplayed;
-    last_form_ = packed ? "packed: staged, replayed" : "decode: staged, replayed";
+    last_form_ = FormsOf(b).staged_replayed;
     absl::MutexLock lock(&mu_);
     ++stats_.replays;
     ++stats_.staged_replays;
