@@ -13,11 +13,7 @@
 #include "bench/bench_util.h"
 
 namespace autouvm::bench {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Starts `argv` with stdout and stderr into `log`; the pid, or -1.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
@@ -32,6 +28,10 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
   execv(args[0], args.data());
   _exit(127);
 }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // dir/autouvmd.yaml with these mappings; the path.
 std::string WriteDaemonConfig(const std::string& dir, const std::string& repository, const std::string& runtime,

@@ -43,6 +43,8 @@ struct DaemonRun {
 };
 
 std::string ReadWholeFile(const std::string& path);
+// Starts `argv` (argv[0] a path) with stdout and stderr into `log`; the pid, or -1.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log);
 // Starts `binary --config config_path --port-file dir/port [extra_args]`, its output in dir/daemon.log,
 // and waits (up to 60 s) for its port.
 DaemonUnderTest StartDaemon(const std::string& binary, const std::string& config_path, const std::string& dir,

@@ -197,6 +197,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     const absl::Time released = absl::Now();
     // The plan places the weights its own way (Note [The budget from load], runtime/unplanned_placement.cc).
     if (s.ok()) s = placement_->Lift();
+    const absl::Time lifted = absl::Now();
     if (s.ok()) {
       plan_ = std::move(plan);
       executor_ = std::make_unique<runtime::Executor>(backend_, plan_->plan, plan_->trace, ranges_);
@@ -246,6 +247,9 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                          << plan_->plan.remote_bytes << " in place";
     }
     absl::MutexLock lock(&mu_);
+    last_switch_ = {.release_s = absl::ToDoubleSeconds(released - started),
+                    .lift_s = absl::ToDoubleSeconds(lifted - released),
+                    .prepare_s = absl::ToDoubleSeconds(absl::Now() - lifted)};
     ++stats_.plan_switches;
     stats_.following = key;
     stats_.host_copy_bytes = host_copies;
@@ -449,10 +453,13 @@ absl::Status ModelExecution::PlaceUnplanned() {
 // residency as before an iteration that follows none, the KV pools — no sequence holds a row of them —
 // are discarded (moved to the host where the backend cannot discard), and the weights keep at most
 // models.<name>.sleep_floor on the device, in the order they came (the first layers, which the waking
-// pass needs first), the rest read in place, nothing copied back (the host has every weight). The pass
-// that comes next wakes it as any pass after a release does: its plan is prepared again, bringing the
-// pinned weights back at the link's rate; that pass's time is the wake's. A sleeping model still serves
-// every request: it only starts from less.
+// pass needs first), the rest moved to the host with no advice (a pass that follows no plan reads them
+// in place once Apply() has advised them; a plan places them its own way, with no advice to lift first:
+// lifting it cost two calls a weight on ranges the device had mapped, on the waking pass's way). Nothing
+// is copied back (the host has every weight). The pass that comes next wakes it as any pass after a
+// release does: its plan is prepared again, bringing the pinned weights back at the link's rate; that
+// pass's time is the wake's, and its INFO line says how much of it the plan's switch took. A sleeping
+// model still serves every request: it only starts from less.
 absl::Status ModelExecution::Sleep() {
   if (options_.budget_bytes <= 0) return absl::OkStatus();
   absl::Status s = executor_ != nullptr ? ReleaseExecutor() : PutBackLeftovers();
@@ -476,6 +483,11 @@ absl::Status ModelExecution::Sleep() {
   stats_.asleep = true;
   ++stats_.sleeps;
   return absl::OkStatus();
+}
+
+ModelExecution::SwitchTimes ModelExecution::last_switch() const {
+  absl::MutexLock lock(&mu_);
+  return last_switch_;
 }
 
 bool ModelExecution::asleep() const {

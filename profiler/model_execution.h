@@ -190,7 +190,7 @@ class ModelExecution {
   absl::Status PlaceUnplanned();
   // Note [A model asleep]: the model has no request (no KV row in use): it gives its device memory back
   // down to options.sleep_keep_bytes — the plan lets go of the residency, the KV pools are dropped, the
-  // weights keep at most that much on the device and the rest is read in place. Whatever runs next wakes
+  // weights keep at most that much on the device and the rest goes to the host. Whatever runs next wakes
   // it (the pass that does tells Woke()). Nothing without a budget to keep.
   absl::Status Sleep();
   bool asleep() const;
@@ -198,6 +198,12 @@ class ModelExecution {
   // The pass that woke the model took `seconds` (its plan's preparation, which brings its pinned weights
   // back at the link's rate, and its compute).
   void Woke(double seconds);
+  // How long the last plan switch took: the release of the plan before, the lift of the unplanned
+  // placement's advice, and the new plan's preparation (seconds; the waking pass's INFO line has them).
+  struct SwitchTimes {
+    double release_s = 0, lift_s = 0, prepare_s = 0;
+  };
+  SwitchTimes last_switch() const;
   // Forgets the plan of `key` if it owns the residency (its profile is being replaced); what it staged
   // stays staged for the next plan to adopt (Note [Plans hand staged weights on]) until Suspend.
   absl::Status Drop(const std::string& key);
@@ -280,6 +286,7 @@ class ModelExecution {
 
   mutable absl::Mutex mu_;
   ExecutionStats stats_ ABSL_GUARDED_BY(mu_);  // as of the last End() or switch
+  SwitchTimes last_switch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace autouvm::profiler

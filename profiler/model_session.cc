@@ -138,13 +138,14 @@ void ModelSession::Sleep() {
   if (!execution_->asleep()) return;  // no budget to keep: nothing was given back
   const ExecutionStats e = execution_->stats();
   AUTOUVM_LOG(INFO) << "model " << identity_.model_digest.substr(0, 12) << " asleep: " << e.resident_bytes
-                    << " bytes kept on the device, " << e.in_place_bytes << " read in place ("
+                    << " bytes kept on the device, " << e.in_place_bytes << " on the host ("
                     << absl::StrFormat("%.1f", 1e3 * (Seconds() - started)) << " ms)";
 }
 
 void ModelSession::BeforeIteration(IterationPhase phase, int batch, int64_t prompt_len) {
   pass_started_ = Seconds();
   waking_ = execution_ != nullptr && execution_->asleep();
+  if (waking_) switches_before_wake_ = execution_->stats().plan_switches;
   pass_outcome_.clear();
   mode_ = Mode::kNone;
   plan_key_.clear();
@@ -267,8 +268,15 @@ bool ModelSession::AfterIteration(const absl::Status& status) {
     waking_ = false;
     const double took = Seconds() - pass_started_;
     execution_->Woke(took);
+    std::string split = " (it followed no plan)";
+    if (execution_->stats().plan_switches > switches_before_wake_) {
+      const ModelExecution::SwitchTimes sw = execution_->last_switch();
+      split = absl::StrFormat(
+          ", of which its plan's switch %.1f ms (released in %.1f, advice lifted in %.1f, prepared in %.1f)",
+          1e3 * (sw.release_s + sw.lift_s + sw.prepare_s), 1e3 * sw.release_s, 1e3 * sw.lift_s, 1e3 * sw.prepare_s);
+    }
     AUTOUVM_LOG(INFO) << "model " << identity_.model_digest.substr(0, 12) << " woke: its first pass took "
-                      << absl::StrFormat("%.1f", 1e3 * took) << " ms";
+                      << absl::StrFormat("%.1f", 1e3 * took) << " ms" << split;
   }
   if (mode_ == Mode::kNone) {
     LogPass(Mode::kNone, false);

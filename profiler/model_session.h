@@ -134,7 +134,8 @@ class ModelSession final : public IterationHooks, private runtime::OpSubscriber 
   // The plan the iteration follows: its key ("" for none), and whether it is another key's.
   std::string plan_key_;
   bool borrowed_ = false;
-  bool waking_ = false;  // the pass in progress is the first since the model went to sleep
+  bool waking_ = false;               // the pass in progress is the first since the model went to sleep
+  int64_t switches_before_wake_ = 0;  // the execution's plan switches when that pass began
   std::atomic<int64_t> own_{0}, nearest_{0}, none_{0};
 };
 

@@ -48,6 +48,16 @@ absl::Status UnplannedPlacement::ReadInPlace(Weight& w) {
   return absl::OkStatus();
 }
 
+// A sleeping model's weights need no advice (Note [A model asleep], profiler/model_execution.cc): no pass
+// reads them before the next plan's preparation or Apply() places them, and advice set here would be
+// lifted again at the wake, two calls a weight on ranges the device had mapped, on the waking pass's way.
+absl::Status UnplannedPlacement::MoveToHost(Weight& w) {
+  if (w.where == Where::kInPlace || w.where == Where::kHost) return absl::OkStatus();
+  RETURN_IF_ERROR(backend_->Prefetch(w.addr, w.bytes, Location::kHost, Stream::kCompute));
+  w.where = Where::kHost;
+  return absl::OkStatus();
+}
+
 absl::Status UnplannedPlacement::Place(uint64_t addr, int64_t bytes, int64_t all_bytes) {
   if (bytes <= 0 || budget_bytes_ <= 0) return absl::OkStatus();
   weights_.push_back({addr, bytes, Where::kDevice});
@@ -69,18 +79,18 @@ void UnplannedPlacement::Add(uint64_t addr, int64_t bytes) {
 
 absl::Status UnplannedPlacement::Apply(int64_t kv_bytes) {
   if (budget_bytes_ <= 0 || (applied_ && kv_bytes == applied_kv_bytes_)) return absl::OkStatus();
-  RETURN_IF_ERROR(Keep(budget_bytes_ - kv_bytes));
+  RETURN_IF_ERROR(Keep(budget_bytes_ - kv_bytes, /*advise=*/true));
   applied_kv_bytes_ = kv_bytes;
   return absl::OkStatus();
 }
 
 absl::Status UnplannedPlacement::Shrink(int64_t keep_bytes) {
-  RETURN_IF_ERROR(Keep(keep_bytes));
+  RETURN_IF_ERROR(Keep(keep_bytes, /*advise=*/false));
   applied_kv_bytes_ = -1;  // the next Apply() places them for its budget again
   return absl::OkStatus();
 }
 
-absl::Status UnplannedPlacement::Keep(int64_t room) {
+absl::Status UnplannedPlacement::Keep(int64_t room, bool advise) {
   int64_t kept = 0;
   for (Weight& w : weights_) {
     if (!Small(w)) continue;
@@ -93,7 +103,7 @@ absl::Status UnplannedPlacement::Keep(int64_t room) {
       w.where = Where::kDevice;
       kept += w.bytes;
     } else {
-      RETURN_IF_ERROR(ReadInPlace(w));
+      RETURN_IF_ERROR(advise ? ReadInPlace(w) : MoveToHost(w));
     }
   }
   applied_ = true;
@@ -125,7 +135,7 @@ int64_t UnplannedPlacement::kept_bytes() const {
 int64_t UnplannedPlacement::in_place_bytes() const {
   int64_t sum = 0;
   for (const Weight& w : weights_) {
-    if (w.where == Where::kInPlace) sum += w.bytes;
+    if (w.where == Where::kInPlace || w.where == Where::kHost) sum += w.bytes;
   }
   return sum;
 }

@@ -44,21 +44,23 @@ class UnplannedPlacement {
   // place. Nothing is brought onto the device, and nothing moves when the placement holds already.
   absl::Status Apply(int64_t kv_bytes);
   // Note [A model asleep] (profiler/model_execution.cc): keeps on the device at most `keep_bytes` of the
-  // weights there now (small ones always; then in the order the weights came), the rest read in place —
-  // for a model with no KV rows in use, whatever its budget. The next Apply() places them again.
+  // weights there now (small ones always; then in the order the weights came), the rest moved to the host
+  // with no advice (none to lift when a plan wakes the model) — for a model with no KV rows in use,
+  // whatever its budget. The next Apply() places them again (read in place).
   absl::Status Shrink(int64_t keep_bytes);
   // Clears the advice Apply(), Place() or Shrink() set, for a plan's executor to place the weights its own way;
   // the next Apply() places them all again.
   absl::Status Lift();
 
   bool applied() const { return applied_; }
-  // Of the weights, as of the last Place() or Apply(): bytes kept on the device and bytes read in place.
+  // Of the weights, as of the last Place(), Apply() or Shrink(): bytes kept on the device, and bytes off it
+  // (read in place; or, after Shrink(), on the host until the next Apply() or plan).
   int64_t kept_bytes() const;
   int64_t in_place_bytes() const;
   int64_t budget_bytes() const { return budget_bytes_; }
 
  private:
-  enum class Where { kUnknown, kDevice, kInPlace };
+  enum class Where { kUnknown, kDevice, kInPlace, kHost };  // kHost: moved there by Shrink(), no advice
   struct Weight {
     uint64_t addr = 0;
     int64_t bytes = 0;
@@ -68,8 +70,10 @@ class UnplannedPlacement {
   // Whether the weight is on the device now: as placed, or (unknown) as the backend says.
   bool OnDevice(const Weight& w) const;
   absl::Status ReadInPlace(Weight& w);
-  // Keeps what is on the device within `room` bytes (small weights first, always), the rest read in place.
-  absl::Status Keep(int64_t room);
+  absl::Status MoveToHost(Weight& w);
+  // Keeps what is on the device within `room` bytes (small weights first, always); the rest read in
+  // place, or only moved to the host where `advise` is false.
+  absl::Status Keep(int64_t room, bool advise);
 
   DeviceBackend* const backend_;
   const int64_t budget_bytes_;

@@ -164,6 +164,36 @@ TEST_F(UnplannedPlacementTest, AModelAsleepKeepsNoMoreThanItsFloorAndTheNextAppl
   EXPECT_EQ(Resident(), 8 * 64 * 1024);
 }
 
+// The weights a sleep moves off the device carry no advice (so a waking plan has none to lift): a kernel
+// that reads one before any Apply() faults it back in, where one Apply() advised is read in place.
+TEST_F(UnplannedPlacementTest, AModelAsleepMovesItsWeightsToTheHostWithoutAdvice) {
+  UnplannedPlacement place(sim_.get(), kAll);
+  for (const auto& [addr, bytes] : weights_) {
+    ASSERT_TRUE(sim_->Prefetch(addr, bytes, Location::kDevice, Stream::kCompute).ok());
+    ASSERT_TRUE(place.Place(addr, bytes, kAll).ok());
+  }
+  ASSERT_TRUE(place.Shrink(0).ok());
+  ASSERT_TRUE(sim_->Synchronize().ok());
+  ASSERT_EQ(Resident(), 8 * 64 * 1024);
+  EXPECT_EQ(place.in_place_bytes(), 8 * 64 * kMiB);  // off the device
+  const auto [addr, bytes] = weights_[2];
+  UvmCounters before = *sim_->ReadCounters();
+  sim_->Launch({.name = "gemv", .ranges = {{.addr = addr, .bytes = bytes}}, .flops = 2.0 * bytes / 2});
+  ASSERT_TRUE(sim_->Synchronize().ok());
+  UvmCounters moved = *sim_->ReadCounters() - before;
+  EXPECT_GT(moved.gpu_faults, 0);
+  EXPECT_EQ(moved.remote_bytes, 0);
+  EXPECT_EQ(*sim_->ResidentBytes(addr, bytes), bytes);
+  // The next Apply() advises them all, and the one faulted in goes back to the host as well.
+  ASSERT_TRUE(place.Apply(0).ok());
+  ASSERT_TRUE(sim_->Synchronize().ok());
+  before = *sim_->ReadCounters();
+  ReadAll();
+  moved = *sim_->ReadCounters() - before;
+  EXPECT_EQ(moved.gpu_faults, 0);
+  EXPECT_EQ(moved.remote_bytes, 8 * 64 * kMiB);
+}
+
 TEST_F(UnplannedPlacementTest, WithoutABudgetNothingMoves) {
   UnplannedPlacement place(sim_.get(), 0);
   for (const auto& [addr, bytes] : weights_) {
