@@ -450,11 +450,12 @@ absl::Status ModelExecution::PlaceUnplanned() {
 // on the device, memory the other models on the GPU could use (issue 28: vLLM's sleep mode frees it on
 // command; here a model idle for models.<name>.idle_sleep gives it back by itself). Its scheduler calls
 // Sleep() on its own thread once it has had nothing to run for that long: the plan releases the
-// residency as before an iteration that follows none, the KV pools — no sequence holds a row of them —
+// residency, the KV pools — no sequence holds a row of them —
 // are discarded (moved to the host where the backend cannot discard), and the weights keep at most
 // models.<name>.sleep_floor on the device, in the order they came (the first layers, which the waking
-// pass needs first), the rest moved to the host with no advice (a pass that follows no plan reads them
-// in place once Apply() has advised them; a plan places them its own way, with no advice to lift first:
+// pass needs first), what the plan staged left staged (its host copies hold it), the rest moved to the
+// host with no advice (a pass that follows no plan reads them in place once Apply() has advised them; a
+// plan places them its own way, with no advice to lift first:
 // lifting it cost two calls a weight on ranges the device had mapped, on the waking pass's way). Nothing
 // is copied back (the host has every weight). The pass that comes next wakes it as any pass after a
 // release does: its plan is prepared again, bringing the pinned weights back at the link's rate; that
@@ -462,7 +463,13 @@ absl::Status ModelExecution::PlaceUnplanned() {
 // model still serves every request: it only starts from less.
 absl::Status ModelExecution::Sleep() {
   if (options_.budget_bytes <= 0) return absl::OkStatus();
-  absl::Status s = executor_ != nullptr ? ReleaseExecutor() : PutBackLeftovers();
+  // What the plan staged stays staged (Note [Plans hand staged weights on], runtime/executor.cc): its
+  // managed range holds nothing on the device, its host copy everything, and the waking plan adopts it.
+  // Putting it back first was most of a sleep (1.8-5.5 s for the H200's 7B at factor 2.0, a synchronous
+  // copy on the host at ~2 GB/s) and held the backend the other models share for as long
+  // (bench/results/2026-12-07-two-models-wake-and-staged-graphs-h200.md). A pass that follows no plan puts
+  // it back first (Suspend), as after a Drop.
+  absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged);
   for (const auto& [id, r] : ranges_) {
     if (!runtime::IsKvCacheId(id)) continue;
     absl::Status dropped = backend_->Discard(r.addr, r.bytes, runtime::Stream::kCompute);

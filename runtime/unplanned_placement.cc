@@ -34,6 +34,8 @@ UnplannedPlacement::UnplannedPlacement(DeviceBackend* backend, int64_t budget_by
 
 bool UnplannedPlacement::OnDevice(const Weight& w) const {
   if (w.where != Where::kUnknown) return w.where == Where::kDevice;
+  // Staged by a plan: its device pages discarded, whatever the range's last prefetch said.
+  if (backend_->StagingOf(w.addr) == DeviceBackend::Staging::kDiscarded) return false;
   const absl::StatusOr<int64_t> resident = backend_->ResidentBytes(w.addr, w.bytes);
   return resident.ok() && *resident >= w.bytes;
 }
@@ -51,9 +53,13 @@ absl::Status UnplannedPlacement::ReadInPlace(Weight& w) {
 // A sleeping model's weights need no advice (Note [A model asleep], profiler/model_execution.cc): no pass
 // reads them before the next plan's preparation or Apply() places them, and advice set here would be
 // lifted again at the wake, two calls a weight on ranges the device had mapped, on the waking pass's way.
+// A weight a plan left staged (its managed range discarded, its host copy whole) has nothing on the device
+// to move: a prefetch would only fill its discarded pages on the host.
 absl::Status UnplannedPlacement::MoveToHost(Weight& w) {
   if (w.where == Where::kInPlace || w.where == Where::kHost) return absl::OkStatus();
-  RETURN_IF_ERROR(backend_->Prefetch(w.addr, w.bytes, Location::kHost, Stream::kCompute));
+  if (backend_->StagingOf(w.addr) != DeviceBackend::Staging::kDiscarded) {
+    RETURN_IF_ERROR(backend_->Prefetch(w.addr, w.bytes, Location::kHost, Stream::kCompute));
+  }
   w.where = Where::kHost;
   return absl::OkStatus();
 }

@@ -325,6 +325,40 @@ TEST_F(ModelExecutionTest, TheWeightsItStagedReportTheirCodedSizesFromTheBackend
   }
 }
 
+// Note [A model asleep]: a sleep leaves what the plan staged staged, nothing copied back on the host (most
+// of a 7B's sleep, holding the backend the other models share), and the plan that wakes the model adopts it.
+TEST_F(ModelExecutionTest, AModelAsleepLeavesWhatItStagedStagedAndTheWakingPlanAdoptsIt) {
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+  std::vector<runtime::NamedTensor> named = Named();
+  for (runtime::NamedTensor& t : named) t.addr = *sim->AllocateManaged(t.bytes);
+  constexpr int64_t kBudget = 24 << 20;
+  auto ex = ModelExecution::OnDevice(sim.get(), named, {.monitor_every = 0, .budget_bytes = kBudget});
+  const auto tight = Plan(kBudget);
+  for (int it = 0; it < 2; ++it) ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());
+  const ExecutionStats awake = ex->stats();
+  ASSERT_GT(awake.staged_bytes, 0);
+  const int64_t put_back = sim->put_back_bytes();
+  ASSERT_TRUE(ex->Sleep().ok());
+  ASSERT_TRUE(ex->asleep());
+  EXPECT_EQ(sim->put_back_bytes(), put_back);
+  int64_t staged = 0, resident = 0;
+  for (int i = 0; i < kWeights; ++i) {
+    const runtime::TensorRange& r = *ex->range("param:w" + std::to_string(i));
+    if (sim->StagingOf(r.addr) == runtime::DeviceBackend::Staging::kDiscarded) staged += r.bytes;
+    resident += *sim->ResidentBytes(r.addr, r.bytes);
+  }
+  EXPECT_EQ(staged, awake.staged_bytes);
+  EXPECT_EQ(resident, 0);  // no floor: nothing of it on the device
+  EXPECT_EQ(ex->stats().resident_bytes, 0);
+  ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());  // the waking pass
+  const ExecutionStats woken = ex->stats();
+  EXPECT_EQ(woken.followed_iterations, awake.followed_iterations + 1);
+  EXPECT_EQ(woken.staged_bytes, awake.staged_bytes);
+  EXPECT_LE(woken.peak_resident_bytes, kBudget);
+  EXPECT_EQ(sim->put_back_bytes(), put_back);
+  ex.reset();  // before the backend it drives
+}
+
 TEST_F(ModelExecutionTest, UnloadedWithItsModelItDropsWhatIsStagedAndFreesTheHostCopies) {
   auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
   auto ex = OnDevice(*sim, /*monitor_every=*/0);
