@@ -273,14 +273,18 @@ int main(int argc, char** argv) {
       seconds > 0 ? absl::StrCat(seconds, " s").c_str() : absl::StrCat(repeats, " requests each").c_str(), window_s,
       link / 1e9, code);
   std::printf(
-      "| model | solo tok/s | solo step (sweep) ms | at once tok/s | at once / solo | requests | TTFT p50 / max ms | "
+      "| model | solo tok/s | solo step (sweep) ms | solo TTFT ms | at once tok/s | at once / solo | requests | TTFT "
+      "p50 / max ms | "
       "TTFT p50 / max, sweeps | followed | abandoned | plan switches | fault groups | link GiB (own) | link GB/s "
-      "(own) | last error |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "(own) | last error |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool all_followed = true;
   double link_bytes = 0;
   for (const PerModel& m : per) {
-    std::vector<double> solo, tps, ttft;
-    for (const DaemonRun& r : m.solo) solo.push_back(r.decode_tokens_per_s);
+    std::vector<double> solo, solo_ttft, tps, ttft;
+    for (const DaemonRun& r : m.solo) {
+      solo.push_back(r.decode_tokens_per_s);
+      solo_ttft.push_back(r.ttft_ms);
+    }
     for (const DaemonRun& r : m.runs) {
       tps.push_back(r.decode_tokens_per_s);
       ttft.push_back(r.ttft_ms);
@@ -293,11 +297,13 @@ int main(int argc, char** argv) {
     link_bytes += own;
     all_followed &= abandoned == 0 && followed > 0;
     std::printf(
-        "| %s | %.2f | %.1f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %llu | %llu | %llu | %lld | %.2f | "
+        "| %s | %.2f | %.1f | %.0f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %llu | %llu | %llu | %lld | %.2f "
+        "| "
         "%.1f | %s |\n",
-        m.name.c_str(), Median(solo), sweep_ms, Median(tps), Median(solo) > 0 ? Median(tps) / Median(solo) : 0,
-        m.runs.size(), Median(ttft), Max(ttft), sweep_ms > 0 ? Median(ttft) / sweep_ms : 0,
-        sweep_ms > 0 ? Max(ttft) / sweep_ms : 0, (unsigned long long)followed, (unsigned long long)abandoned,
+        m.name.c_str(), Median(solo), sweep_ms, Median(solo_ttft), Median(tps),
+        Median(solo) > 0 ? Median(tps) / Median(solo) : 0, m.runs.size(), Median(ttft), Max(ttft),
+        sweep_ms > 0 ? Median(ttft) / sweep_ms : 0, sweep_ms > 0 ? Max(ttft) / sweep_ms : 0,
+        (unsigned long long)followed, (unsigned long long)abandoned,
         (unsigned long long)(m.after.plan_switches() - m.before.plan_switches()), (long long)faults,
         own / double(1 << 30), window_s > 0 ? own / window_s / 1e9 : 0, m.after.last_error().c_str());
   }
