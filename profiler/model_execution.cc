@@ -450,17 +450,17 @@ absl::Status ModelExecution::PlaceUnplanned() {
 // on the device, memory the other models on the GPU could use (issue 28: vLLM's sleep mode frees it on
 // command; here a model idle for models.<name>.idle_sleep gives it back by itself). Its scheduler calls
 // Sleep() on its own thread once it has had nothing to run for that long: the plan releases the
-// residency, the KV pools — no sequence holds a row of them —
-// are discarded (moved to the host where the backend cannot discard), and the weights keep at most
-// models.<name>.sleep_floor on the device, in the order they came (the first layers, which the waking
-// pass needs first), what the plan staged left staged (its host copies hold it), the rest moved to the
-// host with no advice (a pass that follows no plan reads them in place once Apply() has advised them; a
-// plan places them its own way, with no advice to lift first:
-// lifting it cost two calls a weight on ranges the device had mapped, on the waking pass's way). Nothing
-// is copied back (the host has every weight). The pass that comes next wakes it as any pass after a
-// release does: its plan is prepared again, bringing the pinned weights back at the link's rate; that
-// pass's time is the wake's, and its INFO line says how much of it the plan's switch took. A sleeping
-// model still serves every request: it only starts from less.
+// residency; the KV pools, no sequence holding a row of them, are discarded (moved to the host where the
+// backend cannot discard); the weights keep at most models.<name>.sleep_floor on the device, in the
+// order they came (the first layers, which the waking pass needs first). What the plan staged stays
+// staged (its host copies hold it); the rest is staged out as host copies where the backend stages (Note
+// [Weights asleep as host copies], runtime/unplanned_placement.cc), else moved to the host. No advice is
+// set either way: a pass that follows no plan puts them back and reads them in place once Apply() has
+// advised them, and a plan places them its own way with no advice to lift first (lifting it cost two
+// calls a weight on ranges the device had mapped, on the waking pass's way). The pass that comes next
+// wakes it as any pass after a release does: its plan is prepared again, copying the pinned weights back
+// at the link's rate; that pass's time is the wake's, and its INFO line says how much of it the plan's
+// switch took. A sleeping model still serves every request: it only starts from less.
 absl::Status ModelExecution::Sleep() {
   if (options_.budget_bytes <= 0) return absl::OkStatus();
   // What the plan staged stays staged (Note [Plans hand staged weights on], runtime/executor.cc): its

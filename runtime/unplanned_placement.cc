@@ -50,14 +50,28 @@ absl::Status UnplannedPlacement::ReadInPlace(Weight& w) {
   return absl::OkStatus();
 }
 
-// A sleeping model's weights need no advice (Note [A model asleep], profiler/model_execution.cc): no pass
-// reads them before the next plan's preparation or Apply() places them, and advice set here would be
-// lifted again at the wake, two calls a weight on ranges the device had mapped, on the waking pass's way.
-// A weight a plan left staged (its managed range discarded, its host copy whole) has nothing on the device
-// to move: a prefetch would only fill its discarded pages on the host.
+// Note [Weights asleep as host copies]: a sleeping model's weights leave the device (Note [A model
+// asleep], profiler/model_execution.cc) with no advice: no pass reads them before the next plan's
+// preparation or Apply() places them, and advice set here would be lifted again at the wake, two calls a
+// weight on ranges the device had mapped, on the waking pass's way. Where the backend stages, a weight of
+// whole VA blocks on the device is staged out (DeviceBackend::StageOut): copied to a pinned host copy —
+// or none copied where one is kept from before (Note [Host copies outlive staging]), as it is from the
+// second sleep on — and its device pages discarded. The plan that wakes the model and pins it brings it
+// back from that copy by an asynchronous copy at the link's rate (Executor::Prepare: Unstage to the
+// device), where a migration back was a prefetch at 28-38 GB/s holding the host thread, weight by weight,
+// before the waking pass could start (the H200's 7B at factor 2.0: 161-221 ms of a 351-364 ms wake,
+// bench/results/2026-12-07-two-models-wake-and-staged-graphs-h200.md); and leaving takes a discard, not a
+// migration to the host at 12-16 GB/s (../shared/gpu/NOTES.md). The cost is pinned host memory, the size
+// of the weights the model's plans pin, held while it is loaded, as vLLM's sleep mode holds its
+// weights in CPU memory. A pass that follows no plan puts them back first (ModelExecution::Suspend).
+// Elsewhere the weight is prefetched to the host. A weight a plan left staged has nothing on the device.
 absl::Status UnplannedPlacement::MoveToHost(Weight& w) {
   if (w.where == Where::kInPlace || w.where == Where::kHost) return absl::OkStatus();
-  if (backend_->StagingOf(w.addr) != DeviceBackend::Staging::kDiscarded) {
+  const DeviceBackend::Staging staging = backend_->StagingOf(w.addr);
+  if (staging == DeviceBackend::Staging::kNone && backend_->can_stage() && w.bytes % kSharedBlockBytes == 0 &&
+      w.addr % kSharedBlockBytes == 0 && OnDevice(w)) {
+    RETURN_IF_ERROR(backend_->StageOut(w.addr, w.bytes));
+  } else if (staging != DeviceBackend::Staging::kDiscarded) {
     RETURN_IF_ERROR(backend_->Prefetch(w.addr, w.bytes, Location::kHost, Stream::kCompute));
   }
   w.where = Where::kHost;

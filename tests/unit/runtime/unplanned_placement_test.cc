@@ -137,8 +137,9 @@ TEST_F(UnplannedPlacementTest, AfterAPlanLetsGoTheWeightsAreBackWithinTheBudget)
 }
 
 // Note [A model asleep] (profiler/model_execution.cc): an idle model shrinks to its sleep floor — the
-// first weights on the device up to it, whatever its budget — and the next Apply() keeps what then fits
-// its budget, bringing nothing back (the plan that wakes it does).
+// first weights on the device up to it, whatever its budget — the rest staged out as host copies (Note
+// [Weights asleep as host copies]); put back as ModelExecution::Suspend puts them back, the next Apply()
+// keeps what then fits its budget, bringing nothing back (the plan that wakes it does).
 TEST_F(UnplannedPlacementTest, AModelAsleepKeepsNoMoreThanItsFloorAndTheNextApplyBringsNothingBack) {
   UnplannedPlacement place(sim_.get(), kAll);
   for (const auto& [addr, bytes] : weights_) {
@@ -152,9 +153,19 @@ TEST_F(UnplannedPlacementTest, AModelAsleepKeepsNoMoreThanItsFloorAndTheNextAppl
   EXPECT_EQ(place.kept_bytes(), 2 * 64 * kMiB + 8 * 64 * 1024);  // matrices 0 and 1, and the norms
   EXPECT_EQ(Resident(), place.kept_bytes());
   EXPECT_EQ(place.in_place_bytes(), 6 * 64 * kMiB);
+  for (size_t i = 0; i < weights_.size(); i += 2) {
+    EXPECT_EQ(sim_->StagingOf(weights_[i].first),
+              i < 4 ? DeviceBackend::Staging::kNone : DeviceBackend::Staging::kDiscarded)
+        << i;
+  }
   ASSERT_TRUE(place.Shrink(0).ok());
   ASSERT_TRUE(sim_->Synchronize().ok());
   EXPECT_EQ(Resident(), 8 * 64 * 1024);  // the norms only: they share VA blocks on CUDA
+  EXPECT_EQ(sim_->host_copies_filled_bytes(), 8 * 64 * kMiB);
+  for (const auto& [addr, bytes] : weights_) {
+    if (sim_->StagingOf(addr) != DeviceBackend::Staging::kNone)
+      ASSERT_TRUE(sim_->Unstage(addr, bytes, Location::kHost).ok());
+  }
   const UvmCounters before = *sim_->ReadCounters();
   ASSERT_TRUE(place.Apply(0).ok());
   ReadAll();
@@ -164,9 +175,20 @@ TEST_F(UnplannedPlacementTest, AModelAsleepKeepsNoMoreThanItsFloorAndTheNextAppl
   EXPECT_EQ(Resident(), 8 * 64 * 1024);
 }
 
-// The weights a sleep moves off the device carry no advice (so a waking plan has none to lift): a kernel
-// that reads one before any Apply() faults it back in, where one Apply() advised is read in place.
+// Where the backend cannot stage, the weights a sleep moves off the device go to the host, with no advice
+// (so a waking plan has none to lift): a kernel that reads one before any Apply() faults it back in, where
+// one Apply() advised is read in place.
 TEST_F(UnplannedPlacementTest, AModelAsleepMovesItsWeightsToTheHostWithoutAdvice) {
+  GpuSpec spec = *FindGpuSpec("h200-pcie5");
+  spec.uvm.staged_copy_bytes_per_s = 0;  // CUDA before 13
+  auto unstaged = sim::SimBackend::Create({.spec = spec, .allow_oversubscription = true});
+  ASSERT_TRUE(unstaged.ok()) << unstaged.status();
+  sim_ = std::move(*unstaged);
+  weights_.clear();
+  for (int i = 0; i < 8; ++i) {
+    for (const int64_t bytes : {64 * kMiB, 64 * int64_t{1024}})
+      weights_.push_back({*sim_->AllocateManaged(bytes), bytes});
+  }
   UnplannedPlacement place(sim_.get(), kAll);
   for (const auto& [addr, bytes] : weights_) {
     ASSERT_TRUE(sim_->Prefetch(addr, bytes, Location::kDevice, Stream::kCompute).ok());
@@ -176,6 +198,7 @@ TEST_F(UnplannedPlacementTest, AModelAsleepMovesItsWeightsToTheHostWithoutAdvice
   ASSERT_TRUE(sim_->Synchronize().ok());
   ASSERT_EQ(Resident(), 8 * 64 * 1024);
   EXPECT_EQ(place.in_place_bytes(), 8 * 64 * kMiB);  // off the device
+  EXPECT_EQ(sim_->StagingOf(weights_[2].first), DeviceBackend::Staging::kNone);
   const auto [addr, bytes] = weights_[2];
   UvmCounters before = *sim_->ReadCounters();
   sim_->Launch({.name = "gemv", .ranges = {{.addr = addr, .bytes = bytes}}, .flops = 2.0 * bytes / 2});
