@@ -20,6 +20,7 @@ namespace {
 constexpr int kWeights = 8;
 constexpr int kOps = 2 * kWeights;
 constexpr int64_t kWeight = 8 << 20;
+constexpr int64_t kSleepBudget = 24 << 20;  // of the 64 MiB of weights: some pinned, some staged
 
 // Two passes of matrix-vector products over eight 8 MiB weights (each read twice an iteration, so
 // that a plan fetches rather than reads them in place).
@@ -71,12 +72,15 @@ class ModelExecutionTest : public ::testing::Test {
     return ex.End();
   }
   // Over `sim` as if it were the model's own memory (the CUDA daemon's ModelExecution).
+  // `budget_bytes`: the model's device budget, which a sleep needs (0: none).
   std::unique_ptr<ModelExecution> OnDevice(runtime::sim::SimBackend& sim, int64_t monitor_every,
-                                           double monitor_min_interval_seconds = 0) {
+                                           double monitor_min_interval_seconds = 0, int64_t budget_bytes = 0) {
     std::vector<runtime::NamedTensor> named = Named();
     for (runtime::NamedTensor& t : named) t.addr = *sim.AllocateManaged(t.bytes);
-    return ModelExecution::OnDevice(
-        &sim, named, {.monitor_every = monitor_every, .monitor_min_interval_seconds = monitor_min_interval_seconds});
+    return ModelExecution::OnDevice(&sim, named,
+                                    {.monitor_every = monitor_every,
+                                     .monitor_min_interval_seconds = monitor_min_interval_seconds,
+                                     .budget_bytes = budget_bytes});
   }
   void Drive(const std::vector<runtime::OpSubscriber*>& subscribers, int kernel_at = -1) {
     for (int i = 0; i < kOps && !subscribers.empty(); ++i) {
@@ -329,11 +333,8 @@ TEST_F(ModelExecutionTest, TheWeightsItStagedReportTheirCodedSizesFromTheBackend
 // of a 7B's sleep, holding the backend the other models share), and the plan that wakes the model adopts it.
 TEST_F(ModelExecutionTest, AModelAsleepLeavesWhatItStagedStagedAndTheWakingPlanAdoptsIt) {
   auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
-  std::vector<runtime::NamedTensor> named = Named();
-  for (runtime::NamedTensor& t : named) t.addr = *sim->AllocateManaged(t.bytes);
-  constexpr int64_t kBudget = 24 << 20;
-  auto ex = ModelExecution::OnDevice(sim.get(), named, {.monitor_every = 0, .budget_bytes = kBudget});
-  const auto tight = Plan(kBudget);
+  auto ex = OnDevice(*sim, /*monitor_every=*/0, /*monitor_min_interval_seconds=*/0, kSleepBudget);
+  const auto tight = Plan(kSleepBudget);
   for (int it = 0; it < 2; ++it) ASSERT_TRUE(Iterate(*ex, "tight", tight).ok());
   const ExecutionStats awake = ex->stats();
   ASSERT_GT(awake.staged_bytes, 0);
@@ -354,7 +355,7 @@ TEST_F(ModelExecutionTest, AModelAsleepLeavesWhatItStagedStagedAndTheWakingPlanA
   const ExecutionStats woken = ex->stats();
   EXPECT_EQ(woken.followed_iterations, awake.followed_iterations + 1);
   EXPECT_EQ(woken.staged_bytes, awake.staged_bytes);
-  EXPECT_LE(woken.peak_resident_bytes, kBudget);
+  EXPECT_LE(woken.peak_resident_bytes, kSleepBudget);
   EXPECT_EQ(sim->put_back_bytes(), put_back);
   ex.reset();  // before the backend it drives
 }
@@ -364,11 +365,8 @@ TEST_F(ModelExecutionTest, AModelAsleepLeavesWhatItStagedStagedAndTheWakingPlanA
 // waking plan brings the pinned weights back by staged copies (no migration), and the tokens' passes follow.
 TEST_F(ModelExecutionTest, AModelAsleepKeepsItsPinnedWeightsAsHostCopiesAndItsWakingPlanCopiesThemBack) {
   auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
-  std::vector<runtime::NamedTensor> named = Named();
-  for (runtime::NamedTensor& t : named) t.addr = *sim->AllocateManaged(t.bytes);
-  constexpr int64_t kBudget = 24 << 20;
-  auto ex = ModelExecution::OnDevice(sim.get(), named, {.monitor_every = 0, .budget_bytes = kBudget});
-  const auto tight = Plan(kBudget);
+  auto ex = OnDevice(*sim, /*monitor_every=*/0, /*monitor_min_interval_seconds=*/0, kSleepBudget);
+  const auto tight = Plan(kSleepBudget);
   int64_t pinned = 0;
   for (const std::string& id : tight.plan.pinned) pinned += id.rfind("param:", 0) == 0 ? kWeight : 0;
   ASSERT_GT(pinned, 0);
