@@ -1,5 +1,6 @@
 #include "runtime/unplanned_placement.h"
 
+#include "base/log.h"
 #include "base/status_macros.h"
 
 namespace autouvm::runtime {
@@ -68,10 +69,21 @@ absl::Status UnplannedPlacement::ReadInPlace(Weight& w) {
 absl::Status UnplannedPlacement::MoveToHost(Weight& w) {
   if (w.where == Where::kInPlace || w.where == Where::kHost) return absl::OkStatus();
   const DeviceBackend::Staging staging = backend_->StagingOf(w.addr);
+  bool moved = staging == DeviceBackend::Staging::kDiscarded;
   if (staging == DeviceBackend::Staging::kNone && backend_->can_stage() && w.bytes % kSharedBlockBytes == 0 &&
       w.addr % kSharedBlockBytes == 0 && OnDevice(w)) {
-    RETURN_IF_ERROR(backend_->StageOut(w.addr, w.bytes));
-  } else if (staging != DeviceBackend::Staging::kDiscarded) {
+    // A host copy that cannot be made (pinned host memory refused, say) leaves the weight where it was:
+    // it migrates instead, and the sleep goes on.
+    const absl::Status staged = backend_->StageOut(w.addr, w.bytes);
+    moved = staged.ok();
+    if (!staged.ok() && !warned_) {
+      AUTOUVM_LOG(WARNING) << "a sleeping model's weight of " << w.bytes
+                           << " bytes could not be staged out to a host copy, so it migrates to the host instead ("
+                           << staged.message() << "); said once per model";
+      warned_ = true;
+    }
+  }
+  if (!moved) {
     RETURN_IF_ERROR(backend_->Prefetch(w.addr, w.bytes, Location::kHost, Stream::kCompute));
   }
   w.where = Where::kHost;

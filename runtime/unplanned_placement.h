@@ -81,6 +81,7 @@ class UnplannedPlacement {
   std::vector<Weight> weights_;  // in the order placed or added
   bool applied_ = false;         // every weight is where the last Place()s or Apply() put it
   int64_t applied_kv_bytes_ = -1;
+  bool warned_ = false;  // that a weight could not be staged out
 };
 
 }  // namespace autouvm::runtime
