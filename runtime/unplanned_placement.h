@@ -44,9 +44,11 @@ class UnplannedPlacement {
   // place. Nothing is brought onto the device, and nothing moves when the placement holds already.
   absl::Status Apply(int64_t kv_bytes);
   // Note [A model asleep] (profiler/model_execution.cc): keeps on the device at most `keep_bytes` of the
-  // weights there now (small ones always; then in the order the weights came), the rest moved to the host
-  // with no advice (none to lift when a plan wakes the model) — for a model with no KV rows in use,
-  // whatever its budget. The next Apply() places them again (read in place).
+  // weights there now (small ones always; then in the order the weights came); the rest leave it with no
+  // advice (none to lift when a plan wakes the model), staged out as host copies where the backend stages,
+  // else moved to the host (Note [Weights asleep as host copies], unplanned_placement.cc) — for a model
+  // with no KV rows in use, whatever its budget. Staged weights are put back before the next Apply(),
+  // which places them again (read in place); a plan adopts them.
   absl::Status Shrink(int64_t keep_bytes);
   // Clears the advice Apply(), Place() or Shrink() set, for a plan's executor to place the weights its own way;
   // the next Apply() places them all again.
@@ -60,7 +62,7 @@ class UnplannedPlacement {
   int64_t budget_bytes() const { return budget_bytes_; }
 
  private:
-  enum class Where { kUnknown, kDevice, kInPlace, kHost };  // kHost: moved there by Shrink(), no advice
+  enum class Where { kUnknown, kDevice, kInPlace, kHost };  // kHost: off the device by Shrink(), no advice
   struct Weight {
     uint64_t addr = 0;
     int64_t bytes = 0;
