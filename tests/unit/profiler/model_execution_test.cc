@@ -396,6 +396,30 @@ TEST_F(ModelExecutionTest, AModelAsleepKeepsItsPinnedWeightsAsHostCopiesAndItsWa
   ex.reset();  // before the backend it drives
 }
 
+// Note [A model asleep]: a sleeping model's next pass may follow no plan (a shape with none near it, a run
+// again): its weights are put back from their host copies first, then read in place within its budget.
+TEST_F(ModelExecutionTest, APassWithNoPlanAfterASleepPutsTheHostCopiesBackAndReadsTheWeightsInPlace) {
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+  auto ex = OnDevice(*sim, /*monitor_every=*/0, /*monitor_min_interval_seconds=*/0, kSleepBudget);
+  ASSERT_TRUE(Iterate(*ex, "tight", Plan(kSleepBudget)).ok());
+  ASSERT_TRUE(ex->Sleep().ok());
+  const int64_t put_back = sim->put_back_bytes();
+  ASSERT_TRUE(ex->Suspend().ok());
+  EXPECT_EQ(sim->put_back_bytes(), put_back + kWeights * kWeight);
+  const runtime::UvmCounters before = *sim->ReadCounters();
+  for (int i = 0; i < kOps; ++i) {  // the pass, its kernels on the mirror as the model's would be
+    const runtime::TensorRange& r = *ex->range("param:w" + std::to_string(i % kWeights));
+    EXPECT_EQ(sim->StagingOf(r.addr), runtime::DeviceBackend::Staging::kNone) << i;
+    sim->Launch({.name = "mm", .ranges = {{.addr = r.addr, .bytes = r.bytes}}, .flops = 2.0 * r.bytes / 2});
+  }
+  ASSERT_TRUE(sim->Synchronize().ok());
+  const runtime::UvmCounters moved = *sim->ReadCounters() - before;
+  EXPECT_EQ(moved.gpu_faults, 0);
+  EXPECT_EQ(moved.remote_bytes, 2 * kWeights * kWeight);  // every weight read in place, twice
+  EXPECT_LE(ex->resident_bytes(), kSleepBudget);
+  ex.reset();  // before the backend it drives
+}
+
 TEST_F(ModelExecutionTest, UnloadedWithItsModelItDropsWhatIsStagedAndFreesTheHostCopies) {
   auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
   auto ex = OnDevice(*sim, /*monitor_every=*/0);
