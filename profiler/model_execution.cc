@@ -480,7 +480,9 @@ absl::Status ModelExecution::Sleep() {
   }
   if (s.ok()) s = placement_->Shrink(options_.sleep_keep_bytes);
   if (s.ok()) s = backend_->Synchronize();
+  const int64_t host_copies = HostCopyBytes();  // with those the sleep made
   absl::MutexLock lock(&mu_);
+  stats_.host_copy_bytes = host_copies;
   if (!s.ok()) {
     stats_.last_error = absl::StrCat("putting the model to sleep: ", s.message());
     return s;

@@ -379,6 +379,7 @@ TEST_F(ModelExecutionTest, AModelAsleepKeepsItsPinnedWeightsAsHostCopiesAndItsWa
     const runtime::UvmCounters slept = *sim->ReadCounters() - before;
     EXPECT_EQ(slept.d2h_total(), 0) << "sleep " << sleep << ": dropped, not migrated";
     EXPECT_EQ(sim->host_copies_filled_bytes(), filled + pinned) << "sleep " << sleep << ": filled the first time only";
+    EXPECT_EQ(ex->stats().host_copy_bytes, kWeights * kWeight) << "sleep " << sleep << ": every weight's, reported";
     for (int i = 0; i < kWeights; ++i) {
       const runtime::TensorRange& r = *ex->range("param:w" + std::to_string(i));
       EXPECT_EQ(sim->StagingOf(r.addr), runtime::DeviceBackend::Staging::kDiscarded) << i;
