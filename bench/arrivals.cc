@@ -49,6 +49,7 @@ namespace {
 using autouvm::bench::Check;
 using autouvm::bench::DaemonRun;
 using autouvm::bench::Die;
+using autouvm::bench::Max;
 using autouvm::bench::Median;
 using Clock = std::chrono::steady_clock;
 
@@ -84,8 +85,6 @@ Burst RunBurst(autouvm::bench::DaemonUnderTest& d, const std::string& model, int
   b.after = autouvm::bench::ModelStatusOf(d.admin.get(), model);
   return b;
 }
-
-double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
 // The model's device residency as its executor accounts it (ModelStatus.execution.resident_bytes),
 // sampled every 100 ms from the daemon's start until Stop(): the most seen and the plan that held it.

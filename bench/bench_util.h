@@ -25,6 +25,9 @@ inline double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The largest element; 0 for none.
+inline double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
 inline double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }

@@ -59,6 +59,7 @@ namespace {
 using autouvm::bench::Check;
 using autouvm::bench::DaemonRun;
 using autouvm::bench::Die;
+using autouvm::bench::Max;
 using autouvm::bench::Median;
 using Clock = std::chrono::steady_clock;
 
@@ -76,8 +77,6 @@ struct PerModel {
 // The bytes a model's executor moved over the link: fetched to the device (staged copies, pinned weights
 // and KV rows brought in) and read in place.
 int64_t LinkBytes(const autouvm::v1::ExecutionStatus& s) { return s.prefetched_bytes() + s.in_place_read_bytes(); }
-
-double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
 // nvidia-smi's memory.used (MiB) every 100 ms, into a file, from Start() to Stop().
 class MemorySampler {

@@ -125,7 +125,7 @@ class ModelRunner final : public StepRunner {
   // A step of decode rows alone, each wanting its logits, over its bucket's shape (Note [Decode steps by
   // bucket], step_graph_options.h): by the bucket's graph where graphs are on and allowed, else eagerly.
   absl::Status RunDecode(absl::Span<const Row> rows, int64_t d_span, std::vector<float>* logits);
-  // A step with prompt chunks (rows checked; `bucket` from them) over its bucket's shape (Note [Packed steps by
+  // A step with prompt chunks (rows checked; `b` their bucket) over its bucket's shape (Note [Packed steps by
   // bucket]): by the bucket's graph where graphs are on and allowed, else eagerly; the logits its rows want.
   absl::Status RunPacked(absl::Span<const Row> rows, StepBucket b, std::vector<float>* logits);
 

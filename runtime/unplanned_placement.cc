@@ -66,12 +66,12 @@ absl::Status UnplannedPlacement::ReadInPlace(Weight& w) {
 // of the weights the model's plans pin, held while it is loaded, as vLLM's sleep mode holds its
 // weights in CPU memory. A pass that follows no plan puts them back first (ModelExecution::Suspend).
 // Elsewhere the weight is prefetched to the host. A weight a plan left staged has nothing on the device.
-absl::Status UnplannedPlacement::MoveToHost(Weight& w) {
+absl::Status UnplannedPlacement::MoveToHost(Weight& w, bool on_device) {
   if (w.where == Where::kInPlace || w.where == Where::kHost) return absl::OkStatus();
   const DeviceBackend::Staging staging = backend_->StagingOf(w.addr);
   bool moved = staging == DeviceBackend::Staging::kDiscarded;
   if (staging == DeviceBackend::Staging::kNone && backend_->can_stage() && w.bytes % kSharedBlockBytes == 0 &&
-      w.addr % kSharedBlockBytes == 0 && OnDevice(w)) {
+      w.addr % kSharedBlockBytes == 0 && on_device) {
     // A host copy that cannot be made (pinned host memory refused, say) leaves the weight where it was:
     // it migrates instead, and the sleep goes on.
     const absl::Status staged = backend_->StageOut(w.addr, w.bytes);
@@ -131,11 +131,12 @@ absl::Status UnplannedPlacement::Keep(int64_t room, bool advise) {
   }
   for (Weight& w : weights_) {
     if (Small(w)) continue;
-    if (OnDevice(w) && kept + w.bytes <= room) {
+    const bool on_device = OnDevice(w);
+    if (on_device && kept + w.bytes <= room) {
       w.where = Where::kDevice;
       kept += w.bytes;
     } else {
-      RETURN_IF_ERROR(advise ? ReadInPlace(w) : MoveToHost(w));
+      RETURN_IF_ERROR(advise ? ReadInPlace(w) : MoveToHost(w, on_device));
     }
   }
   applied_ = true;

@@ -72,7 +72,7 @@ class UnplannedPlacement {
   // Whether the weight is on the device now: as placed, or (unknown) as the backend says.
   bool OnDevice(const Weight& w) const;
   absl::Status ReadInPlace(Weight& w);
-  absl::Status MoveToHost(Weight& w);
+  absl::Status MoveToHost(Weight& w, bool on_device);  // `on_device`: OnDevice(w), as the caller found it
   // Keeps what is on the device within `room` bytes (small weights first, always); the rest read in
   // place, or only moved to the host where `advise` is false.
   absl::Status Keep(int64_t room, bool advise);
