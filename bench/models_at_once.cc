@@ -69,6 +69,7 @@ struct PerModel {
   std::vector<DaemonRun> runs;  // every stream, all models at once
   std::mutex mu;                // guards runs
   autouvm::v1::ExecutionStatus before, after;
+  double wait_before = 0, wait_after = 0;      // turn_wait_seconds: its passes waiting for the others'
   double load_s = 0;                           // daemon start to READY
   autouvm::v1::ExecutionStatus asleep, woken;  // --idle-sleep: asleep, and after its waking request
   DaemonRun wake;
@@ -224,7 +225,9 @@ int main(int argc, char** argv) {
         // Awake (with --idle-sleep the others slept through the solo runs), all within a request of the start.
         autouvm::bench::GenerateThroughDaemon(gen, m.name, prompt, tokens);
         timed.arrive_and_wait();
-        m.before = autouvm::bench::ModelStatusOf(admin, m.name).execution();
+        const autouvm::v1::ModelStatus st = autouvm::bench::ModelStatusOf(admin, m.name);
+        m.before = st.execution();
+        m.wait_before = st.turn_wait_seconds();
         timed.arrive_and_wait();
         if (k == 0) window_from = Clock::now();
         const Clock::time_point until =
@@ -232,7 +235,9 @@ int main(int argc, char** argv) {
         burst(m, true, [&](int i) { return seconds > 0 ? Clock::now() < until : i < repeats; });
         timed.arrive_and_wait();
         if (k == 0) window_to = Clock::now();
-        m.after = autouvm::bench::ModelStatusOf(admin, m.name).execution();
+        const autouvm::v1::ModelStatus done = autouvm::bench::ModelStatusOf(admin, m.name);
+        m.after = done.execution();
+        m.wait_after = done.turn_wait_seconds();
       });
     }
     for (std::thread& t : ts) t.join();
@@ -274,8 +279,9 @@ int main(int argc, char** argv) {
   std::printf(
       "| model | solo tok/s | solo step (sweep) ms | solo TTFT ms | at once tok/s | at once / solo | requests | TTFT "
       "p50 / max ms | "
-      "TTFT p50 / max, sweeps | followed | abandoned | plan switches | fault groups | link GiB (own) | link GB/s "
-      "(own) | last error |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "TTFT p50 / max, sweeps | followed | abandoned | plan switches | ms / switch | turn wait ms / request | fault "
+      "groups | link GiB (own) | link GB/s (own) | last error |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool all_followed = true;
   double link_bytes = 0;
   for (const PerModel& m : per) {
@@ -292,19 +298,25 @@ int main(int argc, char** argv) {
     const uint64_t followed = m.after.followed_iterations() - m.before.followed_iterations();
     const uint64_t abandoned = m.after.abandoned_iterations() - m.before.abandoned_iterations();
     const int64_t faults = m.after.gpu_fault_groups() - m.before.gpu_fault_groups();
+    // A switch runs before its pass's turn, beside the other models' passes; a request's prefill waits
+    // for the pass in progress (Note [Passes by shares]): the two that TTFT adds to a sweep.
+    const uint64_t switches = m.after.plan_switches() - m.before.plan_switches();
+    const double switch_ms =
+        switches > 0 ? 1e3 * (m.after.plan_switch_seconds() - m.before.plan_switch_seconds()) / switches : 0;
+    const double wait_ms = m.runs.empty() ? 0 : 1e3 * (m.wait_after - m.wait_before) / m.runs.size();
     const double own = static_cast<double>(LinkBytes(m.after) - LinkBytes(m.before));
     link_bytes += own;
     all_followed &= abandoned == 0 && followed > 0;
     std::printf(
-        "| %s | %.2f | %.1f | %.0f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %llu | %llu | %llu | %lld | %.2f "
+        "| %s | %.2f | %.1f | %.0f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %llu | %llu | %llu | %.1f | %.0f "
         "| "
-        "%.1f | %s |\n",
+        "%lld | %.2f | %.1f | %s |\n",
         m.name.c_str(), Median(solo), sweep_ms, Median(solo_ttft), Median(tps),
         Median(solo) > 0 ? Median(tps) / Median(solo) : 0, m.runs.size(), Median(ttft), Max(ttft),
         sweep_ms > 0 ? Median(ttft) / sweep_ms : 0, sweep_ms > 0 ? Max(ttft) / sweep_ms : 0,
-        (unsigned long long)followed, (unsigned long long)abandoned,
-        (unsigned long long)(m.after.plan_switches() - m.before.plan_switches()), (long long)faults,
-        own / double(1 << 30), window_s > 0 ? own / window_s / 1e9 : 0, m.after.last_error().c_str());
+        (unsigned long long)followed, (unsigned long long)abandoned, (unsigned long long)switches, switch_ms, wait_ms,
+        (long long)faults, own / double(1 << 30), window_s > 0 ? own / window_s / 1e9 : 0,
+        m.after.last_error().c_str());
   }
   // The device's counters: a model's window holds every model's traffic while it is open (docs/metrics.md),
   // so the largest delta over the models is the device's H2D over the window (copies and migrations; reads in

@@ -73,6 +73,7 @@ void PrintStatus(const ModelStatus& status) {
   line("passes_own_plan", status.passes_own_plan());
   line("passes_nearest_plan", status.passes_nearest_plan());
   line("passes_no_plan", status.passes_no_plan());
+  line("turn_wait_seconds", status.turn_wait_seconds());
   line("model_digest", status.model_digest());
   line("policy", status.policy());
   line("device_budget_bytes", status.device_budget_bytes());
@@ -102,6 +103,7 @@ void PrintStatus(const ModelStatus& status) {
     line("execution.followed_iterations", e.followed_iterations());
     line("execution.abandoned_iterations", e.abandoned_iterations());
     line("execution.plan_switches", e.plan_switches());
+    line("execution.plan_switch_seconds", e.plan_switch_seconds());
     line("execution.prefetched_bytes", e.prefetched_bytes());
     line("execution.evicted_bytes", e.evicted_bytes());
     line("execution.resident_bytes", e.resident_bytes());

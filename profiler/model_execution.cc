@@ -251,6 +251,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                     .lift_s = absl::ToDoubleSeconds(lifted - released),
                     .prepare_s = absl::ToDoubleSeconds(absl::Now() - lifted)};
     ++stats_.plan_switches;
+    stats_.plan_switch_seconds += last_switch_.release_s + last_switch_.lift_s + last_switch_.prepare_s;
     stats_.following = key;
     stats_.host_copy_bytes = host_copies;
     // What the preparation placed, before any iteration ends.

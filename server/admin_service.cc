@@ -174,6 +174,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_prefill_passes_total(stats.prefill_passes_total);
   out->set_prefill_rows_total(stats.prefill_rows_total);
   out->set_mixed_passes_total(stats.mixed_passes_total);
+  out->set_turn_wait_seconds(stats.turn_wait_seconds_total);
   if (m.session != nullptr) {
     const profiler::SessionStats ss = m.session->stats();
     out->set_passes_own_plan(static_cast<uint64_t>(ss.own));
@@ -206,6 +207,7 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
     x->set_followed_iterations(static_cast<uint64_t>(e.followed_iterations));
     x->set_abandoned_iterations(static_cast<uint64_t>(e.abandoned_iterations));
     x->set_plan_switches(static_cast<uint64_t>(e.plan_switches));
+    x->set_plan_switch_seconds(e.plan_switch_seconds);
     x->set_prefetched_bytes(e.prefetched_bytes);
     x->set_evicted_bytes(e.evicted_bytes);
     x->set_resident_bytes(e.resident_bytes);

@@ -148,6 +148,9 @@ std::string Metrics::Scrape() const {
   auto* followed = s.Family("autouvm_plan_iterations_total",
                             "Iterations that followed a plan, by outcome (followed, abandoned)", T::Counter);
   auto* switches = s.Family("autouvm_plan_switches_total", "Plans prepared to hold the model's placement", T::Counter);
+  auto* switch_seconds =
+      s.Family("autouvm_plan_switch_seconds_total",
+               "Host time of the plan switches: the plan before released, the new one prepared", T::Counter);
   auto* by_plan =
       s.Family("autouvm_iterations_by_plan_total",
                "Forward passes by the plan they followed: their shape's own, the nearest shape's, none", T::Counter);
@@ -253,6 +256,7 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(followed, {{"model", m.name}, {"backend", e.backend}, {"outcome", "abandoned"}},
                   e.abandoned_iterations);
     Snapshot::Add(switches, uvm, e.plan_switches);
+    Snapshot::Add(switch_seconds, uvm, e.plan_switch_seconds);
     Snapshot::Add(prefetch, uvm, e.prefetched_bytes);
     Snapshot::Add(evicted, uvm, e.evicted_bytes);
     Snapshot::Add(resident, uvm, e.resident_bytes);

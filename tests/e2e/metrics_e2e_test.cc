@@ -111,6 +111,7 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
                                  "autouvm_device_budget_bytes",
                                  "autouvm_plan_iterations_total",
                                  "autouvm_plan_switches_total",
+                                 "autouvm_plan_switch_seconds_total",
                                  "autouvm_iterations_by_plan_total",
                                  "autouvm_prefetch_bytes_total",
                                  "autouvm_evicted_bytes_total",

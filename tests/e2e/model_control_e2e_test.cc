@@ -187,6 +187,8 @@ TEST(ModelControlE2E, TwoModelsUnderTheirBudgetsServeAtOnceNeitherWaitingForTheO
     EXPECT_EQ(st.execution().abandoned_iterations(), 0u) << model << ": " << st.execution().last_error();
     EXPECT_LE(st.execution().peak_resident_bytes(), budget) << model << ": " << st.execution().DebugString();
     EXPECT_GT(st.execution().resident_bytes(), 0) << model;
+    ASSERT_GT(st.execution().plan_switches(), 0u) << model;
+    EXPECT_GT(st.execution().plan_switch_seconds(), 0) << model << ": its switches' host time";
   }
 }
 
@@ -227,6 +229,8 @@ TEST(ModelControlE2E, ModelsTakePassesByTheirShares) {
   // without the warm-up above): the bound that tells shares from none is the upper one.
   EXPECT_GE(b_when_a_done.load(), 3) << "b starved";
   EXPECT_LE(b_when_a_done.load(), 50) << "b kept pace with a: the shares did not hold";
+  // The smaller share waited for the other's passes, and says so (autouvm_model_turn_wait_seconds_total).
+  EXPECT_GT(Status(d, "b").turn_wait_seconds(), 0);
 }
 
 }  // namespace

@@ -108,6 +108,9 @@ TEST_F(ModelExecutionTest, APlanIsFollowedOnTheMirrorWithinItsBudget) {
   EXPECT_EQ(s.followed_iterations, 3);
   EXPECT_EQ(s.abandoned_iterations, 0);
   EXPECT_EQ(s.plan_switches, 1);
+  EXPECT_GT(s.plan_switch_seconds, 0) << "the one switch's host time";
+  EXPECT_EQ(s.plan_switch_seconds,
+            ex->last_switch().release_s + ex->last_switch().lift_s + ex->last_switch().prepare_s);
   // Streamed weights cross the simulated link every iteration; the pinned ones once.
   EXPECT_GE(s.prefetched_bytes, 3 * plan.plan.streamed_bytes) << s.prefetched_bytes;
   EXPECT_GT(s.evicted_bytes, 0);
