@@ -69,7 +69,7 @@ struct PerModel {
   std::vector<DaemonRun> runs;  // every stream, all models at once
   std::mutex mu;                // guards runs
   autouvm::v1::ExecutionStatus before, after;
-  double wait_before = 0, wait_after = 0;      // turn_wait_seconds: its passes waiting for the others'
+  autouvm::v1::ModelStatus at_start, at_end;   // its status around the window (turn waits, passes' times)
   double load_s = 0;                           // daemon start to READY
   autouvm::v1::ExecutionStatus asleep, woken;  // --idle-sleep: asleep, and after its waking request
   DaemonRun wake;
@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
         timed.arrive_and_wait();
         const autouvm::v1::ModelStatus st = autouvm::bench::ModelStatusOf(admin, m.name);
         m.before = st.execution();
-        m.wait_before = st.turn_wait_seconds();
+        m.at_start = st;
         timed.arrive_and_wait();
         if (k == 0) window_from = Clock::now();
         const Clock::time_point until =
@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
         if (k == 0) window_to = Clock::now();
         const autouvm::v1::ModelStatus done = autouvm::bench::ModelStatusOf(admin, m.name);
         m.after = done.execution();
-        m.wait_after = done.turn_wait_seconds();
+        m.at_end = done;
       });
     }
     for (std::thread& t : ts) t.join();
@@ -279,9 +279,9 @@ int main(int argc, char** argv) {
   std::printf(
       "| model | solo tok/s | solo step (sweep) ms | solo TTFT ms | at once tok/s | at once / solo | requests | TTFT "
       "p50 / max ms | "
-      "TTFT p50 / max, sweeps | followed | abandoned | plan switches | ms / switch | turn wait ms / request | fault "
-      "groups | link GiB (own) | link GB/s (own) | last error |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "TTFT p50 / max, sweeps | prefill pass ms | decode pass ms | turn wait ms / request | followed | abandoned | "
+      "plan switches | ms / switch | fault groups | link GiB (own) | link GB/s (own) | last error |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool all_followed = true;
   double link_bytes = 0;
   for (const PerModel& m : per) {
@@ -303,18 +303,24 @@ int main(int argc, char** argv) {
     const uint64_t switches = m.after.plan_switches() - m.before.plan_switches();
     const double switch_ms =
         switches > 0 ? 1e3 * (m.after.plan_switch_seconds() - m.before.plan_switch_seconds()) / switches : 0;
-    const double wait_ms = m.runs.empty() ? 0 : 1e3 * (m.wait_after - m.wait_before) / m.runs.size();
+    const autouvm::v1::ModelStatus &a = m.at_start, &z = m.at_end;
+    const double wait_ms = m.runs.empty() ? 0 : 1e3 * (z.turn_wait_seconds() - a.turn_wait_seconds()) / m.runs.size();
+    // The mean pass of each kind over the window (its hooks, a switch, included; its turn's wait not).
+    auto mean_ms = [](double s, uint64_t n) { return n > 0 ? 1e3 * s / static_cast<double>(n) : 0.0; };
+    const double prefill_ms = mean_ms(z.prefill_pass_seconds() - a.prefill_pass_seconds(),
+                                      z.prefill_passes_total() - a.prefill_passes_total());
+    const double decode_ms =
+        mean_ms(z.decode_pass_seconds() - a.decode_pass_seconds(), z.decode_steps_total() - a.decode_steps_total());
     const double own = static_cast<double>(LinkBytes(m.after) - LinkBytes(m.before));
     link_bytes += own;
     all_followed &= abandoned == 0 && followed > 0;
     std::printf(
-        "| %s | %.2f | %.1f | %.0f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %llu | %llu | %llu | %.1f | %.0f "
-        "| "
-        "%lld | %.2f | %.1f | %s |\n",
+        "| %s | %.2f | %.1f | %.0f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %.1f | %.1f | %.0f | %llu | %llu | "
+        "%llu | %.1f | %lld | %.2f | %.1f | %s |\n",
         m.name.c_str(), Median(solo), sweep_ms, Median(solo_ttft), Median(tps),
         Median(solo) > 0 ? Median(tps) / Median(solo) : 0, m.runs.size(), Median(ttft), Max(ttft),
-        sweep_ms > 0 ? Median(ttft) / sweep_ms : 0, sweep_ms > 0 ? Max(ttft) / sweep_ms : 0,
-        (unsigned long long)followed, (unsigned long long)abandoned, (unsigned long long)switches, switch_ms, wait_ms,
+        sweep_ms > 0 ? Median(ttft) / sweep_ms : 0, sweep_ms > 0 ? Max(ttft) / sweep_ms : 0, prefill_ms, decode_ms,
+        wait_ms, (unsigned long long)followed, (unsigned long long)abandoned, (unsigned long long)switches, switch_ms,
         (long long)faults, own / double(1 << 30), window_s > 0 ? own / window_s / 1e9 : 0,
         m.after.last_error().c_str());
   }

@@ -74,6 +74,9 @@ void PrintStatus(const ModelStatus& status) {
   line("passes_nearest_plan", status.passes_nearest_plan());
   line("passes_no_plan", status.passes_no_plan());
   line("turn_wait_seconds", status.turn_wait_seconds());
+  line("prefill_pass_seconds", status.prefill_pass_seconds());
+  line("decode_pass_seconds", status.decode_pass_seconds());
+  line("mixed_pass_seconds", status.mixed_pass_seconds());
   line("model_digest", status.model_digest());
   line("policy", status.policy());
   line("device_budget_bytes", status.device_budget_bytes());

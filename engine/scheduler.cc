@@ -80,6 +80,12 @@ SchedulerStats Scheduler::Stats() const {
   s.prefill_pass_tokens_total = tokens_of(IterationPhase::kPrefill);
   s.decode_pass_tokens_total = tokens_of(IterationPhase::kDecode);
   s.mixed_pass_tokens_total = tokens_of(IterationPhase::kMixed);
+  auto seconds_of = [&c](IterationPhase p) {
+    return c.pass_seconds[static_cast<int>(p)].load(std::memory_order_relaxed);
+  };
+  s.prefill_pass_seconds_total = seconds_of(IterationPhase::kPrefill);
+  s.decode_pass_seconds_total = seconds_of(IterationPhase::kDecode);
+  s.mixed_pass_seconds_total = seconds_of(IterationPhase::kMixed);
   s.prefill_rows_total = c.prefill_rows.load(std::memory_order_relaxed);
   s.prefill_tokens_total = c.prefill_tokens.load(std::memory_order_relaxed);
   s.idle_passes_total = c.idle_passes.load(std::memory_order_relaxed);

@@ -68,6 +68,10 @@ struct SchedulerStats {
   uint64_t prefill_pass_tokens_total = 0;
   uint64_t decode_pass_tokens_total = 0;
   uint64_t mixed_pass_tokens_total = 0;
+  // Their time: each pass and the hooks around it (a plan switch included), not its wait for a turn.
+  double prefill_pass_seconds_total = 0;
+  double decode_pass_seconds_total = 0;
+  double mixed_pass_seconds_total = 0;
   uint64_t idle_passes_total = 0;     // passes with no request (RunIdleIteration)
   int64_t prompt_tokens_waiting = 0;  // prompt tokens of the requests queued or admitted, not prefilled yet
   int64_t kv_blocks_reserved = 0;     // KV-cache blocks the running requests hold (their whole lengths)

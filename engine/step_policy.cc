@@ -338,6 +338,9 @@ void StepPolicy::Update(const StepPlan& plan, const StepResult& result, absl::Ti
   counters_.prefill_rows += plan.rows.size() - static_cast<size_t>(decode_rows);
   counters_.prefill_tokens += static_cast<uint64_t>(plan.prompt_tokens());
   counters_.pass_tokens[static_cast<int>(plan.phase)] += static_cast<uint64_t>(plan.tokens());
+  std::atomic<double>& seconds = counters_.pass_seconds[static_cast<int>(plan.phase)];
+  seconds.store(seconds.load(std::memory_order_relaxed) + absl::ToDoubleSeconds(result.took),
+                std::memory_order_relaxed);
   const size_t vocab = static_cast<size_t>(options_.vocab_size);
   size_t wanted = 0;  // logits rows used so far
   for (size_t i = 0; i < plan.sequences.size(); ++i) {

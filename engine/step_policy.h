@@ -162,6 +162,9 @@ struct PolicyCounters {
   std::atomic<uint64_t> idle_passes{0};
   // Tokens computed by the passes of each phase (indexed by IterationPhase): decode rows and prompt tokens.
   std::atomic<uint64_t> pass_tokens[3] = {};
+  // Their time (StepResult::took: the pass and the hooks around it, a plan switch included; not the wait
+  // for a turn), in seconds; written by the scheduler's thread alone.
+  std::atomic<double> pass_seconds[3] = {};
   std::atomic<int64_t> prompt_tokens_waiting{0};  // a gauge: of the admitted requests not prefilled yet
   std::atomic<int64_t> kv_blocks_reserved{0};     // a gauge: KV-cache blocks the running requests hold
   // Note [Steps sized by their cost]: a pass of decode rows only, and what a token adds to a pass that

@@ -175,6 +175,9 @@ void AdminService::Fill(const ModelView& view, autouvm::v1::ModelStatus* out) co
   out->set_prefill_rows_total(stats.prefill_rows_total);
   out->set_mixed_passes_total(stats.mixed_passes_total);
   out->set_turn_wait_seconds(stats.turn_wait_seconds_total);
+  out->set_prefill_pass_seconds(stats.prefill_pass_seconds_total);
+  out->set_decode_pass_seconds(stats.decode_pass_seconds_total);
+  out->set_mixed_pass_seconds(stats.mixed_pass_seconds_total);
   if (m.session != nullptr) {
     const profiler::SessionStats ss = m.session->stats();
     out->set_passes_own_plan(static_cast<uint64_t>(ss.own));

@@ -128,6 +128,10 @@ std::string Metrics::Scrape() const {
   auto* pass_tokens = s.Family(
       "autouvm_forward_pass_tokens_total",
       "Tokens the forward passes computed, by kind (a prefill's padding included; a decode's rows)", T::Counter);
+  auto* pass_seconds = s.Family("autouvm_forward_pass_seconds_total",
+                                "Time of the forward passes, by kind: each pass and its plan's hooks (a switch "
+                                "included), not its wait for a turn beside other models",
+                                T::Counter);
   auto* prompts_waiting = s.Family("autouvm_prefill_tokens_waiting",
                                    "Prompt tokens of the requests queued or admitted, not prefilled yet", T::Gauge);
   auto* pass_floor = s.Family("autouvm_pass_floor_seconds",
@@ -225,6 +229,9 @@ std::string Metrics::Scrape() const {
     Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "prefill"}}, st.prefill_pass_tokens_total);
     Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "decode"}}, st.decode_pass_tokens_total);
     Snapshot::Add(pass_tokens, {{"model", m.name}, {"kind", "mixed"}}, st.mixed_pass_tokens_total);
+    Snapshot::Add(pass_seconds, {{"model", m.name}, {"kind", "prefill"}}, st.prefill_pass_seconds_total);
+    Snapshot::Add(pass_seconds, {{"model", m.name}, {"kind", "decode"}}, st.decode_pass_seconds_total);
+    Snapshot::Add(pass_seconds, {{"model", m.name}, {"kind", "mixed"}}, st.mixed_pass_seconds_total);
     Snapshot::Add(prompts_waiting, model, st.prompt_tokens_waiting);
     Snapshot::Add(pass_floor, model, st.pass_floor_seconds);
     Snapshot::Add(pass_token, model, st.pass_token_seconds);

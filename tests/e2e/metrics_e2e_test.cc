@@ -93,6 +93,10 @@ TEST(MetricsE2E, PrometheusScrapesEveryMetricAndSeesThemMoveAsRequestsComplete) 
   EXPECT_EQ(prom.Sum(passes + "\"idle\"}"), 0);
   EXPECT_EQ(prom.Sum(pass_tokens + "\"prefill\"}"), prom.Sum("autouvm_prompt_tokens_total" + m));
   EXPECT_EQ(prom.Sum(pass_tokens + "\"decode\"}"), 15);
+  const std::string pass_seconds = "autouvm_forward_pass_seconds_total{model=\"tiny-llama\",kind=";
+  EXPECT_GT(prom.Sum(pass_seconds + "\"prefill\"}"), 0);
+  EXPECT_GT(prom.Sum(pass_seconds + "\"decode\"}"), 0);
+  EXPECT_EQ(prom.Sum(pass_seconds + "\"mixed\"}"), 0) << "no pass of both ran";
   EXPECT_EQ(prom.Sum("autouvm_prefill_tokens_waiting" + m), 0);
   // Note [Steps sized by their cost]: the decode passes set the pass floor.
   EXPECT_GT(prom.Sum("autouvm_pass_floor_seconds" + m), 0);
