@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -193,7 +194,11 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
     // Note [Plans hand pinned weights on] (runtime/executor.cc).
     std::vector<runtime::TensorRange> pinned;
     if (executor_ != nullptr) pinned = executor_->PinnedOnDevice();
+    // Note [Plans hand the device buffer on] (runtime/executor.cc).
+    absl::StatusOr<runtime::Executor::DeviceBuffer> buffer = runtime::Executor::DeviceBuffer();
+    if (executor_ != nullptr) buffer = executor_->HandOnBuffer();
     absl::Status s = ReleaseExecutor(runtime::Executor::Staged::kKeepStaged, Window::kKeepOpen);
+    if (!buffer.ok()) s = buffer.status();
     const absl::Time released = absl::Now();
     // The plan places the weights its own way (Note [The budget from load], runtime/unplanned_placement.cc).
     if (s.ok()) s = placement_->Lift();
@@ -208,9 +213,14 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       executor_->set_periodic_ring(options_.capture_passes);
       if (options_.driver_eviction != nullptr) executor_->set_driver_eviction(options_.driver_eviction);
       executor_->AdoptPinned(pinned);
+      executor_->AdoptBuffer(*std::exchange(buffer, runtime::Executor::DeviceBuffer()));
       s = executor_->SetKvRows(kv_live_rows_, kv_pool_rows_);
       if (s.ok()) s = executor_->Prepare();
       if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("preparing the plan of ", key, ": ", s.message()));
+    }
+    if (buffer.ok() && buffer->addr != 0) {  // the release or the lift failed: no plan took it
+      (void)backend_->Synchronize();         // deliberately unchecked, as below
+      (void)backend_->FreeDevice(buffer->addr);
     }
     if (!s.ok()) {
       // Deliberately unchecked: the preparation's error is the one to report; what the release says
@@ -240,9 +250,10 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                          << ": released in " << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(released - started))
                          << " ms, prepared in "
                          << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(absl::Now() - released)) << " ms, "
-                         << kept << " pinned bytes handed on, " << executor_->prefetched_bytes()
-                         << " prefetched; it pins " << plan_->plan.pinned_bytes << ", stages "
-                         << plan_->plan.streamed_bytes << " in " << plan_->plan.prefetches.size()
+                         << kept << " pinned bytes handed on"
+                         << (executor_->buffers_adopted() > 0 ? " with the device buffer" : "") << ", "
+                         << executor_->prefetched_bytes() << " prefetched; it pins " << plan_->plan.pinned_bytes
+                         << ", stages " << plan_->plan.streamed_bytes << " in " << plan_->plan.prefetches.size()
                          << " fetches through a window of " << plan_->plan.window_bytes << ", reads "
                          << plan_->plan.remote_bytes << " in place";
     }
@@ -251,6 +262,7 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                     .lift_s = absl::ToDoubleSeconds(lifted - released),
                     .prepare_s = absl::ToDoubleSeconds(absl::Now() - lifted)};
     ++stats_.plan_switches;
+    stats_.buffers_handed_on += executor_->buffers_adopted();
     stats_.plan_switch_seconds += last_switch_.release_s + last_switch_.lift_s + last_switch_.prepare_s;
     stats_.following = key;
     stats_.host_copy_bytes = host_copies;

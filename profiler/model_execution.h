@@ -78,6 +78,9 @@ struct ExecutionStats {
   int64_t abandoned_iterations = 0;  // iterations that stopped following part way (mismatch or error)
   int64_t plan_switches = 0;         // executors prepared (Note [One plan owns the residency])
   double plan_switch_seconds = 0;    // their host time: releases, lifts and preparations (SwitchTimes), summed
+  // Of those, switches whose plan streamed through the device buffer the plan before it had (Note [Plans
+  // hand the device buffer on], runtime/executor.cc).
+  int64_t buffers_handed_on = 0;
   int64_t prefetched_bytes = 0;
   int64_t evicted_bytes = 0;
   int64_t resident_bytes = 0;       // named bytes the executor holds on the device now

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <set>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -225,8 +226,16 @@ absl::Status Executor::Prepare() {
   }
   bool any_staged = false;
   for (size_t t = 0; t < staged_.size(); ++t) any_staged = any_staged || staged_[t];
-  if (buffered && any_staged) {
-    ASSIGN_OR_RETURN(buffer_, backend_->AllocateDevice(window_bytes_));
+  // Note [Plans hand the device buffer on]
+  const DeviceBuffer handed = std::exchange(adopted_buffer_, DeviceBuffer());
+  if (buffered && any_staged && handed.addr != 0 && handed.bytes == window_bytes_) {
+    buffer_ = handed.addr;
+    ++buffers_adopted_;
+  } else {
+    if (handed.addr != 0) RETURN_IF_ERROR(FreeBuffer(handed.addr));
+    if (buffered && any_staged) {
+      ASSIGN_OR_RETURN(buffer_, backend_->AllocateDevice(window_bytes_));
+    }
   }
   for (size_t t : affinity_) {
     const TensorRange& r = ranges_list_[t];
@@ -292,8 +301,44 @@ int64_t Executor::staged_bytes() const {
   return sum;
 }
 
-absl::Status Executor::ReleaseBuffer() {
-  if (buffer_ == 0) return absl::OkStatus();
+// Note [Plans hand the device buffer on]: a plan switch used to free the device buffer and the next plan
+// allocated one of the same size. Freeing it waited for both streams (its slots may still be read by the
+// pass's kernels and written by the copies issued ahead), and cudaFree waits for the whole device: with
+// several models on one GPU, a model's switch waited for the other models' passes in flight, up to a
+// sweep each, holding the shared backend meanwhile (Note [Calls that wait], serialized_backend.h). On
+// the H100, switches of two 7B models at factor 2.0 took 90 ms on average for one and 16 for the other,
+// and of four such models with 8 streams each 1.7 s (bench/results/2026-12-07-two-and-four-models-h100.md,
+// before this). So the buffer goes to the next plan instead where its window is the same size (a model's
+// plans at one budget mostly have one window), and the host waits for nothing: the copy stream waits,
+// on the device, for what both streams hold at the switch, so the new plan's copies overwrite no slot a
+// kernel queued earlier still reads, and land after the copies (and their decodes) queued into it
+// before. That wait also holds back the copies other models queue after it on the shared copy stream
+// until the compute stream gets there; their passes' own copies inside graphs are on streams of their
+// own. A graph keys on its preparation as well as the buffer's address (Note [Staged passes captured]),
+// so none is replayed across the switch.
+absl::StatusOr<Executor::DeviceBuffer> Executor::HandOnBuffer() {
+  if (buffer_ == 0) return DeviceBuffer();
+  if (absl::Status s = LetGoOfSlots(); !s.ok()) {
+    (void)ReleaseBuffer();  // deliberately unchecked: the first error is the one to report
+    return s;
+  }
+  backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCopy));  // the decodes into it, if coded
+  backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
+  const DeviceBuffer out{.addr = buffer_, .bytes = window_bytes_};
+  buffer_ = 0;
+  buffer_state_ = BufferState();
+  for (Fetch& f : fetches_) f.issued = false;
+  next_ahead_ = 0;
+  return out;
+}
+
+absl::Status Executor::FreeBuffer(uint64_t addr) {
+  absl::Status first = backend_->Synchronize();
+  if (absl::Status s = backend_->FreeDevice(addr); !s.ok() && first.ok()) first = s;
+  return first;
+}
+
+absl::Status Executor::LetGoOfSlots() {
   absl::Status first;
   for (size_t t = 0; t < slot_of_.size(); ++t) {
     if (slot_of_[t] < 0) continue;
@@ -306,9 +351,16 @@ absl::Status Executor::ReleaseBuffer() {
     slot_of_[t] = -1;
     Count(t, false);
   }
+  return first;
+}
+
+absl::Status Executor::ReleaseBuffer() {
+  absl::Status first;
+  if (adopted_buffer_.addr != 0) first = FreeBuffer(std::exchange(adopted_buffer_, DeviceBuffer()).addr);  // unprepared
+  if (buffer_ == 0) return first;
+  if (absl::Status s = LetGoOfSlots(); !s.ok() && first.ok()) first = s;
   buffer_state_ = BufferState();
-  if (absl::Status s = backend_->Synchronize(); !s.ok() && first.ok()) first = s;
-  if (absl::Status s = backend_->FreeDevice(buffer_); !s.ok() && first.ok()) first = s;
+  if (absl::Status s = FreeBuffer(buffer_); !s.ok() && first.ok()) first = s;
   buffer_ = 0;
   for (Fetch& f : fetches_) f.issued = false;
   next_ahead_ = 0;

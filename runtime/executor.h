@@ -66,6 +66,20 @@ class Executor {
   void AdoptPinned(const std::vector<TensorRange>& on_device) { adopted_ = on_device; }
   // The pinned weights this executor has on the device now (neither displaced nor evicted by it).
   std::vector<TensorRange> PinnedOnDevice() const;
+  // Note [Plans hand the device buffer on] (executor.cc): the device buffer given up for the plan
+  // prepared next (the same model's) instead of freed, with nothing for the host to wait for; {} when
+  // there is none. Its slots are let go; the copy stream's later work comes after all that both streams
+  // hold now. On an error the buffer is freed as Release() would.
+  struct DeviceBuffer {
+    uint64_t addr = 0;
+    int64_t bytes = 0;
+  };
+  absl::StatusOr<DeviceBuffer> HandOnBuffer();
+  // Takes a buffer HandOnBuffer() gave up: Prepare() streams through it where this plan's window is of
+  // its size, and frees it otherwise (as does Release(), unprepared). Call before Prepare().
+  void AdoptBuffer(DeviceBuffer buffer) { adopted_buffer_ = buffer; }
+  // Buffers Prepare() took from the plan before (AdoptBuffer) instead of allocating one: 0 or 1.
+  int64_t buffers_adopted() const { return buffers_adopted_; }
   // Tensors another plan left staged (Release(kKeepStaged)) are adopted where this plan stages them
   // the same way, and put back in managed memory where it does not (Note [Plans hand staged weights on]).
   absl::Status Prepare();
@@ -186,6 +200,8 @@ class Executor {
   absl::StatusOr<bool> IssueIntoBuffer(Fetch& f, bool must);
   absl::Status IssueAhead();  // as many fetches, in op order, as the buffer has room for
   absl::Status ReleaseBuffer();
+  absl::Status LetGoOfSlots();             // the buffer's tensors unbound and no longer counted on the device
+  absl::Status FreeBuffer(uint64_t addr);  // once both streams are done with it: the host waits
 
   DeviceBackend* const backend_;
   const int64_t ops_;
@@ -215,6 +231,8 @@ class Executor {
   const bool want_buffer_;
   const int64_t window_bytes_;
   uint64_t buffer_ = 0;
+  DeviceBuffer adopted_buffer_;  // AdoptBuffer's, until Prepare() or Release()
+  int64_t buffers_adopted_ = 0;
   // Which preparation this is, of every executor's in the process (Note [Staged passes captured]: a
   // graph's copies read the host copies and fill the buffer this preparation made).
   uint64_t preparation_ = 0;

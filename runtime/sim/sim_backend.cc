@@ -466,6 +466,7 @@ absl::StatusOr<double> SimBackend::ElapsedSeconds(EventId from, EventId to) {
 }
 
 absl::Status SimBackend::Synchronize() {
+  ++synchronizations_;
   const double t = Elapsed();
   clock_ = {t, t};
   decode_clock_ = t;

@@ -93,6 +93,8 @@ class SimBackend final : public DeviceBackend {
   absl::StatusOr<UvmCounters> DeliveredCounters() override;
   // ReadCounters calls: each one a forced CUPTI flush on CUDA (Note [Counters without waiting]).
   int64_t exact_counter_reads() const { return exact_counter_reads_; }
+  // Synchronize() calls so far: the host waited for both streams (on CUDA, for every model's work).
+  int64_t synchronizations() const { return synchronizations_; }
   // Staging (Note [Staged streaming] in device_backend.h) where the spec has a staged copy rate.
   bool can_stage() const override { return options_.spec.uvm.staged_copy_bytes_per_s > 0; }
   absl::Status StageOut(uint64_t addr, int64_t bytes) override;
@@ -196,6 +198,7 @@ class SimBackend final : public DeviceBackend {
   int64_t put_back_bytes_ = 0;
   int64_t staged_in_bytes_ = 0;  // bytes StageIn copied (MigrationCause::kStaged)
   int64_t exact_counter_reads_ = 0;
+  int64_t synchronizations_ = 0;
   uint64_t staging_epoch_ = 0;                            // SetCodedBytes' changes
   int64_t coded_bytes_ = 0, decoded_bytes_ = 0;           // Note [Coded host copies]
   std::unordered_map<uint64_t, int64_t> measured_coded_;  // SetCodedBytes

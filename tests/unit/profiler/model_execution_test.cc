@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "profiler/analysis.h"
 #include "profiler/profile_key.h"
@@ -249,6 +250,53 @@ TEST_F(ModelExecutionTest, PlansThatPinTheSameWeightsHandThemOnAtASwitchWithoutP
   for (const std::string& id : tight.plan.pinned) tight_pinned += id.rfind("param:", 0) == 0 ? kWeight : 0;
   ASSERT_GT(tight_pinned, 0);
   EXPECT_EQ(s.prefetched_bytes - before, kWeights * kWeight - tight_pinned);
+  ex.reset();  // before the backend it drives
+}
+
+// Note [Plans hand the device buffer on] (runtime/executor.cc): a switch between plans that stream
+// through device buffers of one size hands the buffer on; nothing waits on the host for the device
+// (on CUDA, for every model's passes), where freeing it waited for both streams. Plans of another window
+// get their own, the old one freed as before.
+TEST_F(ModelExecutionTest, ASwitchHandsTheDeviceBufferToAPlanOfTheSameWindowWithoutWaitingForTheDevice) {
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+  auto ex = OnDevice(*sim, /*monitor_every=*/0);
+  const auto tight = Plan(24 << 20), tighter = Plan(16 << 20);
+  ASSERT_TRUE(tight.plan.device_buffer && tighter.plan.device_buffer);
+  ASSERT_GT(tight.plan.window_bytes, 0);
+  ASSERT_TRUE(Iterate(*ex, "decode", tight).ok());
+  const int64_t syncs = sim->synchronizations();
+  std::vector<int64_t> streamed;  // what each pass after the first fetched: its streamed weights
+  for (const char* key : {"prefill", "decode", "prefill", "decode"}) {
+    const int64_t before = ex->stats().prefetched_bytes;
+    ASSERT_TRUE(Iterate(*ex, key, tight).ok()) << key;
+    streamed.push_back(ex->stats().prefetched_bytes - before);
+  }
+  ExecutionStats s = ex->stats();
+  EXPECT_EQ(s.plan_switches, 5);
+  EXPECT_EQ(s.buffers_handed_on, 4);
+  EXPECT_EQ(sim->synchronizations(), syncs) << "a switch that hands the buffer on waits for nothing";
+  EXPECT_EQ(s.followed_iterations, 5);
+  EXPECT_EQ(s.abandoned_iterations, 0) << s.last_error;
+  // Each pass streams through the buffer it was handed what a pass of the same plan with no switch does,
+  // and the fetches it starts with (a steady pass found those issued ahead by the pass before it): at
+  // most a window more.
+  const int64_t before = s.prefetched_bytes;
+  ASSERT_TRUE(Iterate(*ex, "decode", tight).ok());
+  const int64_t steady = ex->stats().prefetched_bytes - before;
+  EXPECT_GE(steady, tight.plan.streamed_bytes);
+  for (int64_t bytes : streamed) {
+    EXPECT_EQ(bytes, streamed[0]);
+    EXPECT_GE(bytes, steady);
+    EXPECT_LE(bytes - steady, tight.plan.window_bytes);
+  }
+  EXPECT_LE(s.peak_resident_bytes, 24 << 20);
+  // A plan of another window takes a buffer of its own; the old one is freed once the device is done with it.
+  ASSERT_NE(tighter.plan.window_bytes, tight.plan.window_bytes);
+  ASSERT_TRUE(Iterate(*ex, "tighter", tighter).ok());
+  s = ex->stats();
+  EXPECT_EQ(s.buffers_handed_on, 4);
+  EXPECT_GT(sim->synchronizations(), syncs);
+  EXPECT_EQ(s.abandoned_iterations, 0) << s.last_error;
   ex.reset();  // before the backend it drives
 }
 
