@@ -315,7 +315,8 @@ int main(int argc, char** argv) {
     link_bytes += own;
     all_followed &= abandoned == 0 && followed > 0;
     std::printf(
-        "| %s | %.2f | %.1f | %.0f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %.1f | %.1f | %.0f | %llu | %llu | "
+        "| %s | %.2f | %.1f | %.0f | %.2f | %.3f | %zu | %.0f / %.0f | %.2f / %.2f | %.1f | %.1f | %.0f | %llu | %llu "
+        "| "
         "%llu | %.1f | %lld | %.2f | %.1f | %s |\n",
         m.name.c_str(), Median(solo), sweep_ms, Median(solo_ttft), Median(tps),
         Median(solo) > 0 ? Median(tps) / Median(solo) : 0, m.runs.size(), Median(ttft), Max(ttft),
