@@ -17,7 +17,8 @@
 // traffic while its window was open). Their sum over the window is the link's load, against its rate
 // measured by a copy before the daemon starts.
 //
-// Device memory: `nvidia-smi` is sampled every 100 ms from before the daemon starts to after it exits.
+// Device memory: `nvidia-smi` is sampled every 100 ms from before the daemon starts to after it exits;
+// the peak is also given for each step of the run (loading, profiling, alone, at once, asleep, woken).
 // Issue 28's bound is the sum of the budgets plus runtime.device_reserve (its default, 5% of the spec's
 // memory); the samples before the daemon started are the card's baseline (another tenant, the bench's
 // sizing child gone).
@@ -165,10 +166,13 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const size_t baseline_samples = memory.Samples().size();
   const auto started = Clock::now();
-  // Progress on stderr, so that a run cut short still says how far it came.
+  // Progress on stderr, so that a run cut short still says how far it came; and where each step ended
+  // in the memory samples, so that the peak of each is known.
+  std::vector<std::pair<std::string, size_t>> steps;
   auto progress = [&](const std::string& what) {
     std::fprintf(stderr, "models_at_once: %.1f s: %s\n", std::chrono::duration<double>(Clock::now() - started).count(),
                  what.c_str());
+    if (sampling) steps.emplace_back(what, memory.Samples().size());
   };
   autouvm::bench::DaemonUnderTest daemon = autouvm::bench::StartDaemon(daemon_path, config_path, root);
   for (PerModel& m : per) {
@@ -253,10 +257,12 @@ int main(int argc, char** argv) {
     m.asleep = autouvm::bench::ModelStatusOf(admin, m.name).execution();
     if (!m.asleep.asleep()) Die(absl::StrCat(m.name, " did not sleep within a minute of idle_sleep"));
   }
+  if (idle_sleep_ms > 0) progress("all asleep");
   for (PerModel& m : per) {
     if (idle_sleep_ms <= 0) break;
     m.wake = autouvm::bench::GenerateThroughDaemon(gen, m.name, prompt, tokens);
     m.woken = autouvm::bench::ModelStatusOf(admin, m.name).execution();
+    progress(m.name + " woken");
   }
   const int code = autouvm::bench::StopDaemon(&daemon);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -348,6 +354,20 @@ int main(int argc, char** argv) {
         "reserve (%.0f MiB) = %.0f MiB: %s\n",
         before.size(), base, during.size(), Max(during), Max(during) - base, models, budget / double(1 << 20),
         reserve / double(1 << 20), bound_mib, Max(during) - base <= bound_mib ? "within" : "OVER");
+    // The peak over the baseline up to each step's end, from the last's (the last: to the daemon's exit).
+    std::printf("Peak over the baseline by step (MiB):");
+    size_t from = baseline_samples;
+    steps.emplace_back("the end", samples.size());
+    for (const auto& [what, to] : steps) {
+      const size_t end = std::min(to, samples.size());
+      if (end <= from) continue;
+      std::printf(" %s %.0f;", what.c_str(),
+                  Max(std::vector<double>(samples.begin() + static_cast<long>(from),
+                                          samples.begin() + static_cast<long>(end))) -
+                      base);
+      from = end;
+    }
+    std::printf("\n");
   } else {
     std::printf("Device memory: not sampled (no /usr/bin/nvidia-smi)\n");
   }
