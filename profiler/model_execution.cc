@@ -243,6 +243,33 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       timer_->TimeNextWhenDue();
     }
     const int64_t host_copies = HostCopyBytes();
+    const double switch_s = absl::ToDoubleSeconds(absl::Now() - started);
+    if (switch_s >= options_.slow_switch_seconds) {
+      // Note [Slow switches]: a switch is a few ms when the plans hand their weights and buffer on
+      // (bench/results/2026-12-04-plan-switches-h200.md). One that is not runs before its pass and adds
+      // to the request's TTFT, and the debug line that splits it is off in production: so a slow one
+      // says at INFO where its time went — the plan before released (it waited for the device: Note
+      // [Plans hand the device buffer on], runtime/executor.cc), the new one's preparation, the bytes it
+      // brought in, and the host copies it made (a plan's first preparation: docs/profiling.md).
+      int64_t copies_before = 0, kept = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        copies_before = stats_.host_copy_bytes;
+      }
+      for (const runtime::TensorRange& r : pinned) kept += r.bytes;
+      AUTOUVM_LOG(INFO) << "plan switch to " << key << " took " << absl::StrFormat("%.1f", 1e3 * switch_s)
+                        << " ms: released in "
+                        << absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(released - started))
+                        << ", advice lifted in "
+                        << absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(lifted - released)) << ", prepared in "
+                        << absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(absl::Now() - lifted)) << "; " << kept
+                        << " pinned bytes handed on, the device buffer "
+                        << (executor_->buffers_adopted() > 0  ? "handed on"
+                            : executor_->uses_device_buffer() ? "made anew"
+                                                              : "not used")
+                        << ", " << executor_->prefetched_bytes() << " bytes brought in, "
+                        << std::max<int64_t>(0, host_copies - copies_before) << " bytes of new host copies";
+    }
     if (base::LogEnabled(base::LogLevel::kDebug)) {
       int64_t kept = 0;
       for (const runtime::TensorRange& r : pinned) kept += r.bytes;

@@ -132,6 +132,9 @@ struct ExecutionOptions {
   // The mirror's staged copies cross coded at this ratio (runtime::sim::SimOptions::coded_ratio): the CPU
   // daemon's model of runtime.compress_streamed. Ignored over a device's own backend.
   double mirror_coded_ratio = 0;
+  // A plan switch that takes this long or longer says where its time went, at INFO (Note [Slow switches],
+  // model_execution.cc); the daemon's are a few ms.
+  double slow_switch_seconds = 0.05;
 };
 
 class ModelExecution {

@@ -300,6 +300,38 @@ TEST_F(ModelExecutionTest, ASwitchHandsTheDeviceBufferToAPlanOfTheSameWindowWith
   ex.reset();  // before the backend it drives
 }
 
+// Note [Slow switches]: a switch at or over ExecutionOptions::slow_switch_seconds says at INFO where its
+// time went; one under it says nothing.
+TEST_F(ModelExecutionTest, ASlowSwitchSaysAtInfoWhereItsTimeWentAndAFastOneSaysNothing) {
+  auto sim = *runtime::sim::SimBackend::Create({.spec = spec_});
+  std::vector<runtime::NamedTensor> named = Named();
+  for (runtime::NamedTensor& t : named) t.addr = *sim->AllocateManaged(t.bytes);
+  const auto tight = Plan(24 << 20);
+  {
+    auto ex = ModelExecution::OnDevice(sim.get(), named, {.monitor_every = 0, .slow_switch_seconds = 0});
+    ::testing::internal::CaptureStderr();
+    ASSERT_TRUE(Iterate(*ex, "decode", tight).ok());
+    ASSERT_TRUE(Iterate(*ex, "prefill", tight).ok());
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    const size_t first = log.find("plan switch to decode took "), second = log.find("plan switch to prefill took ");
+    ASSERT_NE(first, std::string::npos) << log;
+    ASSERT_NE(second, std::string::npos) << log;
+    const std::string one = log.substr(first, second - first), two = log.substr(second);
+    EXPECT_NE(one.find("the device buffer made anew"), std::string::npos) << one;
+    EXPECT_EQ(one.find(" 0 bytes of new host copies"), std::string::npos) << "the first plan makes them: " << one;
+    EXPECT_NE(two.find("the device buffer handed on"), std::string::npos) << two;
+    EXPECT_NE(two.find(" 0 bytes of new host copies"), std::string::npos) << "the second reuses them: " << two;
+    EXPECT_EQ(two.find(" 0 pinned bytes handed on"), std::string::npos) << two;
+  }
+  // Under the threshold (10 s here, so that a loaded machine cannot make a switch slow: 50 ms by default).
+  auto quiet = ModelExecution::OnDevice(sim.get(), named, {.monitor_every = 0, .slow_switch_seconds = 10});
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(Iterate(*quiet, "decode", tight).ok());
+  ASSERT_TRUE(Iterate(*quiet, "prefill", tight).ok());
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("plan switch"), std::string::npos);
+  quiet.reset();  // before the backend it drives
+}
+
 // Note [Counters per model]: a pass or a switch reads what the backend has delivered (on CUDA an exact
 // reading is a forced CUPTI flush, 10-20 ms); only a release no plan follows at once waits for every record.
 TEST_F(ModelExecutionTest, PassesAndSwitchesAddTheCountersWithoutWaitingForThemAndAReleaseWaitsForAll) {
