@@ -218,9 +218,8 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       if (s.ok()) s = executor_->Prepare();
       if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("preparing the plan of ", key, ": ", s.message()));
     }
-    if (buffer.ok() && buffer->addr != 0) {  // the release or the lift failed: no plan took it
-      (void)backend_->Synchronize();         // deliberately unchecked, as below
-      (void)backend_->FreeDevice(buffer->addr);
+    if (buffer.ok() && buffer->addr != 0) {                         // the release or the lift failed: no plan took it
+      (void)runtime::Executor::FreeBuffer(backend_, buffer->addr);  // deliberately unchecked, as below
     }
     if (!s.ok()) {
       // Deliberately unchecked: the preparation's error is the one to report; what the release says
@@ -243,7 +242,12 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       timer_->TimeNextWhenDue();
     }
     const int64_t host_copies = HostCopyBytes();
-    const double switch_s = absl::ToDoubleSeconds(absl::Now() - started);
+    const SwitchTimes times = {.release_s = absl::ToDoubleSeconds(released - started),
+                               .lift_s = absl::ToDoubleSeconds(lifted - released),
+                               .prepare_s = absl::ToDoubleSeconds(absl::Now() - lifted)};
+    const double switch_s = times.release_s + times.lift_s + times.prepare_s;
+    int64_t kept = 0;
+    for (const runtime::TensorRange& r : pinned) kept += r.bytes;
     if (switch_s >= options_.slow_switch_seconds) {
       // Note [Slow switches]: a switch is a few ms when the plans hand their weights and buffer on
       // (bench/results/2026-12-04-plan-switches-h200.md). One that is not runs before its pass and adds
@@ -251,18 +255,15 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
       // says at INFO where its time went — the plan before released (it waited for the device: Note
       // [Plans hand the device buffer on], runtime/executor.cc), the new one's preparation, the bytes it
       // brought in, and the host copies it made (a plan's first preparation: docs/profiling.md).
-      int64_t copies_before = 0, kept = 0;
+      int64_t copies_before = 0;
       {
         absl::MutexLock lock(&mu_);
         copies_before = stats_.host_copy_bytes;
       }
-      for (const runtime::TensorRange& r : pinned) kept += r.bytes;
       AUTOUVM_LOG(INFO) << "plan switch to " << key << " took " << absl::StrFormat("%.1f", 1e3 * switch_s)
-                        << " ms: released in "
-                        << absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(released - started))
-                        << ", advice lifted in "
-                        << absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(lifted - released)) << ", prepared in "
-                        << absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(absl::Now() - lifted)) << "; " << kept
+                        << " ms: released in " << absl::StrFormat("%.1f", 1e3 * times.release_s)
+                        << ", advice lifted in " << absl::StrFormat("%.1f", 1e3 * times.lift_s) << ", prepared in "
+                        << absl::StrFormat("%.1f", 1e3 * times.prepare_s) << "; " << kept
                         << " pinned bytes handed on, the device buffer "
                         << (executor_->buffers_adopted() > 0  ? "handed on"
                             : executor_->uses_device_buffer() ? "made anew"
@@ -271,13 +272,10 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                         << std::max<int64_t>(0, host_copies - copies_before) << " bytes of new host copies";
     }
     if (base::LogEnabled(base::LogLevel::kDebug)) {
-      int64_t kept = 0;
-      for (const runtime::TensorRange& r : pinned) kept += r.bytes;
       AUTOUVM_LOG(DEBUG) << "executor: the plan of " << key << " follows " << (before.empty() ? "none" : before)
-                         << ": released in " << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(released - started))
-                         << " ms, prepared in "
-                         << absl::StrFormat("%.2f", absl::ToDoubleMilliseconds(absl::Now() - released)) << " ms, "
-                         << kept << " pinned bytes handed on"
+                         << ": released in " << absl::StrFormat("%.2f", 1e3 * times.release_s) << " ms, prepared in "
+                         << absl::StrFormat("%.2f", 1e3 * (times.lift_s + times.prepare_s)) << " ms, " << kept
+                         << " pinned bytes handed on"
                          << (executor_->buffers_adopted() > 0 ? " with the device buffer" : "") << ", "
                          << executor_->prefetched_bytes() << " prefetched; it pins " << plan_->plan.pinned_bytes
                          << ", stages " << plan_->plan.streamed_bytes << " in " << plan_->plan.prefetches.size()
@@ -285,12 +283,10 @@ absl::StatusOr<std::vector<runtime::OpSubscriber*>> ModelExecution::Begin(const 
                          << plan_->plan.remote_bytes << " in place";
     }
     absl::MutexLock lock(&mu_);
-    last_switch_ = {.release_s = absl::ToDoubleSeconds(released - started),
-                    .lift_s = absl::ToDoubleSeconds(lifted - released),
-                    .prepare_s = absl::ToDoubleSeconds(absl::Now() - lifted)};
+    last_switch_ = times;
     ++stats_.plan_switches;
     stats_.buffers_handed_on += executor_->buffers_adopted();
-    stats_.plan_switch_seconds += last_switch_.release_s + last_switch_.lift_s + last_switch_.prepare_s;
+    stats_.plan_switch_seconds += switch_s;
     stats_.following = key;
     stats_.host_copy_bytes = host_copies;
     // What the preparation placed, before any iteration ends.

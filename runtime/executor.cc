@@ -232,7 +232,7 @@ absl::Status Executor::Prepare() {
     buffer_ = handed.addr;
     ++buffers_adopted_;
   } else {
-    if (handed.addr != 0) RETURN_IF_ERROR(FreeBuffer(handed.addr));
+    if (handed.addr != 0) RETURN_IF_ERROR(FreeBuffer(backend_, handed.addr));
     if (buffered && any_staged) {
       ASSIGN_OR_RETURN(buffer_, backend_->AllocateDevice(window_bytes_));
     }
@@ -326,15 +326,12 @@ absl::StatusOr<Executor::DeviceBuffer> Executor::HandOnBuffer() {
   backend_->WaitEvent(Stream::kCopy, backend_->RecordEvent(Stream::kCompute));
   const DeviceBuffer out{.addr = buffer_, .bytes = window_bytes_};
   buffer_ = 0;
-  buffer_state_ = BufferState();
-  for (Fetch& f : fetches_) f.issued = false;
-  next_ahead_ = 0;
   return out;
 }
 
-absl::Status Executor::FreeBuffer(uint64_t addr) {
-  absl::Status first = backend_->Synchronize();
-  if (absl::Status s = backend_->FreeDevice(addr); !s.ok() && first.ok()) first = s;
+absl::Status Executor::FreeBuffer(DeviceBackend* backend, uint64_t addr) {
+  absl::Status first = backend->Synchronize();
+  if (absl::Status s = backend->FreeDevice(addr); !s.ok() && first.ok()) first = s;
   return first;
 }
 
@@ -351,19 +348,21 @@ absl::Status Executor::LetGoOfSlots() {
     slot_of_[t] = -1;
     Count(t, false);
   }
+  buffer_state_ = BufferState();
+  for (Fetch& f : fetches_) f.issued = false;
+  next_ahead_ = 0;
   return first;
 }
 
 absl::Status Executor::ReleaseBuffer() {
   absl::Status first;
-  if (adopted_buffer_.addr != 0) first = FreeBuffer(std::exchange(adopted_buffer_, DeviceBuffer()).addr);  // unprepared
+  if (adopted_buffer_.addr != 0) {  // adopted, never prepared
+    first = FreeBuffer(backend_, std::exchange(adopted_buffer_, DeviceBuffer()).addr);
+  }
   if (buffer_ == 0) return first;
   if (absl::Status s = LetGoOfSlots(); !s.ok() && first.ok()) first = s;
-  buffer_state_ = BufferState();
-  if (absl::Status s = FreeBuffer(buffer_); !s.ok() && first.ok()) first = s;
+  if (absl::Status s = FreeBuffer(backend_, buffer_); !s.ok() && first.ok()) first = s;
   buffer_ = 0;
-  for (Fetch& f : fetches_) f.issued = false;
-  next_ahead_ = 0;
   return first;
 }
 

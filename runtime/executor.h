@@ -75,6 +75,8 @@ class Executor {
     int64_t bytes = 0;
   };
   absl::StatusOr<DeviceBuffer> HandOnBuffer();
+  // Frees a device buffer once both of `backend`'s streams are done with it: the host waits.
+  static absl::Status FreeBuffer(DeviceBackend* backend, uint64_t addr);
   // Takes a buffer HandOnBuffer() gave up: Prepare() streams through it where this plan's window is of
   // its size, and frees it otherwise (as does Release(), unprepared). Call before Prepare().
   void AdoptBuffer(DeviceBuffer buffer) { adopted_buffer_ = buffer; }
@@ -200,8 +202,8 @@ class Executor {
   absl::StatusOr<bool> IssueIntoBuffer(Fetch& f, bool must);
   absl::Status IssueAhead();  // as many fetches, in op order, as the buffer has room for
   absl::Status ReleaseBuffer();
-  absl::Status LetGoOfSlots();             // the buffer's tensors unbound and no longer counted on the device
-  absl::Status FreeBuffer(uint64_t addr);  // once both streams are done with it: the host waits
+  // The buffer's tensors unbound and no longer counted on the device; nothing issued into it.
+  absl::Status LetGoOfSlots();
 
   DeviceBackend* const backend_;
   const int64_t ops_;
